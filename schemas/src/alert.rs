@@ -1,0 +1,104 @@
+//! `Alert`: one transition (firing or resolved) of an ipaudit alert, with its evidence.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{EventType, Stream};
+
+/// How urgent an alert is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Severity {
+    /// Worth knowing.
+    Info,
+    /// Needs a look.
+    Warning,
+    /// Needs action: addresses are lost until someone acts.
+    Critical,
+}
+
+impl Severity {
+    /// Lower-case name, as Alertmanager and reports use it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// Where an alert is in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AlertStatus {
+    /// The condition holds.
+    Firing,
+    /// The state healed.
+    Resolved,
+}
+
+impl AlertStatus {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertStatus::Firing => "firing",
+            AlertStatus::Resolved => "resolved",
+        }
+    }
+}
+
+/// One event that proves an alert.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Stream of the event.
+    pub stream: Stream,
+    /// Type of the event.
+    pub event_type: EventType,
+    /// Object name (`namespace/name` for namespaced kinds).
+    pub name: String,
+    /// resourceVersion of the event.
+    pub resource_version: String,
+    /// Event time, Unix ms.
+    pub time_ms: Option<i64>,
+    /// What happened, for a person.
+    pub what: String,
+}
+
+/// A transition of one alert (the Avro record `io.ipaudit.Alert`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Alert {
+    /// Stable id: same rule, cluster and subject give the same id.
+    pub alert_id: String,
+    /// Cluster the events came from.
+    pub cluster_id: String,
+    /// Rule name, e.g. `subnet-deleted-before-ip`.
+    pub rule: String,
+    /// How urgent.
+    pub severity: Severity,
+    /// Firing or resolved.
+    pub status: AlertStatus,
+    /// Kind of the object the alert is about.
+    pub subject_kind: String,
+    /// Name of that object.
+    pub subject_name: String,
+    /// uid of that object.
+    pub subject_uid: String,
+    /// The subnet involved.
+    pub subnet: Option<String>,
+    /// One sentence for a person.
+    pub summary: String,
+    /// Suggested fix.
+    pub fix: Option<String>,
+    /// resourceVersion epoch.
+    pub epoch: i64,
+    /// Event time the alert fired, Unix ms.
+    pub fired_at_ms: i64,
+    /// Event time it resolved, Unix ms.
+    pub resolved_at_ms: Option<i64>,
+    /// resourceVersion at which it fired.
+    pub fired_resource_version: String,
+    /// resourceVersion at which it resolved.
+    pub resolved_resource_version: Option<String>,
+    /// The events that prove it, in resourceVersion order.
+    pub evidence: Vec<Evidence>,
+}

@@ -1,0 +1,38 @@
+//! The contract between ipaudit's collector and analyzer: Avro schemas (the `.avsc` files
+//! under `schemas/avro/`, every version kept), the Rust types they describe, and a
+//! sans-I/O codec.
+//!
+//! - [`message`]: Kafka messages, Avro single-object encoding (`C3 01` + fingerprint).
+//! - [`container`]: recordings, Avro object container files.
+//! - [`kubernetes`]: Kubernetes objects as JSON into [`WatchEvent`]s, leniently.
+//!
+//! Data written with any older schema version is read as today's version.
+
+pub mod alert;
+pub mod builders;
+pub mod command;
+pub mod container;
+pub mod event;
+pub mod kubernetes;
+pub mod message;
+pub mod registry;
+
+pub use alert::{Alert, AlertStatus, Evidence, Severity};
+pub use command::{CleanupAction, CleanupCommand};
+pub use container::{ContainerError, ContainerReader, ContainerWriter};
+pub use event::{
+    EventType, IpInfo, ObjectMeta, OwnerReference, PodAllocation, PodInfo, Stream, SubnetInfo,
+    WatchEvent,
+};
+pub use message::{decode, encode, DecodeError, EncodeError};
+pub use registry::{DatumError, Record, SchemaSet, SchemaVersion};
+
+/// kube-ovn's finalizer on IPs and Subnets since v1.13.0.
+pub const KUBE_OVN_FINALIZER: &str = "kubeovn.io/kube-ovn-controller";
+/// kube-ovn's finalizer before v1.13.0; still found on older clusters.
+pub const KUBE_OVN_LEGACY_FINALIZER: &str = "kube-ovn-controller";
+
+/// Whether a finalizer is kube-ovn's, under either name.
+pub fn is_kube_ovn_finalizer(finalizer: &str) -> bool {
+    finalizer == KUBE_OVN_FINALIZER || finalizer == KUBE_OVN_LEGACY_FINALIZER
+}

@@ -1,0 +1,117 @@
+//! Kafka messages: Avro single-object encoding (`C3 01`, 8-byte CRC-64-AVRO fingerprint,
+//! then the datum), readable by any Avro implementation that knows the schema.
+
+use crate::registry::{DatumError, Record};
+
+/// The two magic bytes that open every single-object-encoded message.
+pub const MAGIC: [u8; 2] = [0xC3, 0x01];
+/// Magic plus fingerprint.
+pub const HEADER_LEN: usize = 10;
+
+/// Why a message could not be encoded.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode {record} as Avro")]
+pub struct EncodeError {
+    /// The record type.
+    pub record: &'static str,
+    /// What apache-avro said.
+    #[source]
+    pub source: apache_avro::Error,
+}
+
+/// Why bytes could not be decoded into a record. None of these is retryable: the bytes
+/// are what they are; count them and dead-letter them.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Fewer bytes than a header.
+    #[error("message of {len} bytes is shorter than the 10-byte Avro single-object header")]
+    TooShort {
+        /// Bytes received.
+        len: usize,
+    },
+    /// Not single-object encoded.
+    #[error("message does not start with the Avro single-object magic C3 01 (found {found:02X?})")]
+    BadMagic {
+        /// The first two bytes.
+        found: [u8; 2],
+    },
+    /// A fingerprint no version of the expected schema has.
+    #[error("unknown schema fingerprint {fingerprint:016x} for {record}: written with a schema this build does not know")]
+    UnknownFingerprint {
+        /// The record type expected.
+        record: &'static str,
+        /// The fingerprint, as a little-endian integer.
+        fingerprint: u64,
+    },
+    /// The datum does not match its schema (truncated, corrupt).
+    #[error("malformed {record} datum (schema v{version})")]
+    Malformed {
+        /// The record type.
+        record: &'static str,
+        /// The writer's schema version.
+        version: u32,
+        /// What was wrong.
+        #[source]
+        source: DatumError,
+    },
+    /// Bytes left after a complete datum.
+    #[error("{extra} unexpected bytes after a complete {record} datum")]
+    TrailingBytes {
+        /// The record type.
+        record: &'static str,
+        /// How many bytes were left.
+        extra: usize,
+    },
+}
+
+/// Encodes a record with today's schema, single-object framed.
+pub fn encode<T: Record>(record: &T) -> Result<Vec<u8>, EncodeError> {
+    let current = T::schemas().current();
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&current.fingerprint);
+    apache_avro::writer::datum::GenericDatumWriter::builder(current.schema)
+        .build()
+        .and_then(|writer| writer.write_ser(&mut out, record))
+        .map_err(|source| EncodeError {
+            record: T::NAME,
+            source,
+        })?;
+    Ok(out)
+}
+
+/// Decodes a single-object-encoded record written with any known version of its schema.
+pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, DecodeError> {
+    if bytes.len() < HEADER_LEN {
+        return Err(DecodeError::TooShort { len: bytes.len() });
+    }
+    if bytes[..2] != MAGIC {
+        return Err(DecodeError::BadMagic {
+            found: [bytes[0], bytes[1]],
+        });
+    }
+    let set = T::schemas();
+    let fingerprint = &bytes[2..HEADER_LEN];
+    let index = set
+        .position_of_fingerprint(fingerprint)
+        .ok_or_else(|| DecodeError::UnknownFingerprint {
+            record: T::NAME,
+            fingerprint: u64::from_le_bytes(fingerprint.try_into().unwrap_or_default()),
+        })?;
+    let version = set.versions()[index].version;
+    let mut body = &bytes[HEADER_LEN..];
+    let record = set.read_datum::<T>(index, &mut body).map_err(|source| {
+        DecodeError::Malformed {
+            record: T::NAME,
+            version,
+            source,
+        }
+    })?;
+    if !body.is_empty() {
+        return Err(DecodeError::TrailingBytes {
+            record: T::NAME,
+            extra: body.len(),
+        });
+    }
+    Ok(record)
+}

@@ -1,0 +1,176 @@
+//! Every version of every ipaudit schema, with its fingerprint and a resolver to today's.
+//!
+//! Old versions stay here for ever: a reader of today's schema must read every one of them
+//! (Avro schema resolution, tested in `tests/compatibility.rs`).
+
+use std::sync::OnceLock;
+
+use apache_avro::{
+    from_value, rabin::Rabin, reader::datum::GenericDatumReader, types::Value,
+    writer::datum::GenericDatumWriter, Schema,
+};
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::{Alert, CleanupCommand, WatchEvent};
+
+/// One version of one schema.
+pub struct SchemaVersion {
+    /// Version number, from 1.
+    pub version: u32,
+    /// The `.avsc` text.
+    pub text: &'static str,
+    /// The parsed schema.
+    pub schema: &'static Schema,
+    /// CRC-64-AVRO (Rabin) fingerprint of its canonical form, as single-object headers carry it.
+    pub fingerprint: [u8; 8],
+}
+
+/// All versions of one record's schema; the last one is current.
+pub struct SchemaSet {
+    versions: Vec<SchemaVersion>,
+    /// A datum reader and writer for each version, by index in `versions`.
+    codecs: Vec<(GenericDatumReader<'static>, GenericDatumWriter<'static>)>,
+}
+
+/// Why one datum could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum DatumError {
+    /// apache-avro could not decode it.
+    #[error(transparent)]
+    Avro(#[from] apache_avro::Error),
+    /// The data ended inside the datum. apache-avro's `Value` path can return a value for
+    /// cut data; re-encoding tells: the value needs more bytes than were there.
+    #[error("datum is truncated: it encodes to {needed} bytes, only {found} were there")]
+    Truncated {
+        /// Bytes the decoded value encodes to.
+        needed: usize,
+        /// Bytes consumed.
+        found: usize,
+    },
+}
+
+impl SchemaSet {
+    fn build(texts: &[&'static str]) -> SchemaSet {
+        let versions: Vec<SchemaVersion> = texts
+            .iter()
+            .enumerate()
+            .map(|(index, text)| {
+                // The .avsc files are compiled in and tested: failing to parse one is a bug.
+                let schema = Schema::parse_str(text).expect("bundled .avsc parses");
+                let schema: &'static Schema = Box::leak(Box::new(schema));
+                let fingerprint: [u8; 8] = schema
+                    .fingerprint::<Rabin>()
+                    .bytes
+                    .try_into()
+                    .expect("Rabin fingerprints are 8 bytes");
+                SchemaVersion {
+                    version: index as u32 + 1,
+                    text,
+                    schema,
+                    fingerprint,
+                }
+            })
+            .collect();
+        let codecs = versions
+            .iter()
+            .map(|v| {
+                let reader = GenericDatumReader::builder(v.schema).build();
+                let writer = GenericDatumWriter::builder(v.schema).build();
+                (
+                    reader.expect("bundled schemas resolve"),
+                    writer.expect("bundled schemas resolve"),
+                )
+            })
+            .collect();
+        SchemaSet { versions, codecs }
+    }
+
+    /// Every version, oldest first.
+    pub fn versions(&self) -> &[SchemaVersion] {
+        &self.versions
+    }
+
+    /// Today's version.
+    pub fn current(&self) -> &SchemaVersion {
+        self.versions.last().expect("at least one version")
+    }
+
+    /// The version whose fingerprint this is, by index.
+    pub fn position_of_fingerprint(&self, fingerprint: &[u8]) -> Option<usize> {
+        self.versions
+            .iter()
+            .position(|v| v.fingerprint == fingerprint)
+    }
+
+    /// The version equal to a schema found in a file (compared by canonical form).
+    pub fn position_of_schema(&self, schema: &Schema) -> Option<usize> {
+        let canonical = schema.canonical_form();
+        self.versions
+            .iter()
+            .position(|v| v.schema.canonical_form() == canonical)
+    }
+
+    /// Whether version `index` is today's.
+    pub fn is_current(&self, index: usize) -> bool {
+        index + 1 == self.versions.len()
+    }
+
+    /// Reads one datum written with version `index`: on the serde path for today's schema
+    /// (it errors on truncation), through `Value` and resolution for older ones.
+    pub fn read_datum<T: Record>(&self, index: usize, body: &mut &[u8]) -> Result<T, DatumError> {
+        let (reader, writer) = &self.codecs[index];
+        if self.is_current(index) {
+            return Ok(reader.read_deser(body)?);
+        }
+        let before = body.len();
+        let value = reader.read_value(body)?;
+        let found = before - body.len();
+        let mut reencoded = Vec::with_capacity(found);
+        writer.write_value_ref(&mut reencoded, &value)?;
+        let needed = reencoded.len();
+        // A writer may split arrays into more blocks than we do, never into fewer bytes.
+        if needed > found {
+            return Err(DatumError::Truncated { needed, found });
+        }
+        self.resolve(value)
+    }
+
+    /// Turns a value of an older version into today's record.
+    pub fn resolve<T: Record>(&self, value: Value) -> Result<T, DatumError> {
+        Ok(from_value(&value.resolve(self.current().schema)?)?)
+    }
+}
+
+/// A record type with Avro schemas under `schemas/avro/`.
+pub trait Record: Serialize + DeserializeOwned + 'static {
+    /// The record's full Avro name.
+    const NAME: &'static str;
+    /// Its schemas, every version.
+    fn schemas() -> &'static SchemaSet;
+}
+
+macro_rules! record {
+    ($ty:ty, $name:literal, [$($file:literal),+ $(,)?]) => {
+        impl Record for $ty {
+            const NAME: &'static str = $name;
+            fn schemas() -> &'static SchemaSet {
+                static SET: OnceLock<SchemaSet> = OnceLock::new();
+                SET.get_or_init(|| {
+                    SchemaSet::build(&[$(include_str!(concat!("../avro/", $file))),+])
+                })
+            }
+        }
+    };
+}
+
+record!(
+    WatchEvent,
+    "io.ipaudit.WatchEvent",
+    ["watch_event.v1.avsc", "watch_event.v2.avsc"]
+);
+record!(Alert, "io.ipaudit.Alert", ["alert.v1.avsc"]);
+record!(
+    CleanupCommand,
+    "io.ipaudit.CleanupCommand",
+    ["cleanup_command.v1.avsc"]
+);

@@ -1,0 +1,291 @@
+//! Round trips, old versions read by today's schema, and bad input as typed errors.
+
+use apache_avro::{types::Value, to_value, Schema};
+use ipaudit_schemas::builders::EventBuilder;
+use ipaudit_schemas::container::{ContainerReader, ContainerWriter};
+use ipaudit_schemas::{
+    decode, encode, Alert, AlertStatus, CleanupAction, CleanupCommand, ContainerError, DecodeError,
+    EventType, Evidence, OwnerReference, Record, Severity, Stream, WatchEvent,
+};
+use proptest::prelude::*;
+
+fn rich_ip_event() -> WatchEvent {
+    let mut event = EventBuilder::ip("vm-1.ns.net1.ns.ovn", "subnet-x")
+        .rv(4711)
+        .at(1_700_000_000_123)
+        .deleting(1_700_000_000_000)
+        .attach_subnets(&["attach-a"])
+        .ip_of("ns", "virt-launcher-vm-1", "10.16.0.9", "VirtualMachine")
+        .modified();
+    let meta = event.metadata.as_mut().unwrap();
+    meta.owner_references.push(OwnerReference {
+        api_version: "kubevirt.io/v1".into(),
+        kind: "VirtualMachineInstance".into(),
+        name: "vm-1".into(),
+        uid: "owner-uid".into(),
+        controller: Some(true),
+    });
+    meta.annotations.insert("ovn.kubernetes.io/allocated".into(), "true".into());
+    meta.last_update_ms = Some(1_700_000_000_100);
+    event.raw_object = Some("{\"kind\":\"IP\"}".into());
+    event
+}
+
+fn sample_alert() -> Alert {
+    Alert {
+        alert_id: "a1b2".into(),
+        cluster_id: "prod-1".into(),
+        rule: "ip-stuck-terminating".into(),
+        severity: Severity::Critical,
+        status: AlertStatus::Resolved,
+        subject_kind: "IP".into(),
+        subject_name: "vm-1.ns".into(),
+        subject_uid: "uid-1".into(),
+        subnet: Some("subnet-x".into()),
+        summary: "stuck".into(),
+        fix: Some("kubectl patch ip vm-1.ns ...".into()),
+        epoch: 0,
+        fired_at_ms: 1,
+        resolved_at_ms: Some(2),
+        fired_resource_version: "10".into(),
+        resolved_resource_version: Some("12".into()),
+        evidence: vec![Evidence {
+            stream: Stream::Subnet,
+            event_type: EventType::Deleted,
+            name: "subnet-x".into(),
+            resource_version: "10".into(),
+            time_ms: None,
+            what: "subnet deleted".into(),
+        }],
+    }
+}
+
+fn sample_command() -> CleanupCommand {
+    CleanupCommand {
+        command_id: "c1".into(),
+        cluster_id: "prod-1".into(),
+        action: CleanupAction::RemoveFinalizer,
+        target_kind: "IP".into(),
+        target_name: "vm-1.ns".into(),
+        target_uid: "uid-1".into(),
+        expected_resource_version: "12".into(),
+        finalizer: Some("kubeovn.io/kube-ovn-controller".into()),
+        subnet: "subnet-x".into(),
+        reason_alert_id: "a1b2".into(),
+        issued_at_ms: 3,
+    }
+}
+
+#[test]
+fn watch_event_round_trips_as_a_message() {
+    for event in [
+        rich_ip_event(),
+        EventBuilder::subnet("s").rv(3).using_ips(2).deleted(),
+        EventBuilder::pod("ns", "p").rv(5).added(),
+        EventBuilder::bookmark(Stream::Ip, 99),
+    ] {
+        let bytes = encode(&event).unwrap();
+        assert_eq!(bytes[..2], [0xC3, 0x01]);
+        assert_eq!(decode::<WatchEvent>(&bytes).unwrap(), event);
+    }
+}
+
+#[test]
+fn alert_and_cleanup_command_round_trip_as_messages() {
+    let alert = sample_alert();
+    assert_eq!(decode::<Alert>(&encode(&alert).unwrap()).unwrap(), alert);
+    let command = sample_command();
+    assert_eq!(
+        decode::<CleanupCommand>(&encode(&command).unwrap()).unwrap(),
+        command
+    );
+}
+
+/// Encodes `event` with WatchEvent schema v1, the way a collector of that version did.
+fn encode_v1(event: &WatchEvent) -> Vec<u8> {
+    let v1 = &WatchEvent::schemas().versions()[0];
+    let mut value = to_value(event).unwrap();
+    strip_v2_fields(&mut value);
+    let resolved = value.resolve(v1.schema).unwrap();
+    let mut out = vec![0xC3, 0x01];
+    out.extend_from_slice(&v1.fingerprint);
+    out.extend(
+        apache_avro::writer::datum::GenericDatumWriter::builder(v1.schema)
+            .build()
+            .unwrap()
+            .write_value_to_vec(resolved)
+            .unwrap(),
+    );
+    out
+}
+
+fn strip_v2_fields(value: &mut Value) {
+    if let Value::Record(fields) = value {
+        fields.retain(|(name, _)| name != "raw_object" && name != "last_update_ms");
+        for (_, v) in fields.iter_mut() {
+            strip_v2_fields(v);
+        }
+    } else if let Value::Union(_, inner) = value {
+        strip_v2_fields(inner);
+    }
+}
+
+#[test]
+fn watch_event_written_with_schema_v1_is_read_by_the_current_schema() {
+    let event = rich_ip_event();
+    let bytes = encode_v1(&event);
+    assert_ne!(bytes[2..10], encode(&event).unwrap()[2..10], "v1 has its own fingerprint");
+    let read = decode::<WatchEvent>(&bytes).unwrap();
+    let mut expected = event;
+    expected.raw_object = None;
+    expected.metadata.as_mut().unwrap().last_update_ms = None;
+    assert_eq!(read, expected);
+}
+
+#[test]
+fn garbage_is_a_typed_error() {
+    assert!(matches!(decode::<WatchEvent>(b"xy"), Err(DecodeError::TooShort { len: 2 })));
+    assert!(matches!(
+        decode::<WatchEvent>(b"{\"type\":\"ADDED\"}"),
+        Err(DecodeError::BadMagic { .. })
+    ));
+    let mut unknown = encode(&rich_ip_event()).unwrap();
+    unknown[2..10].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    assert!(matches!(
+        decode::<WatchEvent>(&unknown),
+        Err(DecodeError::UnknownFingerprint { fingerprint: 0x0807060504030201, .. })
+    ));
+    // An alert is not an event: its fingerprint is unknown to WatchEvent.
+    assert!(matches!(
+        decode::<WatchEvent>(&encode(&sample_alert()).unwrap()),
+        Err(DecodeError::UnknownFingerprint { .. })
+    ));
+}
+
+#[test]
+fn every_truncation_of_a_message_is_an_error() {
+    for bytes in [encode(&rich_ip_event()).unwrap(), encode_v1(&rich_ip_event())] {
+        for cut in 0..bytes.len() {
+            assert!(
+                decode::<WatchEvent>(&bytes[..cut]).is_err(),
+                "a message cut at {cut} of {} bytes decoded",
+                bytes.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn trailing_bytes_are_an_error() {
+    let mut bytes = encode(&sample_command()).unwrap();
+    bytes.push(0);
+    assert!(matches!(
+        decode::<CleanupCommand>(&bytes),
+        Err(DecodeError::TrailingBytes { extra: 1, .. })
+    ));
+}
+
+proptest! {
+    #[test]
+    fn random_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..400), current in any::<bool>()) {
+        let mut bytes = if current { encode(&rich_ip_event()).unwrap()[..10].to_vec() } else { Vec::new() };
+        bytes.extend(body);
+        let _ = decode::<WatchEvent>(&bytes);
+    }
+
+    #[test]
+    fn flipped_bytes_never_panic(index in 10usize..200, value in any::<u8>()) {
+        let mut bytes = encode(&rich_ip_event()).unwrap();
+        let index = index % bytes.len();
+        bytes[index] = value;
+        let _ = decode::<WatchEvent>(&bytes);
+    }
+}
+
+#[test]
+fn container_round_trips_many_events() {
+    let events: Vec<WatchEvent> = (0..2_000)
+        .map(|i| EventBuilder::ip(&format!("ip-{i}"), "s").rv(i + 1).added())
+        .collect();
+    let mut writer = ContainerWriter::<WatchEvent, _>::new(Vec::new()).unwrap();
+    for e in &events {
+        writer.append(e).unwrap();
+    }
+    let bytes = writer.finish().unwrap();
+    let reader = ContainerReader::<WatchEvent, _>::new(&bytes[..]).unwrap();
+    assert_eq!(reader.writer_version(), 2);
+    let read: Vec<WatchEvent> = reader.map(Result::unwrap).collect();
+    assert_eq!(read, events);
+}
+
+#[test]
+fn container_written_with_schema_v1_is_read_by_the_current_schema() {
+    let v1: &'static Schema = WatchEvent::schemas().versions()[0].schema;
+    let mut writer = apache_avro::Writer::new(v1, Vec::new()).unwrap();
+    let event = rich_ip_event();
+    let mut value = to_value(&event).unwrap();
+    strip_v2_fields(&mut value);
+    writer.append_value(value.resolve(v1).unwrap()).unwrap();
+    let bytes = writer.into_inner().unwrap();
+    let mut reader = ContainerReader::<WatchEvent, _>::new(&bytes[..]).unwrap();
+    assert_eq!(reader.writer_version(), 1);
+    let read = reader.next().unwrap().unwrap();
+    assert_eq!(read.metadata.as_ref().unwrap().last_update_ms, None);
+    assert_eq!(read.ip, event.ip);
+    assert!(reader.next().is_none());
+}
+
+#[test]
+fn a_corrupt_container_block_ends_the_file_after_the_good_records() {
+    let mut writer =
+        ContainerWriter::<WatchEvent, _>::with_codec(Vec::new(), apache_avro::Codec::Null).unwrap();
+    for i in 0..10 {
+        writer.append(&EventBuilder::ip(&format!("ip-{i}"), "s").rv(i + 1).added()).unwrap();
+    }
+    let mut bytes = writer.finish().unwrap();
+    // A second block whose body is garbage.
+    let good_len = bytes.len();
+    let mut second = ContainerWriter::<WatchEvent, _>::with_codec(Vec::new(), apache_avro::Codec::Null).unwrap();
+    second.append(&rich_ip_event()).unwrap();
+    drop(second);
+    bytes.extend_from_slice(&[2, 200, 1]);
+    bytes.extend(std::iter::repeat_n(0xFF, 64));
+    let results: Vec<_> = ContainerReader::<WatchEvent, _>::new(&bytes[..]).unwrap().collect();
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 10, "the good block is read");
+    match results.last() {
+        Some(Err(ContainerError::Corrupt { index: 10, byte_offset, .. })) => {
+            assert!(*byte_offset >= good_len as u64 - 16)
+        }
+        other => panic!("expected a corrupt-block error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_container_of_another_record_type_is_refused() {
+    let mut writer = ContainerWriter::<Alert, _>::new(Vec::new()).unwrap();
+    writer.append(&sample_alert()).unwrap();
+    let bytes = writer.finish().unwrap();
+    assert!(matches!(
+        ContainerReader::<WatchEvent, _>::new(&bytes[..]),
+        Err(ContainerError::UnknownSchema { .. })
+    ));
+    assert!(matches!(
+        ContainerReader::<WatchEvent, _>::new(&b"not avro"[..]),
+        Err(ContainerError::Header(_))
+    ));
+}
+
+#[test]
+fn schema_files_are_self_contained_and_fingerprints_match_the_header() {
+    for set in [WatchEvent::schemas(), Alert::schemas(), CleanupCommand::schemas()] {
+        for v in set.versions() {
+            let reparsed = Schema::parse_str(v.text).unwrap();
+            assert_eq!(reparsed.canonical_form(), v.schema.canonical_form());
+        }
+    }
+    let header = apache_avro::headers::RabinFingerprintHeader::from_schema(
+        WatchEvent::schemas().current().schema,
+    );
+    use apache_avro::headers::HeaderBuilder;
+    assert_eq!(header.build_header()[2..], WatchEvent::schemas().current().fingerprint);
+}
