@@ -118,7 +118,13 @@ impl EventBuilder {
     }
 
     /// Sets an IP's pod, address and pod type.
-    pub fn ip_of(mut self, pod_namespace: &str, pod_name: &str, address: &str, pod_type: &str) -> Self {
+    pub fn ip_of(
+        mut self,
+        pod_namespace: &str,
+        pod_name: &str,
+        address: &str,
+        pod_type: &str,
+    ) -> Self {
         if let Some(ip) = self.event.ip.as_mut() {
             ip.pod_namespace = pod_namespace.to_owned();
             ip.pod_name = pod_name.to_owned();

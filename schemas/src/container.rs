@@ -159,15 +159,15 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
         let current = set.current().schema;
         // No reader schema: apache-avro's serde path panics when one is set.
         let inner = Reader::new(input).map_err(ContainerError::Header)?;
-        let index = set.position_of_schema(inner.writer_schema()).ok_or_else(|| {
-            ContainerError::UnknownSchema {
+        let index = set
+            .position_of_schema(inner.writer_schema())
+            .ok_or_else(|| ContainerError::UnknownSchema {
                 expected: T::NAME,
                 found: inner
                     .writer_schema()
                     .name()
                     .map_or_else(|| "(unnamed)".to_owned(), |n| n.fullname(None)),
-            }
-        })?;
+            })?;
         let records = if std::ptr::eq(set.versions()[index].schema, current) {
             Records::Current(inner.into_deser_iter())
         } else {

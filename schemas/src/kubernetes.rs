@@ -9,8 +9,8 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use crate::event::{
-    parse_resource_version, EventType, IpInfo, ObjectMeta, OwnerReference, PodAllocation,
-    PodInfo, Stream, SubnetInfo, WatchEvent,
+    parse_resource_version, EventType, IpInfo, ObjectMeta, OwnerReference, PodAllocation, PodInfo,
+    Stream, SubnetInfo, WatchEvent,
 };
 
 /// Why a document could not become an event at all.
@@ -50,9 +50,9 @@ pub struct Converted {
 
 /// Converts one watch document `{"type": T, "object": O}` (the Kubernetes watch wire format).
 pub fn from_watch_document(document: &Value) -> Result<Converted, ConvertError> {
-    let doc = document
-        .as_object()
-        .ok_or(ConvertError::NotAWatchEvent("the document is not a JSON object"))?;
+    let doc = document.as_object().ok_or(ConvertError::NotAWatchEvent(
+        "the document is not a JSON object",
+    ))?;
     let kind = doc
         .get("type")
         .and_then(Value::as_str)
@@ -79,9 +79,9 @@ pub fn from_watch_document(document: &Value) -> Result<Converted, ConvertError> 
 
 /// Converts one object with the event type it came with.
 pub fn from_object(event_type: EventType, object: &Value) -> Result<Converted, ConvertError> {
-    let obj = object
-        .as_object()
-        .ok_or(ConvertError::NotAWatchEvent("\"object\" is not a JSON object"))?;
+    let obj = object.as_object().ok_or(ConvertError::NotAWatchEvent(
+        "\"object\" is not a JSON object",
+    ))?;
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
     let stream = Stream::from_kind(kind).ok_or_else(|| ConvertError::UnknownKind(kind.into()))?;
     let mut fields = Fields::default();
@@ -122,7 +122,11 @@ impl Fields {
         });
     }
 
-    fn object<'a>(&mut self, parent: &'a Map<String, Value>, key: &str) -> Option<&'a Map<String, Value>> {
+    fn object<'a>(
+        &mut self,
+        parent: &'a Map<String, Value>,
+        key: &str,
+    ) -> Option<&'a Map<String, Value>> {
         match parent.get(key) {
             None | Some(Value::Null) => None,
             Some(Value::Object(map)) => Some(map),
@@ -242,7 +246,11 @@ impl Fields {
                 .iter()
                 .filter_map(|item| match item.as_object() {
                     Some(o) => Some(OwnerReference {
-                        api_version: self.string(o, "metadata.ownerReferences.apiVersion", "apiVersion"),
+                        api_version: self.string(
+                            o,
+                            "metadata.ownerReferences.apiVersion",
+                            "apiVersion",
+                        ),
                         kind: self.string(o, "metadata.ownerReferences.kind", "kind"),
                         name: self.string(o, "metadata.ownerReferences.name", "name"),
                         uid: self.string(o, "metadata.ownerReferences.uid", "uid"),
@@ -274,12 +282,25 @@ impl Fields {
                 .opt_string(meta, "metadata.namespace", "namespace")
                 .filter(|ns| !ns.is_empty()),
             generation,
-            creation_timestamp_ms: self.timestamp(meta, "metadata.creationTimestamp", "creationTimestamp"),
-            deletion_timestamp_ms: self.timestamp(meta, "metadata.deletionTimestamp", "deletionTimestamp"),
+            creation_timestamp_ms: self.timestamp(
+                meta,
+                "metadata.creationTimestamp",
+                "creationTimestamp",
+            ),
+            deletion_timestamp_ms: self.timestamp(
+                meta,
+                "metadata.deletionTimestamp",
+                "deletionTimestamp",
+            ),
             finalizers: self.strings(meta, "metadata.finalizers", "finalizers"),
             owner_references,
             labels: self.string_map(meta, "metadata.labels", "labels", |_| true),
-            annotations: self.string_map(meta, "metadata.annotations", "annotations", is_network_annotation),
+            annotations: self.string_map(
+                meta,
+                "metadata.annotations",
+                "annotations",
+                is_network_annotation,
+            ),
             last_update_ms,
         }
     }
@@ -348,14 +369,16 @@ fn pod_allocations(annotations: &Map<String, Value>) -> Vec<PodAllocation> {
         let Some((provider, field)) = key.split_once(".kubernetes.io/") else {
             continue;
         };
-        let Some(value) = value.as_str() else { continue };
+        let Some(value) = value.as_str() else {
+            continue;
+        };
         let entry = match field {
-            "allocated" | "ip_address" | "mac_address" | "logical_switch" | "cidr" => {
-                by_provider.entry(provider).or_insert_with(|| PodAllocation {
+            "allocated" | "ip_address" | "mac_address" | "logical_switch" | "cidr" => by_provider
+                .entry(provider)
+                .or_insert_with(|| PodAllocation {
                     provider: provider.to_owned(),
                     ..PodAllocation::default()
-                })
-            }
+                }),
             _ => continue,
         };
         match field {
@@ -377,7 +400,9 @@ fn is_network_annotation(key: &str) -> bool {
         return true;
     }
     match key.split_once(".kubernetes.io/") {
-        Some((prefix, _)) => prefix != "kubectl" && prefix != "deployment" && prefix != "control-plane",
+        Some((prefix, _)) => {
+            prefix != "kubectl" && prefix != "deployment" && prefix != "control-plane"
+        }
         None => false,
     }
 }

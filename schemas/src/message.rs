@@ -92,21 +92,21 @@ pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, DecodeError> {
     }
     let set = T::schemas();
     let fingerprint = &bytes[2..HEADER_LEN];
-    let index = set
-        .position_of_fingerprint(fingerprint)
-        .ok_or_else(|| DecodeError::UnknownFingerprint {
+    let index = set.position_of_fingerprint(fingerprint).ok_or_else(|| {
+        DecodeError::UnknownFingerprint {
             record: T::NAME,
             fingerprint: u64::from_le_bytes(fingerprint.try_into().unwrap_or_default()),
-        })?;
-    let version = set.versions()[index].version;
-    let mut body = &bytes[HEADER_LEN..];
-    let record = set.read_datum::<T>(index, &mut body).map_err(|source| {
-        DecodeError::Malformed {
-            record: T::NAME,
-            version,
-            source,
         }
     })?;
+    let version = set.versions()[index].version;
+    let mut body = &bytes[HEADER_LEN..];
+    let record =
+        set.read_datum::<T>(index, &mut body)
+            .map_err(|source| DecodeError::Malformed {
+                record: T::NAME,
+                version,
+                source,
+            })?;
     if !body.is_empty() {
         return Err(DecodeError::TrailingBytes {
             record: T::NAME,

@@ -58,11 +58,7 @@ impl SchemaSet {
                 // The .avsc files are compiled in and tested: failing to parse one is a bug.
                 let schema = Schema::parse_str(text).expect("bundled .avsc parses");
                 let schema: &'static Schema = Box::leak(Box::new(schema));
-                let fingerprint: [u8; 8] = schema
-                    .fingerprint::<Rabin>()
-                    .bytes
-                    .try_into()
-                    .expect("Rabin fingerprints are 8 bytes");
+                let fingerprint = fingerprint(schema);
                 SchemaVersion {
                     version: index as u32 + 1,
                     text,
@@ -139,6 +135,33 @@ impl SchemaSet {
     pub fn resolve<T: Record>(&self, value: Value) -> Result<T, DatumError> {
         Ok(from_value(&value.resolve(self.current().schema)?)?)
     }
+}
+
+/// CRC-64-AVRO of the schema's Parsing Canonical Form, as Java and fastavro compute it.
+///
+/// apache-avro 0.22 keeps a logical type's primitive as `{"type":"long"}` in the canonical
+/// form, where the specification strips it to `"long"`; its own fingerprint then differs
+/// from every other implementation's. Canonical form holds no other braces around a lone
+/// `type`, so the fix-up is exact.
+pub fn fingerprint(schema: &Schema) -> [u8; 8] {
+    let mut canonical = schema.canonical_form();
+    for primitive in [
+        "null", "boolean", "int", "long", "float", "double", "bytes", "string",
+    ] {
+        canonical = canonical.replace(
+            &format!("{{\"type\":\"{primitive}\"}}"),
+            &format!("\"{primitive}\""),
+        );
+    }
+    // The fixed-up form, parsed again, has no logical types left: its canonical form is
+    // itself, and apache-avro's Rabin digest of it is the standard fingerprint.
+    let plain = Schema::parse_str(&canonical).expect("a canonical form parses");
+    debug_assert_eq!(plain.canonical_form(), canonical);
+    plain
+        .fingerprint::<Rabin>()
+        .bytes
+        .try_into()
+        .expect("Rabin fingerprints are 8 bytes")
 }
 
 /// A record type with Avro schemas under `schemas/avro/`.

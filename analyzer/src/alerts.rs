@@ -1,0 +1,220 @@
+//! The alert lifecycle: an alert fires once, stays active while its condition holds, and
+//! resolves when the state heals. Ids are stable (a hash of cluster, rule, subject and
+//! subnet), so a replay, a restart or a second analyzer gives the same id and every sink
+//! can drop duplicates.
+
+use std::collections::HashMap;
+
+use ipaudit_schemas::{Alert, AlertStatus, Evidence};
+use sha2::{Digest, Sha256};
+
+use crate::rules::Rule;
+
+/// Where in history a transition happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moment {
+    /// resourceVersion of the event that caused it.
+    pub resource_version: String,
+    /// Event time, Unix ms (0 when the input has no times at all).
+    pub time_ms: i64,
+    /// resourceVersion epoch.
+    pub epoch: u64,
+}
+
+/// What a rule found: everything an alert says except its lifecycle.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    /// The rule.
+    pub rule: Rule,
+    /// Kind of the subject (IP, Subnet).
+    pub subject_kind: &'static str,
+    /// Name of the subject.
+    pub subject_name: String,
+    /// uid of the subject.
+    pub subject_uid: String,
+    /// The subnet involved.
+    pub subnet: Option<String>,
+    /// One sentence for a person.
+    pub summary: String,
+    /// The fix to suggest.
+    pub fix: Option<String>,
+    /// The events that prove it.
+    pub evidence: Vec<Evidence>,
+}
+
+/// The stable id of an alert.
+pub fn alert_id(cluster_id: &str, rule: Rule, subject_uid: &str, subnet: Option<&str>) -> String {
+    let mut hasher = Sha256::new();
+    for part in [cluster_id, rule.name(), subject_uid, subnet.unwrap_or("")] {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    let digest = hasher.finalize();
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The active alerts of one cluster.
+#[derive(Debug, Default)]
+pub struct AlertBook {
+    active: HashMap<String, Alert>,
+    by_subject: HashMap<String, Vec<String>>,
+}
+
+impl AlertBook {
+    /// No alert active.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the alert with this id is firing.
+    pub fn is_firing(&self, id: &str) -> bool {
+        self.active.contains_key(id)
+    }
+
+    /// Ids of the active alerts about this subject.
+    pub fn active_for_subject(&self, subject_uid: &str) -> Vec<String> {
+        self.by_subject
+            .get(subject_uid)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The active alert with this id.
+    pub fn get(&self, id: &str) -> Option<&Alert> {
+        self.active.get(id)
+    }
+
+    /// Active alerts.
+    pub fn len(&self) -> usize {
+        self.active.len()
+    }
+
+    /// Whether none is active.
+    pub fn is_empty(&self) -> bool {
+        self.active.is_empty()
+    }
+
+    /// Fires `finding` unless it already fires; returns the FIRING transition.
+    pub fn fire(&mut self, cluster_id: &str, finding: Finding, at: &Moment) -> Option<Alert> {
+        let id = alert_id(
+            cluster_id,
+            finding.rule,
+            &finding.subject_uid,
+            finding.subnet.as_deref(),
+        );
+        if self.active.contains_key(&id) {
+            return None;
+        }
+        let mut evidence = finding.evidence;
+        evidence.sort_by_key(|e| e.resource_version.parse::<i64>().unwrap_or(i64::MAX));
+        let alert = Alert {
+            alert_id: id.clone(),
+            cluster_id: cluster_id.to_owned(),
+            rule: finding.rule.name().to_owned(),
+            severity: finding.rule.severity(),
+            status: AlertStatus::Firing,
+            subject_kind: finding.subject_kind.to_owned(),
+            subject_name: finding.subject_name,
+            subject_uid: finding.subject_uid.clone(),
+            subnet: finding.subnet,
+            summary: finding.summary,
+            fix: finding.fix,
+            epoch: at.epoch as i64,
+            fired_at_ms: at.time_ms,
+            resolved_at_ms: None,
+            fired_resource_version: at.resource_version.clone(),
+            resolved_resource_version: None,
+            evidence,
+        };
+        self.by_subject
+            .entry(finding.subject_uid)
+            .or_default()
+            .push(id.clone());
+        self.active.insert(id, alert.clone());
+        Some(alert)
+    }
+
+    /// Resolves the alert with this id, if it fires; returns the RESOLVED transition, whose
+    /// evidence ends with the event that healed it.
+    pub fn resolve(&mut self, id: &str, healed_by: Evidence, at: &Moment) -> Option<Alert> {
+        let mut alert = self.active.remove(id)?;
+        if let Some(ids) = self.by_subject.get_mut(&alert.subject_uid) {
+            ids.retain(|i| i != id);
+            if ids.is_empty() {
+                self.by_subject.remove(&alert.subject_uid);
+            }
+        }
+        alert.status = AlertStatus::Resolved;
+        alert.resolved_at_ms = Some(at.time_ms);
+        alert.resolved_resource_version = Some(at.resource_version.clone());
+        alert.evidence.push(healed_by);
+        Some(alert)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipaudit_schemas::{EventType, Stream};
+
+    fn finding() -> Finding {
+        Finding {
+            rule: Rule::IpStuckTerminating,
+            subject_kind: "IP",
+            subject_name: "a".into(),
+            subject_uid: "uid-a".into(),
+            subnet: Some("s".into()),
+            summary: "stuck".into(),
+            fix: None,
+            evidence: Vec::new(),
+        }
+    }
+
+    fn at(rv: &str) -> Moment {
+        Moment {
+            resource_version: rv.into(),
+            time_ms: 0,
+            epoch: 0,
+        }
+    }
+
+    fn healed() -> Evidence {
+        Evidence {
+            stream: Stream::Ip,
+            event_type: EventType::Deleted,
+            name: "a".into(),
+            resource_version: "9".into(),
+            time_ms: None,
+            what: "gone".into(),
+        }
+    }
+
+    #[test]
+    fn an_alert_fires_once_and_resolves_once() {
+        let mut book = AlertBook::new();
+        let fired = book.fire("c", finding(), &at("5")).expect("fires");
+        assert!(book.fire("c", finding(), &at("6")).is_none());
+        let resolved = book
+            .resolve(&fired.alert_id, healed(), &at("9"))
+            .expect("resolves");
+        assert_eq!(resolved.status, AlertStatus::Resolved);
+        assert_eq!(resolved.resolved_resource_version.as_deref(), Some("9"));
+        assert!(book.resolve(&fired.alert_id, healed(), &at("10")).is_none());
+        assert!(book.is_empty());
+    }
+
+    #[test]
+    fn ids_are_stable_and_distinguish_rule_subject_subnet_and_cluster() {
+        let id = alert_id("c", Rule::IpStuckTerminating, "u", Some("s"));
+        assert_eq!(id, alert_id("c", Rule::IpStuckTerminating, "u", Some("s")));
+        assert_eq!(id.len(), 16);
+        for other in [
+            alert_id("d", Rule::IpStuckTerminating, "u", Some("s")),
+            alert_id("c", Rule::SubnetDeletedBeforeIp, "u", Some("s")),
+            alert_id("c", Rule::IpStuckTerminating, "v", Some("s")),
+            alert_id("c", Rule::IpStuckTerminating, "u", Some("t")),
+        ] {
+            assert_ne!(id, other);
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Drops events seen before: two collectors, a replayed outbox or a relist deliver the same
+//! event again. The key is (stream, uid, resourceVersion, type); memory is bounded by
+//! forgetting the oldest keys first (a late duplicate past that window is still harmless:
+//! the state ignores versions older than what it holds).
+
+use std::collections::{HashSet, VecDeque};
+
+use ipaudit_schemas::{EventType, Stream, WatchEvent};
+
+/// The identity of an event.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct EventKey {
+    stream: Stream,
+    event_type: EventType,
+    resource_version: Box<str>,
+    uid: Box<str>,
+}
+
+/// A bounded set of recently seen event keys.
+#[derive(Debug)]
+pub struct Dedupe {
+    seen: HashSet<EventKey>,
+    order: VecDeque<EventKey>,
+    capacity: usize,
+    dropped: u64,
+}
+
+impl Dedupe {
+    /// Remembers up to `capacity` keys.
+    pub fn new(capacity: usize) -> Self {
+        Dedupe {
+            seen: HashSet::with_capacity(capacity.min(1 << 20)),
+            order: VecDeque::with_capacity(capacity.min(1 << 20)),
+            capacity: capacity.max(1),
+            dropped: 0,
+        }
+    }
+
+    /// Whether the event is new; markers (bookmarks, relist frames) always are.
+    pub fn is_new(&mut self, event: &WatchEvent) -> bool {
+        if !event.event_type.carries_object() {
+            return true;
+        }
+        let key = EventKey {
+            stream: event.stream,
+            event_type: event.event_type,
+            resource_version: event.resource_version.as_str().into(),
+            uid: event.uid().into(),
+        };
+        if self.seen.contains(&key) {
+            self.dropped += 1;
+            return false;
+        }
+        if self.order.len() == self.capacity {
+            if let Some(oldest) = self.order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        self.order.push_back(key.clone());
+        self.seen.insert(key);
+        true
+    }
+
+    /// Duplicates dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipaudit_schemas::builders::EventBuilder;
+
+    #[test]
+    fn the_same_event_twice_is_dropped_once() {
+        let mut dedupe = Dedupe::new(10);
+        let e = EventBuilder::ip("a", "s").rv(5).added();
+        assert!(dedupe.is_new(&e));
+        assert!(!dedupe.is_new(&e));
+        assert_eq!(dedupe.dropped(), 1);
+    }
+
+    #[test]
+    fn another_type_or_version_of_the_same_object_is_new() {
+        let mut dedupe = Dedupe::new(10);
+        assert!(dedupe.is_new(&EventBuilder::ip("a", "s").rv(5).added()));
+        assert!(dedupe.is_new(&EventBuilder::ip("a", "s").rv(5).modified()));
+        assert!(dedupe.is_new(&EventBuilder::ip("a", "s").rv(6).modified()));
+        assert!(dedupe.is_new(&EventBuilder::ip("a", "s").uid("other").rv(6).modified()));
+    }
+
+    #[test]
+    fn bookmarks_are_never_dropped() {
+        let mut dedupe = Dedupe::new(10);
+        let b = EventBuilder::bookmark(Stream::Ip, 9);
+        assert!(dedupe.is_new(&b));
+        assert!(dedupe.is_new(&b));
+    }
+
+    #[test]
+    fn memory_is_bounded_by_forgetting_the_oldest() {
+        let mut dedupe = Dedupe::new(2);
+        let first = EventBuilder::ip("a", "s").rv(1).added();
+        assert!(dedupe.is_new(&first));
+        assert!(dedupe.is_new(&EventBuilder::ip("b", "s").rv(2).added()));
+        assert!(dedupe.is_new(&EventBuilder::ip("c", "s").rv(3).added()));
+        assert!(dedupe.is_new(&first), "forgotten after two newer keys");
+    }
+}

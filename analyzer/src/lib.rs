@@ -1,0 +1,19 @@
+//! ipaudit's analyzer: rebuilds the true order of kube-ovn IP, Subnet and Pod events and
+//! finds the leaks IPAM controllers leave behind.
+//!
+//! The pipeline, one module each: [`source`] (recorded files) -> [`dedupe`] ->
+//! [`reorder`] (resourceVersion order across streams) -> [`state`] (the live cluster) ->
+//! [`rules`] -> [`alerts`] (lifecycle and stable ids) -> [`report`]. [`engine`] drives
+//! the core for live and offline use alike; [`replay`] drives it over files.
+
+pub mod alerts;
+pub mod dedupe;
+pub mod engine;
+pub mod reorder;
+pub mod replay;
+pub mod report;
+pub mod rules;
+pub mod source;
+pub mod state;
+
+pub use engine::{Analyzer, AnalyzerConfig, Output};

@@ -1,0 +1,480 @@
+//! The reorder buffer: releases events in resourceVersion order across streams.
+//!
+//! The Pod, IP and Subnet watches arrive on separate connections, so arrival order is not
+//! history order. Each (collector, stream) is ordered in itself, so its latest version is a
+//! watermark: everything at or below it has arrived. An event is released once every
+//! stream's watermark has passed it. A stream that has not advanced for `idle_delay_ms`
+//! of event time is taken as caught up, so one quiet stream cannot hold the others back.
+//! BOOKMARKs advance a watermark without an object. A collector's streams that have not
+//! shown up yet hold everything back (for at most the idle delay), so that the first
+//! events of one stream are not released ahead of another that is still connecting.
+//!
+//! A version going backwards within a stream (an etcd restore) starts a new epoch: what is
+//! pending is released, the watermarks start over, and the change is reported. Versions
+//! inside a relist (`SYNC_START`..`SYNC_END`) are a snapshot in no order and never count
+//! as going backwards.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use ipaudit_schemas::{EventType, Stream, WatchEvent};
+
+/// Settings of the reorder buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct ReorderConfig {
+    /// After this much event time without progress, a stream no longer holds others back.
+    pub idle_delay_ms: i64,
+}
+
+impl Default for ReorderConfig {
+    fn default() -> Self {
+        ReorderConfig {
+            idle_delay_ms: 1_000,
+        }
+    }
+}
+
+/// Versions went backwards: history restarted (an etcd restore, or another cluster).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpochChange {
+    /// The new epoch number (the first is 0, so this is at least 1).
+    pub epoch: u64,
+    /// The collector whose stream went backwards.
+    pub collector_id: String,
+    /// The stream.
+    pub stream: Stream,
+    /// The stream's highest version before.
+    pub previous_rv: i64,
+    /// The version that went below it.
+    pub rv: i64,
+}
+
+/// What the buffer hands on, in order.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "events are the common case; boxing would allocate per event"
+)]
+pub enum Released {
+    /// The next event in resourceVersion order.
+    Event(WatchEvent),
+    /// A new epoch starts here.
+    NewEpoch(EpochChange),
+}
+
+#[derive(Debug)]
+struct Pending {
+    rv: i64,
+    seq: u64,
+    event: WatchEvent,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        (self.rv, self.seq) == (other.rv, other.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.rv, self.seq).cmp(&(other.rv, other.seq))
+    }
+}
+
+#[derive(Debug, Default)]
+struct StreamClock {
+    watermark: Option<i64>,
+    advanced_at_ms: Option<i64>,
+    in_relist: bool,
+}
+
+/// Counters of what the buffer saw.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReorderStats {
+    /// Events that arrived after their version had been released (handed on at once).
+    pub late: u64,
+    /// Events without a numeric resourceVersion (handed on at once).
+    pub unversioned: u64,
+    /// Epochs started.
+    pub epochs: u64,
+}
+
+/// Holds events until every stream has passed them.
+#[derive(Debug)]
+pub struct ReorderBuffer {
+    config: ReorderConfig,
+    pending: BinaryHeap<Reverse<Pending>>,
+    clocks: HashMap<(String, Stream), StreamClock>,
+    released_up_to: Option<i64>,
+    now_ms: Option<i64>,
+    next_seq: u64,
+    epoch: u64,
+    stats: ReorderStats,
+}
+
+impl ReorderBuffer {
+    /// An empty buffer.
+    pub fn new(config: ReorderConfig) -> Self {
+        ReorderBuffer {
+            config,
+            pending: BinaryHeap::new(),
+            clocks: HashMap::new(),
+            released_up_to: None,
+            now_ms: None,
+            next_seq: 0,
+            epoch: 0,
+            stats: ReorderStats::default(),
+        }
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The latest event time seen, or set.
+    pub fn now_ms(&self) -> Option<i64> {
+        self.now_ms
+    }
+
+    /// Events held.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// What the buffer counted.
+    pub fn stats(&self) -> ReorderStats {
+        self.stats
+    }
+
+    /// Takes one event; returns what can be released now, in order.
+    pub fn push(&mut self, event: WatchEvent, out: &mut Vec<Released>) {
+        if let Some(t) = event.event_time_ms() {
+            self.now_ms = Some(self.now_ms.map_or(t, |now| now.max(t)));
+        }
+        let Some(rv) = event.resource_version_num else {
+            self.stats.unversioned += 1;
+            out.push(Released::Event(event));
+            return;
+        };
+        if !self
+            .clocks
+            .contains_key(&(event.collector_id.clone(), event.stream))
+        {
+            for stream in Stream::ALL {
+                self.clocks
+                    .entry((event.collector_id.clone(), stream))
+                    .or_insert_with(|| StreamClock {
+                        advanced_at_ms: self.now_ms,
+                        ..StreamClock::default()
+                    });
+            }
+        }
+        let key = (event.collector_id.clone(), event.stream);
+        let clock = self.clocks.entry(key).or_default();
+        match event.event_type {
+            EventType::SyncStart => clock.in_relist = true,
+            EventType::SyncEnd => clock.in_relist = false,
+            _ => {}
+        }
+        let in_relist = clock.in_relist || event.event_type == EventType::SyncEnd;
+        if let Some(previous) = clock.watermark.filter(|w| rv < *w && !in_relist) {
+            self.start_epoch(&event, previous, rv, out);
+        }
+        let clock = self
+            .clocks
+            .get_mut(&(event.collector_id.clone(), event.stream))
+            .expect("clock inserted above");
+        if clock.watermark.is_none_or(|w| rv > w) {
+            clock.watermark = Some(rv);
+            clock.advanced_at_ms = self.now_ms;
+        }
+        if event.event_type == EventType::Bookmark {
+            self.release_ready(out);
+            return;
+        }
+        if self.released_up_to.is_some_and(|f| rv <= f) {
+            if !in_relist {
+                self.stats.late += 1;
+            }
+            out.push(Released::Event(event));
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.pending.push(Reverse(Pending { rv, seq, event }));
+        self.release_ready(out);
+    }
+
+    /// Moves event time forward (a live clock tick, or the end of a replay).
+    pub fn advance_time(&mut self, now_ms: i64, out: &mut Vec<Released>) {
+        self.now_ms = Some(self.now_ms.map_or(now_ms, |now| now.max(now_ms)));
+        self.release_ready(out);
+    }
+
+    /// Releases everything held, in order (end of input).
+    pub fn flush(&mut self, out: &mut Vec<Released>) {
+        self.release_up_to(i64::MAX, out);
+    }
+
+    fn start_epoch(
+        &mut self,
+        event: &WatchEvent,
+        previous_rv: i64,
+        rv: i64,
+        out: &mut Vec<Released>,
+    ) {
+        self.flush(out);
+        self.epoch += 1;
+        self.stats.epochs += 1;
+        for clock in self.clocks.values_mut() {
+            clock.watermark = None;
+            clock.advanced_at_ms = self.now_ms;
+        }
+        self.released_up_to = None;
+        out.push(Released::NewEpoch(EpochChange {
+            epoch: self.epoch,
+            collector_id: event.collector_id.clone(),
+            stream: event.stream,
+            previous_rv,
+            rv,
+        }));
+    }
+
+    /// The highest version every active stream has passed; a stream with no version yet
+    /// holds everything back until it is idle.
+    fn safe_bound(&self) -> i64 {
+        let idle_delay = self.config.idle_delay_ms;
+        self.clocks
+            .values()
+            .filter(|clock| match (self.now_ms, clock.advanced_at_ms) {
+                (Some(now), Some(at)) => now - at <= idle_delay,
+                _ => true,
+            })
+            .map(|clock| clock.watermark.unwrap_or(i64::MIN))
+            .min()
+            .unwrap_or(i64::MAX)
+    }
+
+    fn release_ready(&mut self, out: &mut Vec<Released>) {
+        let bound = self.safe_bound();
+        self.release_up_to(bound, out);
+    }
+
+    fn release_up_to(&mut self, bound: i64, out: &mut Vec<Released>) {
+        while self.pending.peek().is_some_and(|p| p.0.rv <= bound) {
+            let Some(Reverse(pending)) = self.pending.pop() else {
+                break;
+            };
+            self.released_up_to = Some(
+                self.released_up_to
+                    .map_or(pending.rv, |f| f.max(pending.rv)),
+            );
+            out.push(Released::Event(pending.event));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipaudit_schemas::builders::EventBuilder;
+    use proptest::prelude::*;
+
+    fn versions(released: &[Released]) -> Vec<i64> {
+        released
+            .iter()
+            .filter_map(|r| match r {
+                Released::Event(e) => e.resource_version_num,
+                Released::NewEpoch(_) => None,
+            })
+            .collect()
+    }
+
+    fn ip(rv: i64) -> WatchEvent {
+        EventBuilder::ip(&format!("ip-{rv}"), "s").rv(rv).added()
+    }
+
+    fn subnet(rv: i64) -> WatchEvent {
+        EventBuilder::subnet(&format!("s-{rv}")).rv(rv).added()
+    }
+
+    fn pods_bookmark(rv: i64) -> WatchEvent {
+        EventBuilder::bookmark(Stream::Pod, rv)
+    }
+
+    #[test]
+    fn an_event_waits_until_every_stream_has_passed_it() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        buffer.push(pods_bookmark(1_000), &mut out);
+        buffer.push(ip(10), &mut out);
+        assert!(out.is_empty(), "the subnet stream has not shown up yet");
+        buffer.push(subnet(12), &mut out);
+        assert_eq!(versions(&out), [10]);
+        buffer.push(ip(14), &mut out);
+        assert_eq!(
+            versions(&out),
+            [10, 12],
+            "14 waits for the subnet stream to pass it"
+        );
+        buffer.push(subnet(13), &mut out);
+        assert_eq!(versions(&out), [10, 12, 13]);
+        buffer.push(EventBuilder::bookmark(Stream::Subnet, 20), &mut out);
+        assert_eq!(versions(&out), [10, 12, 13, 14], "a bookmark passes it");
+    }
+
+    #[test]
+    fn arrival_order_does_not_matter_only_versions_do() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        buffer.push(ip(1), &mut out);
+        buffer.push(subnet(2), &mut out);
+        buffer.push(pods_bookmark(1_000), &mut out);
+        for e in [ip(5), ip(7), subnet(3), subnet(6), subnet(9), ip(8)] {
+            buffer.push(e, &mut out);
+        }
+        buffer.flush(&mut out);
+        assert_eq!(versions(&out), [1, 2, 3, 5, 6, 7, 8, 9]);
+    }
+
+    #[test]
+    fn an_idle_stream_stops_holding_others_back_after_the_delay() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig {
+            idle_delay_ms: 1_000,
+        });
+        let mut out = Vec::new();
+        buffer.push(EventBuilder::subnet("s").rv(1).at(0).added(), &mut out);
+        assert!(out.is_empty(), "the other streams have not shown up yet");
+        buffer.advance_time(1_001, &mut out);
+        assert_eq!(versions(&out), [1], "they are idle after the delay");
+        buffer.push(EventBuilder::ip("a", "s").rv(2).at(1_001).added(), &mut out);
+        buffer.push(
+            EventBuilder::subnet("s").rv(3).at(1_100).modified(),
+            &mut out,
+        );
+        assert_eq!(versions(&out), [1, 2]);
+        buffer.advance_time(2_001, &mut out);
+        assert_eq!(
+            versions(&out),
+            [1, 2],
+            "not yet: the IP stream is idle for exactly the delay"
+        );
+        buffer.advance_time(2_002, &mut out);
+        assert_eq!(versions(&out), [1, 2, 3]);
+    }
+
+    #[test]
+    fn versions_going_backwards_start_a_new_epoch() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        buffer.push(ip(100), &mut out);
+        buffer.push(ip(101), &mut out);
+        buffer.push(ip(7), &mut out);
+        buffer.flush(&mut out);
+        assert_eq!(buffer.epoch(), 1);
+        assert!(out.iter().any(|r| matches!(
+            r,
+            Released::NewEpoch(EpochChange {
+                epoch: 1,
+                previous_rv: 101,
+                rv: 7,
+                ..
+            })
+        )));
+        assert_eq!(versions(&out), [100, 101, 7]);
+    }
+
+    #[test]
+    fn a_relist_snapshot_in_any_order_is_not_a_new_epoch() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        buffer.push(pods_bookmark(1_000), &mut out);
+        buffer.push(EventBuilder::bookmark(Stream::Subnet, 1_000), &mut out);
+        buffer.push(ip(50), &mut out);
+        buffer.push(
+            EventBuilder::marker(Stream::Ip, EventType::SyncStart, 50),
+            &mut out,
+        );
+        buffer.push(ip(40), &mut out);
+        buffer.push(ip(60), &mut out);
+        buffer.push(ip(30), &mut out);
+        buffer.push(
+            EventBuilder::marker(Stream::Ip, EventType::SyncEnd, 70),
+            &mut out,
+        );
+        assert_eq!(buffer.epoch(), 0);
+        assert_eq!(buffer.stats().late, 0);
+    }
+
+    #[test]
+    fn two_collectors_interleaving_one_stream_are_not_an_epoch() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        buffer.push(
+            EventBuilder::ip("a", "s").rv(10).collector("c1").added(),
+            &mut out,
+        );
+        buffer.push(
+            EventBuilder::ip("b", "s").rv(5).collector("c2").added(),
+            &mut out,
+        );
+        assert_eq!(buffer.epoch(), 0);
+    }
+
+    /// Per-stream ordered histories, interleaved in any way.
+    fn interleavings() -> impl Strategy<Value = Vec<WatchEvent>> {
+        (
+            proptest::collection::vec(any::<bool>(), 1..120),
+            any::<u64>(),
+        )
+            .prop_map(|(streams, seed)| {
+                let mut ips = Vec::new();
+                let mut subnets = Vec::new();
+                for (i, is_ip) in streams.iter().enumerate() {
+                    let rv = i as i64 + 1;
+                    if *is_ip {
+                        ips.push(ip(rv))
+                    } else {
+                        subnets.push(subnet(rv))
+                    }
+                }
+                let mut merged = Vec::new();
+                let (mut a, mut b) = (ips.into_iter().peekable(), subnets.into_iter().peekable());
+                let mut bits = seed;
+                while a.peek().is_some() || b.peek().is_some() {
+                    let take_a = b.peek().is_none() || (a.peek().is_some() && bits & 1 == 1);
+                    bits = bits.rotate_right(1) ^ 0x9E37_79B9_7F4A_7C15;
+                    merged.push(if take_a { a.next() } else { b.next() }.expect("peeked"));
+                }
+                merged
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn every_release_is_in_version_order_and_nothing_is_lost(events in interleavings()) {
+            let mut buffer = ReorderBuffer::new(ReorderConfig { idle_delay_ms: i64::MAX });
+            let mut out = Vec::new();
+            let n = events.len();
+            for e in events {
+                buffer.push(e, &mut out);
+            }
+            buffer.flush(&mut out);
+            let released = versions(&out);
+            prop_assert_eq!(released.len(), n);
+            prop_assert!(released.windows(2).all(|w| w[0] < w[1]), "{:?}", released);
+            prop_assert_eq!(buffer.stats().late, 0);
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Offline replay: recorded files -> merged by resourceVersion -> the analyzer core.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use ipaudit_schemas::WatchEvent;
+
+use crate::engine::{Analyzer, AnalyzerConfig, AnalyzerStats, Output};
+use crate::source::{Problem, Source, SourceError, SourceItem};
+
+/// How to replay.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// The analyzer core's settings.
+    pub analyzer: AnalyzerConfig,
+    /// Run timers up to this time at the end (else the latest event time seen).
+    pub now_ms: Option<i64>,
+    /// Show a progress bar on stderr when it is a terminal.
+    pub progress: bool,
+}
+
+/// What a replay found.
+#[derive(Debug, Default)]
+pub struct ReplayOutcome {
+    /// Alert transitions and epoch changes, in history order.
+    pub outputs: Vec<Output>,
+    /// Problems in the inputs (capped at [`MAX_PROBLEMS`]; `problem_count` has them all).
+    pub problems: Vec<Problem>,
+    /// Every problem counted.
+    pub problem_count: u64,
+    /// The analyzer's counters.
+    pub stats: AnalyzerStats,
+    /// Lowest and highest resourceVersion replayed.
+    pub rv_range: Option<(i64, i64)>,
+}
+
+/// Problems kept for the report; more are only counted.
+pub const MAX_PROBLEMS: usize = 1_000;
+
+/// Replays the files together, merged by resourceVersion.
+pub fn replay(paths: &[PathBuf], options: &ReplayOptions) -> Result<ReplayOutcome, SourceError> {
+    let mut sources = paths
+        .iter()
+        .map(|p| Source::open(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let progress = progress_bar(&sources, options.progress);
+    let counters: Vec<_> = sources.iter().map(Source::progress).collect();
+    let mut analyzer = Analyzer::new(options.analyzer.clone());
+    let mut outcome = ReplayOutcome::default();
+    let mut heads: Vec<Option<WatchEvent>> = vec![None; sources.len()];
+    for (head, source) in heads.iter_mut().zip(sources.iter_mut()) {
+        *head = next_event(source, &mut outcome);
+    }
+    let mut steps = 0u64;
+    while let Some(index) = earliest(&heads) {
+        let Some(event) = heads[index].take() else {
+            break;
+        };
+        heads[index] = next_event(&mut sources[index], &mut outcome);
+        if let Some(rv) = event.resource_version_num {
+            let (lo, hi) = outcome.rv_range.unwrap_or((rv, rv));
+            outcome.rv_range = Some((lo.min(rv), hi.max(rv)));
+        }
+        analyzer.step(event, &mut outcome.outputs);
+        steps += 1;
+        if steps.is_multiple_of(16_384) {
+            if let Some(bar) = &progress {
+                bar.set_position(counters.iter().map(|c| c.load(Ordering::Relaxed)).sum());
+            }
+        }
+    }
+    analyzer.finish(options.now_ms, &mut outcome.outputs);
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    outcome.stats = analyzer.stats();
+    Ok(outcome)
+}
+
+fn next_event(source: &mut Source, outcome: &mut ReplayOutcome) -> Option<WatchEvent> {
+    for item in source.by_ref() {
+        match item {
+            SourceItem::Event(event) => return Some(event),
+            SourceItem::Problem(problem) => {
+                outcome.problem_count += 1;
+                if outcome.problems.len() < MAX_PROBLEMS {
+                    outcome.problems.push(problem);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The source whose next event has the lowest resourceVersion.
+fn earliest(heads: &[Option<WatchEvent>]) -> Option<usize> {
+    heads
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| {
+            h.as_ref()
+                .map(|e| (e.resource_version_num.unwrap_or(i64::MIN), i))
+        })
+        .min()
+        .map(|(_, i)| i)
+}
+
+fn progress_bar(sources: &[Source], wanted: bool) -> Option<ProgressBar> {
+    if !wanted || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let total: u64 = sources.iter().map(Source::total_bytes).sum();
+    let bar = ProgressBar::new(total);
+    let style = ProgressStyle::with_template(
+        "{spinner} replay [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+    )
+    .map(|s| s.progress_chars("=> "))
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    Some(bar)
+}

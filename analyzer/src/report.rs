@@ -1,0 +1,207 @@
+//! What a replay found, for a person (an incident-review report) or a program (JSON lines).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use ipaudit_schemas::kubernetes::format_timestamp_ms;
+use ipaudit_schemas::{Alert, AlertStatus, Evidence};
+use serde_json::json;
+
+use crate::engine::Output;
+use crate::reorder::EpochChange;
+use crate::replay::ReplayOutcome;
+
+/// One alert's story: how it fired and, if it did, how it resolved.
+#[derive(Debug, Clone)]
+pub struct AlertHistory {
+    /// The FIRING transition.
+    pub fired: Alert,
+    /// The RESOLVED transition.
+    pub resolved: Option<Alert>,
+}
+
+impl AlertHistory {
+    /// The latest transition.
+    pub fn latest(&self) -> &Alert {
+        self.resolved.as_ref().unwrap_or(&self.fired)
+    }
+}
+
+/// Alerts (in the order they fired) and epoch changes.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Alerts in firing order.
+    pub alerts: Vec<AlertHistory>,
+    /// Epoch changes.
+    pub epochs: Vec<EpochChange>,
+}
+
+impl Findings {
+    /// Folds outputs into per-alert histories. An alert that fires again after resolving
+    /// gets a second history.
+    pub fn from_outputs(outputs: &[Output]) -> Self {
+        let mut findings = Findings::default();
+        let mut open: HashMap<&str, usize> = HashMap::new();
+        for output in outputs {
+            match output {
+                Output::Alert(alert) if alert.status == AlertStatus::Firing => {
+                    open.insert(&alert.alert_id, findings.alerts.len());
+                    findings.alerts.push(AlertHistory {
+                        fired: alert.clone(),
+                        resolved: None,
+                    });
+                }
+                Output::Alert(alert) => {
+                    if let Some(i) = open.remove(alert.alert_id.as_str()) {
+                        findings.alerts[i].resolved = Some(alert.clone());
+                    }
+                }
+                Output::NewEpoch(change) => findings.epochs.push(change.clone()),
+            }
+        }
+        findings
+    }
+}
+
+/// One JSON object per alert, one per line.
+pub fn render_jsonl(findings: &Findings) -> String {
+    let mut out = String::new();
+    for history in &findings.alerts {
+        let alert = history.latest();
+        let line = json!({
+            "alert_id": alert.alert_id,
+            "cluster_id": alert.cluster_id,
+            "rule": alert.rule,
+            "severity": alert.severity.as_str(),
+            "status": alert.status.as_str(),
+            "subject_kind": alert.subject_kind,
+            "subject_name": alert.subject_name,
+            "subject_uid": alert.subject_uid,
+            "subnet": alert.subnet,
+            "summary": alert.summary,
+            "fix": alert.fix,
+            "epoch": alert.epoch,
+            "fired_at": time_or_null(alert.fired_at_ms),
+            "fired_resource_version": alert.fired_resource_version,
+            "resolved_at": alert.resolved_at_ms.and_then(time_or_null),
+            "resolved_resource_version": alert.resolved_resource_version,
+            "evidence": alert.evidence.iter().map(|e| json!({
+                "stream": e.stream.as_str(),
+                "type": e.event_type.as_str(),
+                "name": e.name,
+                "resource_version": e.resource_version,
+                "time": e.time_ms.and_then(time_or_null),
+                "what": e.what,
+            })).collect::<Vec<_>>(),
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+fn time_or_null(ms: i64) -> Option<String> {
+    (ms > 0).then(|| format_timestamp_ms(ms))
+}
+
+/// The incident-review report.
+pub fn render_text(findings: &Findings, outcome: &ReplayOutcome) -> String {
+    let mut out = String::new();
+    let firing = findings
+        .alerts
+        .iter()
+        .filter(|h| h.resolved.is_none())
+        .count();
+    let range = outcome.rv_range.map_or_else(String::new, |(lo, hi)| {
+        format!(", resourceVersions {lo}..{hi}")
+    });
+    let _ = writeln!(
+        out,
+        "ipaudit replay: {} events{range}; {} alert(s): {firing} firing, {} resolved",
+        outcome.stats.events_in,
+        findings.alerts.len(),
+        findings.alerts.len() - firing,
+    );
+    let stats = &outcome.stats;
+    if stats.duplicates + stats.stale + stats.reorder.late + outcome.problem_count > 0 {
+        let _ = writeln!(
+            out,
+            "  {} duplicate(s) dropped, {} stale event(s) ignored, {} late event(s), {} input problem(s)",
+            stats.duplicates, stats.stale, stats.reorder.late, outcome.problem_count
+        );
+    }
+    for problem in &outcome.problems {
+        let _ = writeln!(out, "  input: {problem}");
+    }
+    for change in &findings.epochs {
+        let _ = writeln!(
+            out,
+            "\nEPOCH {}: {} stream of collector {:?} went back from resourceVersion {} to {} (etcd restore?); versions before and after are not compared",
+            change.epoch, change.stream, change.collector_id, change.previous_rv, change.rv
+        );
+    }
+    if findings.alerts.is_empty() {
+        let _ = writeln!(out, "\nNo leak found.");
+    }
+    for history in &findings.alerts {
+        write_alert(&mut out, history);
+    }
+    out
+}
+
+fn write_alert(out: &mut String, history: &AlertHistory) {
+    let alert = history.latest();
+    let status = match &history.resolved {
+        Some(r) => format!(
+            "RESOLVED at resourceVersion {}",
+            r.resolved_resource_version.as_deref().unwrap_or("?")
+        ),
+        None => "FIRING".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "\n[{}] {} ({status})",
+        alert.severity.as_str().to_uppercase(),
+        alert.rule
+    );
+    let _ = writeln!(
+        out,
+        "  subject: {} {}{}",
+        alert.subject_kind,
+        alert.subject_name,
+        alert
+            .subnet
+            .as_deref()
+            .map_or_else(String::new, |s| format!("    subnet: {s}"))
+    );
+    let _ = writeln!(
+        out,
+        "  fired at resourceVersion {} ({}), alert id {}",
+        history.fired.fired_resource_version,
+        time_or_null(history.fired.fired_at_ms).unwrap_or_else(|| "no time recorded".into()),
+        alert.alert_id
+    );
+    let _ = writeln!(out, "  {}", alert.summary);
+    let _ = writeln!(out, "  timeline:");
+    for e in &alert.evidence {
+        write_evidence(out, e);
+    }
+    if let (Some(fix), None) = (&alert.fix, &history.resolved) {
+        let _ = writeln!(out, "  fix:\n    {fix}");
+    }
+}
+
+fn write_evidence(out: &mut String, e: &Evidence) {
+    let time = e
+        .time_ms
+        .and_then(time_or_null)
+        .unwrap_or_else(|| "-".into());
+    let _ = writeln!(
+        out,
+        "    {time:<24} rv {:<10} {:<6} {:<17} {}",
+        e.resource_version,
+        e.stream.as_str(),
+        e.event_type.as_str(),
+        e.what
+    );
+}

@@ -1,0 +1,225 @@
+//! Where recorded events come from: Avro container files (`collector record`, or exported
+//! from Kafka) and kubectl watch output (`kubectl get KIND -A --watch
+//! --output-watch-events -o json`). The format is detected from the first bytes.
+
+mod avro_file;
+mod kubectl_json;
+
+use std::fmt;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ipaudit_schemas::container::CONTAINER_MAGIC;
+use ipaudit_schemas::{ContainerError, WatchEvent};
+
+pub use avro_file::AvroFileSource;
+pub use kubectl_json::{split_documents, KubectlJsonSource};
+
+/// The formats `replay` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputFormat {
+    /// Avro object container file of WatchEvents.
+    AvroContainer,
+    /// kubectl watch output: `{"type": ..., "object": ...}` documents.
+    KubectlJson,
+}
+
+/// Tells the format from the first bytes of a file.
+pub fn detect_format(head: &[u8]) -> Option<InputFormat> {
+    if head.starts_with(&CONTAINER_MAGIC) {
+        return Some(InputFormat::AvroContainer);
+    }
+    match head.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Some(InputFormat::KubectlJson),
+        _ => None,
+    }
+}
+
+/// Why an input could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The file could not be opened or read.
+    #[error("cannot read {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Neither an Avro container nor kubectl JSON.
+    #[error("{path}: not an Avro container file (starts with Obj\\x01) nor kubectl watch JSON (starts with {{)")]
+    UnknownFormat {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An Avro container file that cannot be opened.
+    #[error("{path}: unreadable Avro container")]
+    Container {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        #[source]
+        source: ContainerError,
+    },
+}
+
+/// Where in a file something is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Position {
+    /// A JSON document starting here (1-based line and column).
+    Text {
+        /// Line.
+        line: u64,
+        /// Column.
+        column: u64,
+        /// Byte offset.
+        offset: u64,
+    },
+    /// The n-th record of an Avro container (0-based), about this byte offset.
+    Record {
+        /// Record index.
+        index: u64,
+        /// Byte offset.
+        offset: u64,
+    },
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Position::Text {
+                line,
+                column,
+                offset,
+            } => {
+                write!(f, "line {line}, column {column} (byte {offset})")
+            }
+            Position::Record { index, offset } => write!(f, "record {index} (about byte {offset})"),
+        }
+    }
+}
+
+/// Something in an input that was not (fully) usable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file.
+    pub path: PathBuf,
+    /// Where.
+    pub position: Position,
+    /// What was wrong.
+    pub message: String,
+    /// Whether the document was skipped (else it was kept without the bad fields).
+    pub skipped: bool,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verdict = if self.skipped {
+            "skipped"
+        } else {
+            "kept without bad fields"
+        };
+        write!(
+            f,
+            "{}: {}: {} ({verdict})",
+            self.path.display(),
+            self.position,
+            self.message
+        )
+    }
+}
+
+/// What a source yields.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "events are the common case; boxing would allocate per event"
+)]
+pub enum SourceItem {
+    /// An event.
+    Event(WatchEvent),
+    /// A problem, with its position.
+    Problem(Problem),
+}
+
+/// An opened input.
+#[allow(clippy::large_enum_variant, reason = "one per input file")]
+pub enum Source {
+    /// An Avro container file.
+    Avro(AvroFileSource),
+    /// kubectl watch JSON.
+    Kubectl(KubectlJsonSource),
+}
+
+impl Source {
+    /// Opens a file, detecting its format.
+    pub fn open(path: &Path) -> Result<Source, SourceError> {
+        let io = |source| SourceError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut file = File::open(path).map_err(io)?;
+        let mut head = [0u8; 64];
+        let mut filled = 0;
+        while filled < head.len() {
+            let n = file.read(&mut head[filled..]).map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+        }
+        match detect_format(&head[..filled]) {
+            Some(InputFormat::AvroContainer) => Ok(Source::Avro(AvroFileSource::open(path)?)),
+            Some(InputFormat::KubectlJson) => {
+                let bytes = std::fs::read(path).map_err(io)?;
+                Ok(Source::Kubectl(KubectlJsonSource::new(
+                    path.to_owned(),
+                    &bytes,
+                )))
+            }
+            None => Err(SourceError::UnknownFormat {
+                path: path.to_owned(),
+            }),
+        }
+    }
+
+    /// Size of the input in bytes, for progress.
+    pub fn total_bytes(&self) -> u64 {
+        match self {
+            Source::Avro(s) => s.total_bytes(),
+            Source::Kubectl(s) => s.total_bytes(),
+        }
+    }
+
+    /// Bytes consumed so far, for progress.
+    pub fn progress(&self) -> Arc<AtomicU64> {
+        match self {
+            Source::Avro(s) => s.progress(),
+            Source::Kubectl(s) => s.progress(),
+        }
+    }
+}
+
+impl Iterator for Source {
+    type Item = SourceItem;
+
+    fn next(&mut self) -> Option<SourceItem> {
+        match self {
+            Source::Avro(s) => s.next(),
+            Source::Kubectl(s) => s.next(),
+        }
+    }
+}
+
+/// A shared byte counter for sources that read everything up front.
+pub(crate) fn counter(value: u64) -> Arc<AtomicU64> {
+    Arc::new(AtomicU64::new(value))
+}
+
+pub(crate) fn bump(counter: &AtomicU64, to: u64) {
+    counter.store(to, Ordering::Relaxed);
+}

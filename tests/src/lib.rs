@@ -1,0 +1,96 @@
+//! Support for ipaudit's cross-crate scenarios: where the recorded incidents are, and how
+//! to turn a kubectl recording into the Avro recording a collector would have written.
+
+use std::path::{Path, PathBuf};
+
+use ipaudit_schemas::kubernetes::from_watch_document;
+use std::collections::HashMap;
+
+use ipaudit_schemas::{ContainerWriter, EventType, Stream, WatchEvent};
+
+/// The folder of one recorded incident under `tests/fixtures/incidents/`.
+pub fn incident(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/incidents")
+        .join(name)
+}
+
+/// The kubectl recording files of an incident (one per kind), sorted by name.
+pub fn incident_files(name: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(incident(name))
+        .expect("incident folder exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every event of a kubectl recording file, in file order.
+pub fn kubectl_events(path: &Path) -> Vec<WatchEvent> {
+    let text = std::fs::read(path).expect("fixture readable");
+    let stream = serde_json::Deserializer::from_slice(&text).into_iter::<serde_json::Value>();
+    stream
+        .map(|doc| {
+            let doc = doc.expect("fixture is valid JSON");
+            from_watch_document(&doc).expect("fixture converts").event
+        })
+        .collect()
+}
+
+/// Frames each stream's leading ADDED events (the initial list) with `SYNC_START` and
+/// `SYNC_END`, as a collector frames a list; the list stays in its (unsorted) order.
+pub fn framed_like_a_collector(events: Vec<WatchEvent>) -> Vec<WatchEvent> {
+    let mut out = Vec::with_capacity(events.len() + 6);
+    let mut listing: HashMap<Stream, Option<i64>> = HashMap::new();
+    for event in events {
+        let state = listing.entry(event.stream).or_insert(None);
+        let is_list_item = event.event_type == EventType::Added && !matches!(state, Some(-1));
+        match (is_list_item, *state) {
+            (true, None) => {
+                out.push(marker(event.stream, EventType::SyncStart, 0));
+                *state = event.resource_version_num;
+            }
+            (true, Some(max)) => *state = Some(max.max(event.resource_version_num.unwrap_or(0))),
+            (false, Some(max)) if max >= 0 => {
+                out.push(marker(event.stream, EventType::SyncEnd, max));
+                *state = Some(-1);
+            }
+            (false, _) => *state = Some(-1),
+        }
+        out.push(event);
+    }
+    for (stream, state) in listing {
+        if let Some(max) = state.filter(|m| *m >= 0) {
+            out.push(marker(stream, EventType::SyncEnd, max));
+        }
+    }
+    out
+}
+
+fn marker(stream: Stream, event_type: EventType, rv: i64) -> WatchEvent {
+    WatchEvent::new(stream, event_type, &rv.to_string())
+}
+
+/// Writes events to an Avro container, as `collector record` does, stamping them as one
+/// collector would: cluster id, collector id, per-stream sequence, observation time.
+pub fn write_recording(path: &Path, events: &[WatchEvent]) {
+    let file = std::fs::File::create(path).expect("create recording");
+    let mut writer = ContainerWriter::<WatchEvent, _>::new(file).expect("container");
+    let mut sequences = std::collections::HashMap::new();
+    for event in events {
+        let mut event = event.clone();
+        let seq = sequences.entry(event.stream).or_insert(0i64);
+        *seq += 1;
+        event.sequence = *seq;
+        if event.cluster_id.is_empty() {
+            event.cluster_id = "lab".into();
+        }
+        if event.collector_id.is_empty() {
+            event.collector_id = "collector-0".into();
+        }
+        event.observed_at_ms = event.observed_at_ms.or(event.event_time_ms());
+        writer.append(&event).expect("append");
+    }
+    writer.finish().expect("finish recording");
+}
