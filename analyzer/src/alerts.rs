@@ -3,7 +3,7 @@
 //! subnet), so a replay, a restart or a second analyzer gives the same id and every sink
 //! can drop duplicates.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use ipaudit_schemas::{Alert, AlertStatus, Evidence};
 use sha2::{Digest, Sha256};
@@ -69,6 +69,11 @@ impl AlertBook {
     /// Whether the alert with this id is firing.
     pub fn is_firing(&self, id: &str) -> bool {
         self.active.contains_key(id)
+    }
+
+    /// Whether any alert about this subject is active (cheap: no id is computed).
+    pub fn has_active_for_subject(&self, subject_uid: &str) -> bool {
+        self.by_subject.contains_key(subject_uid)
     }
 
     /// Ids of the active alerts about this subject.

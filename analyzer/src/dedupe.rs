@@ -2,24 +2,60 @@
 //! event again. The key is (stream, uid, resourceVersion, type); memory is bounded by
 //! forgetting the oldest keys first (a late duplicate past that window is still harmless:
 //! the state ignores versions older than what it holds).
+//!
+//! Keys are kept as the numeric resourceVersion plus a 64-bit hash of the rest, so that
+//! the hot path allocates nothing. A resourceVersion is one etcd write, shared by at most
+//! a few events, so two different events would need the same version *and* a 64-bit
+//! hash collision to be confused.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hash};
 
-use ipaudit_schemas::{EventType, Stream, WatchEvent};
+use ipaudit_schemas::WatchEvent;
+use rustc_hash::{FxBuildHasher, FxHashSet};
 
 /// The identity of an event.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct EventKey {
-    stream: Stream,
-    event_type: EventType,
-    resource_version: Box<str>,
-    uid: Box<str>,
+    resource_version: i64,
+    digest: u64,
+}
+
+impl EventKey {
+    fn of(event: &WatchEvent) -> Self {
+        let mut digest = (event.stream, event.event_type, event.uid()).hash_one_with(FxBuildHasher);
+        let resource_version = match event.resource_version_num {
+            Some(rv) => rv,
+            None => {
+                digest ^= event
+                    .resource_version
+                    .as_str()
+                    .hash_one_with(FxBuildHasher)
+                    .rotate_left(17);
+                -1
+            }
+        };
+        EventKey {
+            resource_version,
+            digest,
+        }
+    }
+}
+
+trait HashOne {
+    fn hash_one_with(&self, builder: FxBuildHasher) -> u64;
+}
+
+impl<T: Hash> HashOne for T {
+    fn hash_one_with(&self, builder: FxBuildHasher) -> u64 {
+        builder.hash_one(self)
+    }
 }
 
 /// A bounded set of recently seen event keys.
 #[derive(Debug)]
 pub struct Dedupe {
-    seen: HashSet<EventKey>,
+    seen: FxHashSet<EventKey>,
     order: VecDeque<EventKey>,
     capacity: usize,
     dropped: u64,
@@ -29,7 +65,7 @@ impl Dedupe {
     /// Remembers up to `capacity` keys.
     pub fn new(capacity: usize) -> Self {
         Dedupe {
-            seen: HashSet::with_capacity(capacity.min(1 << 20)),
+            seen: FxHashSet::with_capacity_and_hasher(capacity.min(1 << 20), FxBuildHasher),
             order: VecDeque::with_capacity(capacity.min(1 << 20)),
             capacity: capacity.max(1),
             dropped: 0,
@@ -41,12 +77,7 @@ impl Dedupe {
         if !event.event_type.carries_object() {
             return true;
         }
-        let key = EventKey {
-            stream: event.stream,
-            event_type: event.event_type,
-            resource_version: event.resource_version.as_str().into(),
-            uid: event.uid().into(),
-        };
+        let key = EventKey::of(event);
         if self.seen.contains(&key) {
             self.dropped += 1;
             return false;
@@ -56,7 +87,7 @@ impl Dedupe {
                 self.seen.remove(&oldest);
             }
         }
-        self.order.push_back(key.clone());
+        self.order.push_back(key);
         self.seen.insert(key);
         true
     }
@@ -71,6 +102,7 @@ impl Dedupe {
 mod tests {
     use super::*;
     use ipaudit_schemas::builders::EventBuilder;
+    use ipaudit_schemas::Stream;
 
     #[test]
     fn the_same_event_twice_is_dropped_once() {

@@ -15,7 +15,7 @@
 //! as going backwards.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
 
@@ -66,7 +66,8 @@ pub enum Released {
 struct Pending {
     rv: i64,
     seq: u64,
-    event: WatchEvent,
+    // Boxed: the heap moves entries as it sifts, and an event is large.
+    event: Box<WatchEvent>,
 }
 
 impl PartialEq for Pending {
@@ -86,7 +87,7 @@ impl Ord for Pending {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct StreamClock {
     watermark: Option<i64>,
     advanced_at_ms: Option<i64>,
@@ -109,7 +110,9 @@ pub struct ReorderStats {
 pub struct ReorderBuffer {
     config: ReorderConfig,
     pending: BinaryHeap<Reverse<Pending>>,
-    clocks: HashMap<(String, Stream), StreamClock>,
+    /// Per collector, one clock per stream (in `Stream::ALL` order). Few collectors write
+    /// one cluster's partition, so a list beats a map keyed by an allocated string.
+    clocks: Vec<(String, [StreamClock; 3])>,
     released_up_to: Option<i64>,
     now_ms: Option<i64>,
     next_seq: u64,
@@ -123,7 +126,7 @@ impl ReorderBuffer {
         ReorderBuffer {
             config,
             pending: BinaryHeap::new(),
-            clocks: HashMap::new(),
+            clocks: Vec::new(),
             released_up_to: None,
             now_ms: None,
             next_seq: 0,
@@ -167,21 +170,25 @@ impl ReorderBuffer {
             out.push(Released::Event(event));
             return;
         };
-        if !self
+        let now = self.now_ms;
+        let index = match self
             .clocks
-            .contains_key(&(event.collector_id.clone(), event.stream))
+            .iter()
+            .position(|(c, _)| *c == event.collector_id)
         {
-            for stream in Stream::ALL {
-                self.clocks
-                    .entry((event.collector_id.clone(), stream))
-                    .or_insert_with(|| StreamClock {
-                        advanced_at_ms: self.now_ms,
-                        ..StreamClock::default()
-                    });
+            Some(index) => index,
+            None => {
+                let fresh = StreamClock {
+                    advanced_at_ms: now,
+                    ..StreamClock::default()
+                };
+                let clocks = [fresh.clone(), fresh.clone(), fresh];
+                self.clocks.push((event.collector_id.clone(), clocks));
+                self.clocks.len() - 1
             }
-        }
-        let key = (event.collector_id.clone(), event.stream);
-        let clock = self.clocks.entry(key).or_default();
+        };
+        let slot = stream_slot(event.stream);
+        let clock = &mut self.clocks[index].1[slot];
         match event.event_type {
             EventType::SyncStart => clock.in_relist = true,
             EventType::SyncEnd => clock.in_relist = false,
@@ -191,13 +198,10 @@ impl ReorderBuffer {
         if let Some(previous) = clock.watermark.filter(|w| rv < *w && !in_relist) {
             self.start_epoch(&event, previous, rv, out);
         }
-        let clock = self
-            .clocks
-            .get_mut(&(event.collector_id.clone(), event.stream))
-            .expect("clock inserted above");
+        let clock = &mut self.clocks[index].1[slot];
         if clock.watermark.is_none_or(|w| rv > w) {
             clock.watermark = Some(rv);
-            clock.advanced_at_ms = self.now_ms;
+            clock.advanced_at_ms = now;
         }
         if event.event_type == EventType::Bookmark {
             self.release_ready(out);
@@ -212,7 +216,11 @@ impl ReorderBuffer {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.pending.push(Reverse(Pending { rv, seq, event }));
+        self.pending.push(Reverse(Pending {
+            rv,
+            seq,
+            event: Box::new(event),
+        }));
         self.release_ready(out);
     }
 
@@ -237,7 +245,7 @@ impl ReorderBuffer {
         self.flush(out);
         self.epoch += 1;
         self.stats.epochs += 1;
-        for clock in self.clocks.values_mut() {
+        for clock in self.clocks.iter_mut().flat_map(|(_, c)| c.iter_mut()) {
             clock.watermark = None;
             clock.advanced_at_ms = self.now_ms;
         }
@@ -256,7 +264,8 @@ impl ReorderBuffer {
     fn safe_bound(&self) -> i64 {
         let idle_delay = self.config.idle_delay_ms;
         self.clocks
-            .values()
+            .iter()
+            .flat_map(|(_, clocks)| clocks.iter())
             .filter(|clock| match (self.now_ms, clock.advanced_at_ms) {
                 (Some(now), Some(at)) => now - at <= idle_delay,
                 _ => true,
@@ -280,8 +289,16 @@ impl ReorderBuffer {
                 self.released_up_to
                     .map_or(pending.rv, |f| f.max(pending.rv)),
             );
-            out.push(Released::Event(pending.event));
+            out.push(Released::Event(*pending.event));
         }
+    }
+}
+
+fn stream_slot(stream: Stream) -> usize {
+    match stream {
+        Stream::Pod => 0,
+        Stream::Ip => 1,
+        Stream::Subnet => 2,
     }
 }
 

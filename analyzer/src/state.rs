@@ -2,7 +2,9 @@
 //! rules need, an index of IPs by the subnets they name, and what the last deletion of each
 //! subnet was. Each object only moves forward: an event older than what is held is ignored.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, Stream, WatchEvent};
 
@@ -60,8 +62,6 @@ pub struct IpRecord {
     pub pod_type: String,
     /// spec.ipAddress.
     pub address: String,
-    /// The event that created or listed it.
-    pub first: EventRef,
     /// The first event that showed a deletionTimestamp.
     pub deletion_requested: Option<EventRef>,
     /// The latest event.
@@ -296,18 +296,22 @@ impl ClusterState {
         match stream {
             Stream::Ip => {
                 let record = self.ips.remove(name)?;
-                for subnet in record.subnets() {
-                    if let Some(set) = self.ips_by_subnet.get_mut(subnet) {
-                        set.remove(name);
-                        if set.is_empty() {
-                            self.ips_by_subnet.remove(subnet);
-                        }
-                    }
-                }
+                self.unindex_ip(name, &record);
                 Some(Removed::Ip(record))
             }
             Stream::Subnet => self.subnets.remove(name).map(Removed::Subnet),
             Stream::Pod => self.pods.remove(name).map(Removed::Pod),
+        }
+    }
+
+    fn unindex_ip(&mut self, name: &str, record: &IpRecord) {
+        for subnet in record.subnets() {
+            if let Some(set) = self.ips_by_subnet.get_mut(subnet) {
+                set.remove(name);
+                if set.is_empty() {
+                    self.ips_by_subnet.remove(subnet);
+                }
+            }
         }
     }
 
@@ -321,11 +325,7 @@ impl ClusterState {
                 let spec = event.ip.take().unwrap_or_default();
                 let previous = self.ips.remove(&name);
                 if let Some(previous) = &previous {
-                    for subnet in previous.subnets() {
-                        if let Some(set) = self.ips_by_subnet.get_mut(subnet) {
-                            set.remove(&name);
-                        }
-                    }
+                    self.unindex_ip(&name, previous);
                 }
                 let record = IpRecord {
                     uid: meta.uid,
@@ -342,9 +342,6 @@ impl ClusterState {
                     },
                     pod_type: spec.pod_type,
                     address: spec.ip_address,
-                    first: previous
-                        .as_ref()
-                        .map_or_else(|| last.clone(), |p| p.first.clone()),
                     deletion_requested: previous
                         .as_ref()
                         .and_then(|p| p.deletion_requested.clone())
@@ -357,7 +354,6 @@ impl ClusterState {
                         .or_default()
                         .insert(name.clone());
                 }
-                self.ips_by_subnet.retain(|_, set| !set.is_empty());
                 self.ips.insert(name, record);
             }
             Stream::Subnet => {

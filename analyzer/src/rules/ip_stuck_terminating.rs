@@ -10,14 +10,20 @@ use crate::state::{EventRef, IpRecord};
 /// Fires or resolves rule 2 for the IP `name` after `cause`.
 pub(super) fn check(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
     let Some(ip) = ctx.state.ip(name) else { return };
+    let stuck = ip.deletion_ms.is_some()
+        && ip.kube_ovn_finalizer().is_some()
+        && !ip.subnet.is_empty()
+        && ctx.state.subnet_known_gone(&ip.subnet);
+    // The common case, a healthy IP with no alert, computes no id.
+    if !stuck && !ctx.book.has_active_for_subject(&ip.uid) {
+        return;
+    }
     let id = alert_id(
         ctx.cluster_id,
         Rule::IpStuckTerminating,
         &ip.uid,
         Some(&ip.subnet),
     );
-    let subnet_gone = !ip.subnet.is_empty() && ctx.state.subnet_known_gone(&ip.subnet);
-    let stuck = ip.deletion_ms.is_some() && ip.kube_ovn_finalizer().is_some() && subnet_gone;
     let firing = ctx.book.is_firing(&id);
     if stuck && !firing {
         let finding = finding(ctx, ip, name);
@@ -67,6 +73,9 @@ fn finding(ctx: &Context<'_>, ip: &IpRecord, name: &str) -> Finding {
 
 /// The IP is gone: it is no longer stuck.
 pub(super) fn on_ip_gone(ctx: &mut Context<'_>, ip: &IpRecord, by: &EventRef) {
+    if !ctx.book.has_active_for_subject(&ip.uid) {
+        return;
+    }
     let id = alert_id(
         ctx.cluster_id,
         Rule::IpStuckTerminating,

@@ -57,6 +57,9 @@ fn fix_for(ip: &IpRecord, name: &str, subnet: &str) -> String {
 /// The IP `name` changed: resolve its rule-1 alerts that no longer hold.
 pub(super) fn recheck_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
     let Some(ip) = ctx.state.ip(name) else { return };
+    if !ctx.book.has_active_for_subject(&ip.uid) {
+        return;
+    }
     let uid = ip.uid.clone();
     for id in ctx.book.active_for_subject(&uid) {
         let Some(alert) = ctx.book.get(&id) else {
@@ -81,6 +84,9 @@ pub(super) fn recheck_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
 
 /// The IP is gone: its leak is over.
 pub(super) fn on_ip_gone(ctx: &mut Context<'_>, ip: &IpRecord, by: &EventRef) {
+    if !ctx.book.has_active_for_subject(&ip.uid) {
+        return;
+    }
     for subnet in ip.subnets() {
         let id = alert_id(
             ctx.cluster_id,
