@@ -91,6 +91,18 @@ impl<T: Record, W: Write> ContainerWriter<T, W> {
             })
     }
 
+    /// Writes the records appended so far as a complete block, so that a reader sees them
+    /// even if the process dies before [`ContainerWriter::finish`].
+    pub fn flush(&mut self) -> Result<(), ContainerError> {
+        self.inner
+            .flush()
+            .map(drop)
+            .map_err(|source| ContainerError::Write {
+                record: T::NAME,
+                source,
+            })
+    }
+
     /// Writes the last block and returns the output.
     pub fn finish(self) -> Result<W, ContainerError> {
         self.inner

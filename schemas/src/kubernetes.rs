@@ -77,13 +77,25 @@ pub fn from_watch_document(document: &Value) -> Result<Converted, ConvertError> 
     from_object(event_type, object)
 }
 
-/// Converts one object with the event type it came with.
+/// Converts one object with the event type it came with; its `kind` names the stream.
 pub fn from_object(event_type: EventType, object: &Value) -> Result<Converted, ConvertError> {
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let stream = Stream::from_kind(kind).ok_or_else(|| ConvertError::UnknownKind(kind.into()))?;
+    from_object_of(stream, event_type, object)
+}
+
+/// Converts one object of a known stream (list items of built-in kinds carry no `kind`).
+pub fn from_object_of(
+    stream: Stream,
+    event_type: EventType,
+    object: &Value,
+) -> Result<Converted, ConvertError> {
     let obj = object.as_object().ok_or(ConvertError::NotAWatchEvent(
         "\"object\" is not a JSON object",
     ))?;
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-    let stream = Stream::from_kind(kind).ok_or_else(|| ConvertError::UnknownKind(kind.into()))?;
     let mut fields = Fields::default();
     let empty = Map::new();
     let meta = fields.object(obj, "metadata").unwrap_or(&empty);

@@ -1,0 +1,166 @@
+//! Kubernetes objects into `WatchEvent`s, stamped with who saw them when. Conversion is
+//! lenient (see `ipaudit_schemas::kubernetes`): an object with unusable fields is kept
+//! with what could be read, its raw JSON attached, and counted.
+
+use ipaudit_schemas::kubernetes::{from_object_of, ConvertError, FieldProblem};
+use ipaudit_schemas::{EventType, ObjectMeta, Stream, WatchEvent};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+/// Who records events, and how.
+#[derive(Debug, Clone)]
+pub struct Stamp {
+    /// The cluster watched.
+    pub cluster_id: String,
+    /// This collector.
+    pub collector_id: String,
+    /// Attach every object's JSON (without managedFields), not only malformed ones.
+    pub raw_objects: bool,
+}
+
+impl Stamp {
+    fn stamp(&self, mut event: WatchEvent, sequence: i64) -> WatchEvent {
+        event.cluster_id.clone_from(&self.cluster_id);
+        event.collector_id.clone_from(&self.collector_id);
+        event.sequence = sequence;
+        event.observed_at_ms = Some(now_ms());
+        event
+    }
+
+    /// The event for an object as the API server sent it.
+    pub fn object_event(
+        &self,
+        stream: Stream,
+        event_type: EventType,
+        object: &Value,
+        sequence: i64,
+    ) -> Result<(WatchEvent, Vec<FieldProblem>), ConvertError> {
+        let converted = from_object_of(stream, event_type, object)?;
+        let mut event = self.stamp(converted.event, sequence);
+        if self.raw_objects || !converted.problems.is_empty() {
+            event.raw_object = Some(raw_json(object));
+        }
+        Ok((event, converted.problems))
+    }
+
+    /// A marker (BOOKMARK, SYNC_START, SYNC_END) at a resourceVersion.
+    pub fn marker(
+        &self,
+        stream: Stream,
+        event_type: EventType,
+        resource_version: &str,
+        sequence: i64,
+    ) -> WatchEvent {
+        self.stamp(
+            WatchEvent::new(stream, event_type, resource_version),
+            sequence,
+        )
+    }
+
+    /// An object found missing by a relist at `list_rv`: deleted at or before it.
+    pub fn deleted_on_relist(
+        &self,
+        stream: Stream,
+        object: &LiveObject,
+        list_rv: &str,
+        sequence: i64,
+    ) -> WatchEvent {
+        let mut event = WatchEvent::new(stream, EventType::DeletedOnRelist, list_rv);
+        event.metadata = Some(ObjectMeta {
+            uid: object.uid.clone(),
+            name: object.name.clone(),
+            namespace: object.namespace.clone(),
+            ..ObjectMeta::default()
+        });
+        self.stamp(event, sequence)
+    }
+}
+
+/// What the collector remembers of a live object, to notice its deletion on a relist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveObject {
+    /// metadata.uid.
+    pub uid: String,
+    /// metadata.name.
+    pub name: String,
+    /// metadata.namespace.
+    pub namespace: Option<String>,
+    /// Last resourceVersion seen.
+    pub resource_version: String,
+}
+
+impl LiveObject {
+    /// The live-object view of an event's object.
+    pub fn of(event: &WatchEvent) -> Option<LiveObject> {
+        let meta = event.metadata.as_ref()?;
+        Some(LiveObject {
+            uid: meta.uid.clone(),
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            resource_version: event.resource_version.clone(),
+        })
+    }
+}
+
+fn raw_json(object: &Value) -> String {
+    let mut copy = object.clone();
+    if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    copy.to_string()
+}
+
+/// Wall-clock time in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn stamp() -> Stamp {
+        Stamp {
+            cluster_id: "c".into(),
+            collector_id: "k".into(),
+            raw_objects: false,
+        }
+    }
+
+    #[test]
+    fn a_malformed_object_is_kept_with_its_raw_json_and_its_problems() {
+        let object = json!({"metadata": {"name": "a", "uid": "u", "resourceVersion": "7",
+            "finalizers": "not-a-list", "managedFields": [{"time": "x"}]},
+            "spec": {"subnet": 42}});
+        let (event, problems) = stamp()
+            .object_event(Stream::Ip, EventType::Modified, &object, 3)
+            .unwrap();
+        assert_eq!(event.resource_version_num, Some(7));
+        assert_eq!(event.sequence, 3);
+        assert_eq!(event.cluster_id, "c");
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(paths, ["metadata.finalizers", "spec.subnet"]);
+        let raw = event.raw_object.unwrap();
+        assert!(raw.contains("not-a-list") && !raw.contains("managedFields"));
+    }
+
+    #[test]
+    fn a_well_formed_object_carries_no_raw_json_unless_asked() {
+        let object = json!({"metadata": {"name": "a", "uid": "u", "resourceVersion": "7"}, "spec": {"subnet": "s"}});
+        let (event, problems) = stamp()
+            .object_event(Stream::Ip, EventType::Added, &object, 1)
+            .unwrap();
+        assert!(problems.is_empty() && event.raw_object.is_none());
+        let raw = Stamp {
+            raw_objects: true,
+            ..stamp()
+        };
+        assert!(raw
+            .object_event(Stream::Ip, EventType::Added, &object, 1)
+            .unwrap()
+            .0
+            .raw_object
+            .is_some());
+    }
+}

@@ -1,0 +1,212 @@
+//! `collector`: records every watch event of Pods, kube-ovn IPs and Subnets.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use ipaudit_collector::app::{self, CollectorConfig, KubeSource, RecordConfig, RunConfig};
+use ipaudit_collector::event::Stamp;
+use ipaudit_collector::produce::KafkaConfig;
+use ipaudit_collector::watch::WatchConfig;
+
+/// Records every watch event of Pods, kube-ovn IPs and Subnets, for ipaudit's analyzer.
+#[derive(Debug, Parser)]
+#[command(name = "collector", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log as JSON lines.
+    #[arg(long, global = true, env = "IPAUDIT_LOG_JSON")]
+    log_json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Watch and ship every event to Kafka through a SQLite outbox (the in-cluster mode).
+    Run(RunArgs),
+    /// Watch and write every event to an Avro container file (for `analyzer replay`).
+    /// Stops on SIGINT/SIGTERM or after --duration.
+    Record(RecordArgs),
+}
+
+#[derive(Debug, Args)]
+struct WatchArgs {
+    /// kubeconfig file; without it: in-cluster service account, then $KUBECONFIG, then ~/.kube/config.
+    #[arg(long, env = "IPAUDIT_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Id of the watched cluster; the Kafka message key.
+    #[arg(long, env = "IPAUDIT_CLUSTER_ID")]
+    cluster_id: String,
+    /// Id of this collector (default: the host name, i.e. the pod name in a cluster).
+    #[arg(long, env = "IPAUDIT_COLLECTOR_ID")]
+    collector_id: Option<String>,
+    /// Also relist every stream this often, so that a new analyzer can rebuild from the
+    /// latest snapshot (e.g. 1h). Default: only on start and on 410 Gone.
+    #[arg(long, env = "IPAUDIT_SNAPSHOT_INTERVAL", value_parser = duration)]
+    snapshot_interval: Option<Duration>,
+    /// Attach every object's JSON to its event (malformed objects always carry it).
+    #[arg(long, env = "IPAUDIT_RAW_OBJECTS")]
+    raw_objects: bool,
+    /// Server-side timeout of each watch request.
+    #[arg(long, env = "IPAUDIT_WATCH_TIMEOUT", default_value = "290s", value_parser = duration)]
+    watch_timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    watch: WatchArgs,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "IPAUDIT_BROKERS", default_value = "localhost:9092")]
+    brokers: String,
+    /// Topic for watch events.
+    #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
+    topic: String,
+    /// Extra librdkafka producer setting, KEY=VALUE (repeatable), e.g. security.protocol=SSL.
+    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", value_delimiter = ',', value_parser = key_value)]
+    kafka_options: Vec<(String, String)>,
+    /// Create the topic with this many partitions when it is missing (0: never create).
+    #[arg(long, env = "IPAUDIT_CREATE_TOPIC_PARTITIONS", default_value_t = 1)]
+    create_topic_partitions: i32,
+    /// Directory for the SQLite outbox and resume state (keep it on a persistent volume).
+    #[arg(long, env = "IPAUDIT_STATE_DIR", default_value = "/var/lib/ipaudit")]
+    state_dir: PathBuf,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "IPAUDIT_LISTEN", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// How long SIGTERM waits for the outbox to drain into Kafka.
+    #[arg(long, env = "IPAUDIT_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
+    shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+struct RecordArgs {
+    #[command(flatten)]
+    watch: WatchArgs,
+    /// The Avro container file to write (replaced if it exists).
+    #[arg(long)]
+    out: PathBuf,
+    /// Stop after this long (e.g. 10m); default: until SIGINT/SIGTERM.
+    #[arg(long, value_parser = duration)]
+    duration: Option<Duration>,
+    /// Address of /metrics, /healthz and /readyz (default: not served).
+    #[arg(long, env = "IPAUDIT_LISTEN")]
+    listen: Option<SocketAddr>,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 30s, 1h)"))
+}
+
+fn key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
+}
+
+fn collector_config(args: WatchArgs, listen: Option<SocketAddr>) -> CollectorConfig {
+    let collector_id = args.collector_id.unwrap_or_else(|| {
+        std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+            })
+            .unwrap_or_else(|| "collector".into())
+    });
+    CollectorConfig {
+        kube: args
+            .kubeconfig
+            .map_or(KubeSource::Infer, KubeSource::Kubeconfig),
+        stamp: Stamp {
+            cluster_id: args.cluster_id,
+            collector_id,
+            raw_objects: args.raw_objects,
+        },
+        watch: WatchConfig {
+            watch_timeout: args.watch_timeout,
+            snapshot_interval: args.snapshot_interval,
+            ..WatchConfig::default()
+        },
+        listen,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if cli.log_json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Run(args) => {
+            let kafka = KafkaConfig {
+                brokers: args.brokers,
+                topic: args.topic,
+                cluster_id: args.watch.cluster_id.clone(),
+                options: args.kafka_options,
+                create_topic_partitions: (args.create_topic_partitions > 0)
+                    .then_some(args.create_topic_partitions),
+            };
+            let config = RunConfig {
+                collector: collector_config(args.watch, Some(args.listen)),
+                state_dir: args.state_dir,
+                kafka,
+                shutdown_timeout: args.shutdown_timeout,
+            };
+            app::run(config, app::shutdown_signal())
+                .await
+                .context("collector failed")
+        }
+        Command::Record(args) => {
+            let out = args.out.clone();
+            let config = RecordConfig {
+                collector: collector_config(args.watch, args.listen),
+                out: args.out,
+            };
+            let stop_after = args.duration;
+            let shutdown = async move {
+                match stop_after {
+                    Some(d) => tokio::select! {
+                        _ = tokio::time::sleep(d) => {}
+                        _ = app::shutdown_signal() => {}
+                    },
+                    None => app::shutdown_signal().await,
+                }
+            };
+            let written = app::record(config, shutdown)
+                .await
+                .context("recording failed")?;
+            eprintln!("wrote {written} events to {}", out.display());
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Where observed events are made durable, one batch per transaction: the SQLite outbox
+//! (live collection) or an Avro container file (`collector record`). A dedicated thread
+//! owns the sink, so SQLite's single writer never blocks the watchers' runtime.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::{mpsc, Notify};
+
+use crate::watch::Observed;
+
+/// Most events stored in one transaction.
+pub const MAX_BATCH: usize = 2_048;
+
+/// Why a sink failed; the collector stops rather than lose events.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The SQLite outbox failed.
+    #[error(transparent)]
+    Outbox(#[from] crate::outbox::OutboxError),
+    /// The recording file failed.
+    #[error("cannot write the recording")]
+    File(#[from] ipaudit_schemas::ContainerError),
+    /// The recording file could not be created or flushed.
+    #[error("cannot write the recording")]
+    Io(#[from] std::io::Error),
+}
+
+/// Durable storage for observed events.
+pub trait EventSink: Send {
+    /// Stores a batch; when this returns, the events count as seen.
+    fn store(&mut self, batch: &[Observed]) -> Result<(), SinkError>;
+    /// Flushes and closes.
+    fn finish(self: Box<Self>) -> Result<(), SinkError>;
+}
+
+/// Runs `sink` on its own thread until every sender of `events` is gone; `stored` is
+/// notified after each batch. Returns the number of events stored.
+pub fn spawn(
+    mut sink: Box<dyn EventSink>,
+    mut events: mpsc::Receiver<Observed>,
+    stored: Arc<Notify>,
+) -> JoinHandle<Result<u64, SinkError>> {
+    std::thread::Builder::new()
+        .name("ipaudit-sink".into())
+        .spawn(move || {
+            let mut batch = Vec::with_capacity(MAX_BATCH);
+            let mut total = 0u64;
+            while let Some(first) = events.blocking_recv() {
+                batch.push(first);
+                while batch.len() < MAX_BATCH {
+                    match events.try_recv() {
+                        Ok(more) => batch.push(more),
+                        Err(_) => break,
+                    }
+                }
+                sink.store(&batch)?;
+                total += batch.len() as u64;
+                batch.clear();
+                stored.notify_one();
+            }
+            sink.finish()?;
+            stored.notify_one();
+            Ok(total)
+        })
+        .expect("the OS can start a thread")
+}

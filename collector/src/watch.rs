@@ -1,0 +1,421 @@
+//! One watcher per stream: list, then watch from the list's version with bookmarks, and
+//! keep exactly what the API server said (ADDED, MODIFIED, DELETED, BOOKMARK). A resumed
+//! watch starts from the stored version; when that has expired (410 Gone, in the stream
+//! or as the HTTP status) the watcher relists and diffs against the objects it knew,
+//! emitting `DELETED_ON_RELIST` for what vanished meanwhile, framed by `SYNC_START` and
+//! `SYNC_END`. The driving is modelled on kube-runtime's watcher, without folding events.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use ipaudit_schemas::{EventType, Stream, WatchEvent};
+use kube::api::{ListParams, WatchParams};
+use kube::core::{Request, WatchEvent as KubeEvent};
+use kube::Client;
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+use crate::event::{LiveObject, Stamp};
+use crate::metrics::Metrics;
+
+/// Where a stream stands: the version to resume from, its last sequence number, and the
+/// objects it knows to be live.
+#[derive(Debug, Clone, Default)]
+pub struct StreamState {
+    /// resourceVersion to watch from; `None` means relist first.
+    pub resume_from: Option<String>,
+    /// Last sequence number given out.
+    pub sequence: i64,
+    /// Live objects by uid.
+    pub live: HashMap<String, LiveObject>,
+}
+
+/// What an event changes in the set of live objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveChange {
+    /// Nothing (markers).
+    None,
+    /// The object is live, at this version.
+    Upsert(LiveObject),
+    /// The object with this uid is gone.
+    Remove(String),
+}
+
+/// One event to record, with the state change that goes with it.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The event.
+    pub event: WatchEvent,
+    /// Its effect on the live set.
+    pub live: LiveChange,
+    /// The version a restart may resume from once this event is stored (`None`: keep).
+    pub resume_from: Option<String>,
+}
+
+/// Settings of the watchers.
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    /// Server-side timeout of one watch request.
+    pub watch_timeout: Duration,
+    /// Relist this often even without 410, so analyzers can rebuild from a snapshot.
+    pub snapshot_interval: Option<Duration>,
+    /// Objects per list page.
+    pub page_size: u32,
+    /// Longest pause between retries.
+    pub max_backoff: Duration,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            watch_timeout: Duration::from_secs(290),
+            snapshot_interval: None,
+            page_size: 500,
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The API path of a stream's collection (all namespaces).
+pub fn api_path(stream: Stream) -> &'static str {
+    match stream {
+        Stream::Pod => "/api/v1/pods",
+        Stream::Ip => "/apis/kubeovn.io/v1/ips",
+        Stream::Subnet => "/apis/kubeovn.io/v1/subnets",
+    }
+}
+
+/// Why a watcher stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// The recorder behind the channel is gone; nothing more can be stored.
+    #[error("{0} watcher stopped: the event recorder has shut down")]
+    RecorderGone(Stream),
+}
+
+enum Next {
+    Rewatch,
+    Relist(&'static str),
+    Backoff,
+    Stop,
+}
+
+/// Watches one stream until shutdown.
+pub struct Watcher {
+    client: Client,
+    stream: Stream,
+    stamp: Stamp,
+    config: WatchConfig,
+    state: StreamState,
+    out: mpsc::Sender<Observed>,
+    metrics: Metrics,
+}
+
+impl Watcher {
+    /// A watcher that resumes from `state`.
+    pub fn new(
+        client: Client,
+        stream: Stream,
+        stamp: Stamp,
+        config: WatchConfig,
+        state: StreamState,
+        out: mpsc::Sender<Observed>,
+        metrics: Metrics,
+    ) -> Self {
+        Watcher {
+            client,
+            stream,
+            stamp,
+            config,
+            state,
+            out,
+            metrics,
+        }
+    }
+
+    /// Runs until `shutdown` turns true.
+    #[tracing::instrument(name = "watch", skip_all, fields(cluster = %self.stamp.cluster_id, stream = %self.stream))]
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), WatchError> {
+        let mut backoff = Duration::from_millis(100);
+        let mut relist_reason = if self.state.resume_from.is_none() {
+            Some("initial")
+        } else {
+            None
+        };
+        if !self.state.live.is_empty() || self.state.resume_from.is_some() {
+            info!(resume_from = ?self.state.resume_from, live = self.state.live.len(), "resuming");
+        }
+        loop {
+            if *shutdown.borrow() {
+                return Ok(());
+            }
+            let next = match relist_reason.take() {
+                Some(reason) => self.relist(reason, &mut shutdown).await?,
+                None => {
+                    let rv = self.state.resume_from.clone().unwrap_or_else(|| "0".into());
+                    self.watch_from(&rv, &mut shutdown).await?
+                }
+            };
+            match next {
+                Next::Rewatch => backoff = Duration::from_millis(100),
+                Next::Relist(reason) => relist_reason = Some(reason),
+                Next::Stop => return Ok(()),
+                Next::Backoff => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.changed() => return Ok(()),
+                    }
+                    backoff = (backoff * 2).min(self.config.max_backoff);
+                    if self.state.resume_from.is_none() {
+                        relist_reason = Some("retry");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn emit(
+        &mut self,
+        mut event: WatchEvent,
+        live: LiveChange,
+        resume_from: Option<String>,
+    ) -> Result<(), WatchError> {
+        self.state.sequence += 1;
+        event.sequence = self.state.sequence;
+        self.metrics.event(self.stream, event.event_type);
+        match &live {
+            LiveChange::Upsert(o) => {
+                self.state.live.insert(o.uid.clone(), o.clone());
+            }
+            LiveChange::Remove(uid) => {
+                self.state.live.remove(uid);
+            }
+            LiveChange::None => {}
+        }
+        if resume_from.is_some() {
+            self.state.resume_from.clone_from(&resume_from);
+        }
+        self.out
+            .send(Observed {
+                event,
+                live,
+                resume_from,
+            })
+            .await
+            .map_err(|_| WatchError::RecorderGone(self.stream))
+    }
+
+    /// Converts and emits one object; unusable objects are counted and logged.
+    async fn emit_object(
+        &mut self,
+        event_type: EventType,
+        object: &Value,
+        from_watch: bool,
+    ) -> Result<Option<String>, WatchError> {
+        match self.stamp.object_event(self.stream, event_type, object, 0) {
+            Ok((event, problems)) => {
+                if !problems.is_empty() {
+                    self.metrics.malformed(self.stream);
+                    let fields: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+                    warn!(object = %event.object_key(), resource_version = %event.resource_version, ?fields,
+                        "object with unusable fields recorded with what could be read");
+                }
+                let uid = event.uid().to_owned();
+                let live = match (event_type.is_deletion(), LiveObject::of(&event)) {
+                    (true, _) => LiveChange::Remove(uid.clone()),
+                    (false, Some(o)) => LiveChange::Upsert(o),
+                    (false, None) => LiveChange::None,
+                };
+                let rv =
+                    (!event.resource_version.is_empty()).then(|| event.resource_version.clone());
+                self.emit(event, live, if from_watch { rv } else { None })
+                    .await?;
+                Ok(Some(uid))
+            }
+            Err(error) => {
+                self.metrics.watch_error(self.stream, "unreadable_object");
+                warn!(%error, object = %object, "object that is not a Kubernetes object skipped");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn relist(
+        &mut self,
+        reason: &'static str,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Next, WatchError> {
+        self.metrics.relist(self.stream, reason);
+        info!(reason, "listing");
+        let previous = self.state.resume_from.clone().unwrap_or_else(|| "0".into());
+        let start = self
+            .stamp
+            .marker(self.stream, EventType::SyncStart, &previous, 0);
+        self.emit(start, LiveChange::None, None).await?;
+        let mut seen = HashSet::new();
+        let mut token: Option<String> = None;
+        let mut list_rv: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().limit(self.config.page_size);
+            if let Some(t) = &token {
+                params = params.continue_token(t);
+            }
+            let page = tokio::select! {
+                page = self.list_page(&params) => page,
+                _ = shutdown.changed() => return Ok(Next::Stop),
+            };
+            let page = match page {
+                Ok(page) => page,
+                Err(error) => {
+                    self.metrics.watch_error(self.stream, "list_failed");
+                    warn!(%error, "list failed; retrying");
+                    return Ok(Next::Backoff);
+                }
+            };
+            if list_rv.is_none() {
+                list_rv = page
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
+            for item in page
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(uid) = self.emit_object(EventType::Added, item, false).await? {
+                    seen.insert(uid);
+                }
+            }
+            token = page
+                .pointer("/metadata/continue")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
+            if token.is_none() {
+                break;
+            }
+        }
+        let list_rv = list_rv.unwrap_or_else(|| "0".into());
+        let vanished: Vec<LiveObject> = self
+            .state
+            .live
+            .values()
+            .filter(|o| !seen.contains(&o.uid))
+            .cloned()
+            .collect();
+        if !vanished.is_empty() {
+            info!(count = vanished.len(), list_rv = %list_rv, "objects deleted while not watching");
+        }
+        for object in vanished {
+            let event = self
+                .stamp
+                .deleted_on_relist(self.stream, &object, &list_rv, 0);
+            self.emit(event, LiveChange::Remove(object.uid.clone()), None)
+                .await?;
+        }
+        let end = self
+            .stamp
+            .marker(self.stream, EventType::SyncEnd, &list_rv, 0);
+        self.emit(end, LiveChange::None, Some(list_rv)).await?;
+        self.metrics.set_synced(self.stream);
+        Ok(Next::Rewatch)
+    }
+
+    async fn list_page(&self, params: &ListParams) -> Result<Value, kube::Error> {
+        let request = Request::new(api_path(self.stream))
+            .list(params)
+            .map_err(kube::Error::BuildRequest)?;
+        self.client.request::<Value>(request).await
+    }
+
+    async fn watch_from(
+        &mut self,
+        rv: &str,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Next, WatchError> {
+        let timeout = u32::try_from(self.config.watch_timeout.as_secs())
+            .unwrap_or(290)
+            .max(1);
+        let params = WatchParams::default().timeout(timeout);
+        let request = match Request::new(api_path(self.stream)).watch(&params, rv) {
+            Ok(r) => r,
+            Err(error) => {
+                warn!(%error, "cannot build watch request");
+                return Ok(Next::Backoff);
+            }
+        };
+        let events = tokio::select! {
+            events = self.client.request_events::<Value>(request) => events,
+            _ = shutdown.changed() => return Ok(Next::Stop),
+        };
+        let events = match events {
+            Ok(events) => events,
+            Err(kube::Error::Api(status)) if status.code == 410 => {
+                return Ok(Next::Relist("expired"))
+            }
+            Err(error) => {
+                self.metrics.watch_error(self.stream, "watch_failed");
+                warn!(%error, resource_version = rv, "watch failed; retrying");
+                return Ok(Next::Backoff);
+            }
+        };
+        self.metrics.set_synced(self.stream);
+        let mut events = std::pin::pin!(events);
+        let snapshot_interval = self.config.snapshot_interval;
+        let snapshot = async move {
+            match snapshot_interval {
+                Some(every) => tokio::time::sleep(every).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut snapshot = std::pin::pin!(snapshot);
+        loop {
+            let item = tokio::select! {
+                item = events.next() => item,
+                _ = &mut snapshot => return Ok(Next::Relist("snapshot")),
+                _ = shutdown.changed() => return Ok(Next::Stop),
+            };
+            match item {
+                None => return Ok(Next::Rewatch),
+                Some(Ok(KubeEvent::Added(o))) => {
+                    self.emit_object(EventType::Added, &o, true).await?;
+                }
+                Some(Ok(KubeEvent::Modified(o))) => {
+                    self.emit_object(EventType::Modified, &o, true).await?;
+                }
+                Some(Ok(KubeEvent::Deleted(o))) => {
+                    self.emit_object(EventType::Deleted, &o, true).await?;
+                }
+                Some(Ok(KubeEvent::Bookmark(b))) => {
+                    let rv = b.metadata.resource_version;
+                    debug!(resource_version = %rv, "bookmark");
+                    let event = self.stamp.marker(self.stream, EventType::Bookmark, &rv, 0);
+                    self.emit(event, LiveChange::None, Some(rv)).await?;
+                }
+                Some(Ok(KubeEvent::Error(status))) if status.code == 410 => {
+                    return Ok(Next::Relist("expired"))
+                }
+                Some(Ok(KubeEvent::Error(status))) => {
+                    self.metrics.watch_error(self.stream, "error_event");
+                    warn!(code = status.code, message = %status.message, "watch error event");
+                    return Ok(Next::Backoff);
+                }
+                Some(Err(kube::Error::SerdeError(error))) => {
+                    // A line that is no watch event: an event may be lost, so relist.
+                    self.metrics.watch_error(self.stream, "undecodable_event");
+                    warn!(%error, "undecodable watch event; relisting so that nothing is lost");
+                    return Ok(Next::Relist("undecodable_event"));
+                }
+                Some(Err(error)) => {
+                    self.metrics.watch_error(self.stream, "stream_failed");
+                    warn!(%error, "watch stream failed; resuming");
+                    return Ok(Next::Backoff);
+                }
+            }
+        }
+    }
+}

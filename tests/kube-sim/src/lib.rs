@@ -1,0 +1,183 @@
+//! A simulated Kubernetes API server for ipaudit's tests: real HTTP on 127.0.0.1, list and
+//! watch of `pods` (core/v1) and kube-ovn `ips` and `subnets` (kubeovn.io/v1), one
+//! resourceVersion counter for all kinds, bookmarks, in-stream 410 Gone for expired
+//! versions, finalizer and deletionTimestamp semantics, get, patch (merge, and JSON patch
+//! with `test`), replace and delete, and enough discovery for kube-rs and kubectl.
+//!
+//! Tests drive the cluster through [`KubeSim`] (as controllers and users would) and break it
+//! on purpose: [`KubeSim::cut_watches`], [`KubeSim::expire_history`].
+
+mod kinds;
+mod server;
+mod store;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+pub use kinds::Kind;
+pub use server::SimConfig;
+pub use store::{ApiError, PatchType};
+
+use server::Shared;
+
+/// A running simulated API server. Dropping it stops the server.
+pub struct KubeSim {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl KubeSim {
+    /// Starts a server on a free port of 127.0.0.1 (inside a tokio runtime).
+    pub async fn start(config: SimConfig) -> std::io::Result<KubeSim> {
+        Self::start_on(config, SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Starts a server on `addr`.
+    pub async fn start_on(config: SimConfig, addr: SocketAddr) -> std::io::Result<KubeSim> {
+        let shared = Arc::new(Shared::new(config));
+        let (addr, stop) = server::serve(Arc::clone(&shared), addr).await?;
+        Ok(KubeSim {
+            shared,
+            addr,
+            stop: Some(stop),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Writes a kubeconfig that points at this server (for kube-rs and kubectl).
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, kubeconfig(&self.url()))
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store().resource_version()
+    }
+
+    /// Creates an object, as `kubectl create` would.
+    pub fn create(&self, kind: Kind, namespace: &str, object: Value) -> Result<Value, ApiError> {
+        self.shared.store().create(kind, namespace, object)
+    }
+
+    /// Stores JSON as an object without any validation (malformed objects).
+    pub fn put_raw(&self, kind: Kind, namespace: &str, name: &str, object: Value) -> Value {
+        self.shared.store().put_raw(kind, namespace, name, object)
+    }
+
+    /// Changes an object in place, as a controller's update would.
+    pub fn update(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> Result<Value, ApiError> {
+        self.shared.store().update(kind, namespace, name, change)
+    }
+
+    /// Patches an object.
+    pub fn patch(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        patch_type: PatchType,
+        body: &Value,
+    ) -> Result<Value, ApiError> {
+        self.shared
+            .store()
+            .patch(kind, namespace, name, patch_type, body)
+    }
+
+    /// Deletes an object (with finalizers: marks it with a deletionTimestamp).
+    pub fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        self.shared.store().delete(kind, namespace, name)
+    }
+
+    /// Removes every finalizer of an object, as its controller would when done.
+    pub fn remove_finalizers(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        self.update(kind, namespace, name, |o| {
+            if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("finalizers".into(), Value::Array(Vec::new()));
+            }
+        })
+    }
+
+    /// One object.
+    pub fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        self.shared.store().get(kind, namespace, name)
+    }
+
+    /// Every object of a kind.
+    pub fn list(&self, kind: Kind) -> Vec<Value> {
+        self.shared.store().list(kind, None).0
+    }
+
+    /// Ends every open watch connection (clients must re-watch).
+    pub fn cut_watches(&self) {
+        self.shared.cut.send_modify(|generation| *generation += 1);
+    }
+
+    /// Forgets the history: watches from any earlier version get 410 Gone.
+    pub fn expire_history(&self) {
+        self.shared.store().expire_history();
+    }
+
+    /// Stops the server.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.cut_watches();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl Drop for KubeSim {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A kubeconfig for a plain-HTTP server with no authentication.
+pub fn kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: sim
+  cluster:
+    server: {url}
+contexts:
+- name: sim
+  context:
+    cluster: sim
+    user: sim
+current-context: sim
+users:
+- name: sim
+  user: {{}}
+"
+    )
+}

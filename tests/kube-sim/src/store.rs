@@ -1,0 +1,498 @@
+//! The simulated cluster's objects and their history, with the API server's semantics:
+//! one resourceVersion counter for every kind, finalizers and deletionTimestamp, merge and
+//! JSON patches with preconditions, and a bounded history that makes old versions expire.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+use tokio::sync::broadcast;
+
+use crate::kinds::Kind;
+
+/// One change to one object, as watchers see it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The resourceVersion the change got.
+    pub rv: u64,
+    /// The kind.
+    pub kind: Kind,
+    /// Namespace ("" for cluster-scoped).
+    pub namespace: String,
+    /// ADDED, MODIFIED or DELETED.
+    pub event_type: &'static str,
+    /// The object after the change (for DELETED: its last state, with the deletion's version).
+    pub object: Value,
+}
+
+/// Future changes, as a watch receives them.
+pub type Subscription = broadcast::Receiver<Arc<Change>>;
+
+/// An API error, as a Kubernetes `Status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub code: u16,
+    /// Machine-readable reason (NotFound, Conflict, ...).
+    pub reason: &'static str,
+    /// For a person.
+    pub message: String,
+}
+
+impl ApiError {
+    fn not_found(kind: Kind, name: &str) -> Self {
+        ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("{}.{} \"{name}\" not found", kind.plural(), group_of(kind)),
+        }
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            code: 400,
+            reason: "BadRequest",
+            message: message.into(),
+        }
+    }
+
+    fn conflict(message: impl Into<String>) -> Self {
+        ApiError {
+            code: 409,
+            reason: "Conflict",
+            message: message.into(),
+        }
+    }
+
+    /// The `Status` object.
+    pub fn status(&self) -> Value {
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": self.message, "reason": self.reason, "code": self.code,
+        })
+    }
+}
+
+fn group_of(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Pod => "",
+        Kind::Ip | Kind::Subnet => "kubeovn.io",
+    }
+}
+
+/// How a patch body is to be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchType {
+    /// application/merge-patch+json (and strategic merge, treated alike).
+    Merge,
+    /// application/json-patch+json, `test` operations included.
+    Json,
+}
+
+type Key = (Kind, String, String);
+
+/// The objects and their history.
+pub struct Store {
+    rv: u64,
+    uids: u64,
+    objects: BTreeMap<Key, Value>,
+    history: VecDeque<Arc<Change>>,
+    history_window: usize,
+    /// Watches from a version below this get 410 Gone.
+    oldest_servable: u64,
+    changes: broadcast::Sender<Arc<Change>>,
+}
+
+impl Store {
+    /// An empty cluster keeping the last `history_window` changes for watches.
+    pub fn new(history_window: usize, starting_rv: u64) -> Self {
+        let (changes, _) = broadcast::channel(65_536);
+        Store {
+            rv: starting_rv,
+            uids: 0,
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            history_window: history_window.max(1),
+            oldest_servable: starting_rv,
+            changes,
+        }
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    /// Forgets all history: watches from any version before now get 410 Gone.
+    pub fn expire_history(&mut self) {
+        self.history.clear();
+        self.oldest_servable = self.rv;
+    }
+
+    /// Objects of a kind, optionally in one namespace, with the list's version.
+    pub fn list(&self, kind: Kind, namespace: Option<&str>) -> (Vec<Value>, u64) {
+        let items = self
+            .objects
+            .iter()
+            .filter(|((k, ns, _), _)| *k == kind && namespace.is_none_or(|n| n == ns))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (items, self.rv)
+    }
+
+    /// One object.
+    pub fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        self.objects
+            .get(&(kind, namespace.to_owned(), name.to_owned()))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(kind, name))
+    }
+
+    /// Changes after `rv` of this kind (and namespace), and a subscription to the next
+    /// ones, taken together so that nothing falls between; `None` when `rv` has expired.
+    pub fn watch_from(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Option<(Vec<Arc<Change>>, Subscription)> {
+        if rv < self.oldest_servable {
+            return None;
+        }
+        let backlog = self
+            .history
+            .iter()
+            .filter(|c| c.rv > rv && c.kind == kind && namespace.is_none_or(|n| n == c.namespace))
+            .cloned()
+            .collect();
+        Some((backlog, self.changes.subscribe()))
+    }
+
+    /// A subscription to future changes only.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.changes.subscribe()
+    }
+
+    /// Creates an object (POST): uid, creationTimestamp, generation and version are set.
+    pub fn create(
+        &mut self,
+        kind: Kind,
+        namespace: &str,
+        mut object: Value,
+    ) -> Result<Value, ApiError> {
+        let name =
+            name_of(&object).ok_or_else(|| ApiError::bad_request("metadata.name is required"))?;
+        let key = (kind, namespace.to_owned(), name.clone());
+        if self.objects.contains_key(&key) {
+            return Err(ApiError {
+                code: 409,
+                reason: "AlreadyExists",
+                message: format!("{} \"{name}\" already exists", kind.plural()),
+            });
+        }
+        self.uids += 1;
+        let uid = format!("00000000-0000-4000-8000-{:012x}", self.uids);
+        let meta = metadata_mut(&mut object);
+        meta.entry("uid").or_insert_with(|| Value::String(uid));
+        meta.insert("creationTimestamp".into(), Value::String(now()));
+        meta.insert("generation".into(), json!(1));
+        if kind.namespaced() {
+            meta.insert("namespace".into(), Value::String(namespace.to_owned()));
+        }
+        set_type(&mut object, kind);
+        Ok(self.commit(key, object, "ADDED"))
+    }
+
+    /// Stores any JSON as the object, without validation (for malformed objects): only
+    /// the resourceVersion is set. ADDED if new, else MODIFIED.
+    pub fn put_raw(&mut self, kind: Kind, namespace: &str, name: &str, object: Value) -> Value {
+        let key = (kind, namespace.to_owned(), name.to_owned());
+        let event_type = if self.objects.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        self.commit(key, object, event_type)
+    }
+
+    /// Replaces an object (PUT), honouring a resourceVersion precondition.
+    pub fn replace(
+        &mut self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        mut object: Value,
+    ) -> Result<Value, ApiError> {
+        let current = self.get(kind, namespace, name)?;
+        check_precondition(&current, &object)?;
+        carry_identity(&current, &mut object, kind);
+        self.after_write(kind, namespace, name, object)
+    }
+
+    /// Patches an object.
+    pub fn patch(
+        &mut self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        patch_type: PatchType,
+        body: &Value,
+    ) -> Result<Value, ApiError> {
+        let current = self.get(kind, namespace, name)?;
+        let mut object = current.clone();
+        match patch_type {
+            PatchType::Merge => {
+                check_precondition(&current, body)?;
+                json_patch::merge(&mut object, body);
+            }
+            PatchType::Json => {
+                let patch: json_patch::Patch = serde_json::from_value(body.clone())
+                    .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+                json_patch::patch(&mut object, &patch).map_err(|e| ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: format!("the JSON patch could not be applied: {e}"),
+                })?;
+            }
+        }
+        carry_identity(&current, &mut object, kind);
+        if object == current {
+            return Ok(current);
+        }
+        self.after_write(kind, namespace, name, object)
+    }
+
+    /// Updates an object in place (for tests), as a controller would.
+    pub fn update(
+        &mut self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> Result<Value, ApiError> {
+        let current = self.get(kind, namespace, name)?;
+        let mut object = current.clone();
+        change(&mut object);
+        carry_identity(&current, &mut object, kind);
+        self.after_write(kind, namespace, name, object)
+    }
+
+    /// Deletes an object: with finalizers it only gets a deletionTimestamp.
+    pub fn delete(&mut self, kind: Kind, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        let mut object = self.get(kind, namespace, name)?;
+        if finalizers_of(&object) == 0 {
+            return Ok(self.remove(kind, namespace, name, object));
+        }
+        let meta = metadata_mut(&mut object);
+        if meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()) {
+            return Ok(object);
+        }
+        meta.insert("deletionTimestamp".into(), Value::String(now()));
+        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+        Ok(self.commit(
+            (kind, namespace.to_owned(), name.to_owned()),
+            object,
+            "MODIFIED",
+        ))
+    }
+
+    fn after_write(
+        &mut self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        object: Value,
+    ) -> Result<Value, ApiError> {
+        let deleting = object
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|t| !t.is_null());
+        if deleting && finalizers_of(&object) == 0 {
+            return Ok(self.remove(kind, namespace, name, object));
+        }
+        Ok(self.commit(
+            (kind, namespace.to_owned(), name.to_owned()),
+            object,
+            "MODIFIED",
+        ))
+    }
+
+    fn remove(&mut self, kind: Kind, namespace: &str, name: &str, object: Value) -> Value {
+        let key = (kind, namespace.to_owned(), name.to_owned());
+        let last = self.commit(key.clone(), object, "DELETED");
+        self.objects.remove(&key);
+        last
+    }
+
+    fn commit(&mut self, key: Key, mut object: Value, event_type: &'static str) -> Value {
+        self.rv += 1;
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("resourceVersion".into(), Value::String(self.rv.to_string()));
+        }
+        let change = Arc::new(Change {
+            rv: self.rv,
+            kind: key.0,
+            namespace: key.1.clone(),
+            event_type,
+            object: object.clone(),
+        });
+        self.objects.insert(key, object.clone());
+        self.history.push_back(Arc::clone(&change));
+        while self.history.len() > self.history_window {
+            if let Some(old) = self.history.pop_front() {
+                self.oldest_servable = old.rv;
+            }
+        }
+        // No receiver is not an error: nobody watches.
+        let _ = self.changes.send(change);
+        object
+    }
+}
+
+fn check_precondition(current: &Value, incoming: &Value) -> Result<(), ApiError> {
+    let wanted = incoming
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    let have = current
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    match wanted {
+        Some(w) if Some(w) != have => Err(ApiError::conflict(format!(
+            "Operation cannot be fulfilled: the object has been modified (resourceVersion {} is not {w}); please apply your changes to the latest version and try again",
+            have.unwrap_or("?")
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Keeps what a client cannot change: kind, name, namespace, uid, creation time.
+fn carry_identity(current: &Value, object: &mut Value, kind: Kind) {
+    set_type(object, kind);
+    for field in ["name", "namespace", "uid", "creationTimestamp"] {
+        if let Some(v) = current.pointer(&format!("/metadata/{field}")) {
+            metadata_mut(object).insert(field.into(), v.clone());
+        }
+    }
+    // Once set, a deletionTimestamp stays.
+    if let Some(t) = current
+        .pointer("/metadata/deletionTimestamp")
+        .filter(|t| !t.is_null())
+    {
+        metadata_mut(object).insert("deletionTimestamp".into(), t.clone());
+    }
+}
+
+fn set_type(object: &mut Value, kind: Kind) {
+    if let Some(map) = object.as_object_mut() {
+        map.insert(
+            "apiVersion".into(),
+            Value::String(kind.api_version().into()),
+        );
+        map.insert("kind".into(), Value::String(kind.name().into()));
+    }
+}
+
+fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+    if !object.is_object() {
+        *object = json!({});
+    }
+    let map = object.as_object_mut().expect("made an object above");
+    let meta = map.entry("metadata").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    meta.as_object_mut().expect("made an object above")
+}
+
+fn finalizers_of(object: &Value) -> usize {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
+}
+
+/// metadata.name of an object.
+pub fn name_of(object: &Value) -> Option<String> {
+    object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+fn now() -> String {
+    OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(name: &str, finalizers: &[&str]) -> Value {
+        json!({"metadata": {"name": name, "finalizers": finalizers}, "spec": {"subnet": "s"}})
+    }
+
+    #[test]
+    fn one_counter_orders_every_kind() {
+        let mut store = Store::new(100, 10);
+        let a = store
+            .create(Kind::Subnet, "", json!({"metadata": {"name": "s"}}))
+            .unwrap();
+        let b = store.create(Kind::Ip, "", ip("a", &[])).unwrap();
+        assert_eq!(a["metadata"]["resourceVersion"], "11");
+        assert_eq!(b["metadata"]["resourceVersion"], "12");
+        assert_eq!(b["kind"], "IP");
+    }
+
+    #[test]
+    fn deleting_an_object_with_finalizers_only_marks_it() {
+        let mut store = Store::new(100, 0);
+        store
+            .create(Kind::Ip, "", ip("a", &["kubeovn.io/kube-ovn-controller"]))
+            .unwrap();
+        let marked = store.delete(Kind::Ip, "", "a").unwrap();
+        assert!(marked["metadata"]["deletionTimestamp"].is_string());
+        assert!(store.get(Kind::Ip, "", "a").is_ok());
+        let patch = json!([{"op": "remove", "path": "/metadata/finalizers/0"}]);
+        store
+            .patch(Kind::Ip, "", "a", PatchType::Json, &patch)
+            .unwrap();
+        assert_eq!(store.get(Kind::Ip, "", "a").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn a_json_patch_testing_an_old_version_is_refused() {
+        let mut store = Store::new(100, 0);
+        store.create(Kind::Ip, "", ip("a", &["f"])).unwrap();
+        let patch = json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "0"},
+            {"op": "remove", "path": "/metadata/finalizers/0"}
+        ]);
+        let err = store
+            .patch(Kind::Ip, "", "a", PatchType::Json, &patch)
+            .unwrap_err();
+        assert_eq!(err.code, 422);
+        assert_eq!(finalizers_of(&store.get(Kind::Ip, "", "a").unwrap()), 1);
+    }
+
+    #[test]
+    fn watches_from_expired_versions_are_refused() {
+        let mut store = Store::new(2, 0);
+        for name in ["a", "b", "c"] {
+            store.create(Kind::Ip, "", ip(name, &[])).unwrap();
+        }
+        assert!(
+            store.watch_from(Kind::Ip, None, 0).is_none(),
+            "rv 1 fell out of the window"
+        );
+        let (backlog, _) = store.watch_from(Kind::Ip, None, 1).unwrap();
+        assert_eq!(backlog.len(), 2);
+        store.expire_history();
+        assert!(store.watch_from(Kind::Ip, None, 2).is_none());
+        assert!(store.watch_from(Kind::Ip, None, 3).is_some());
+    }
+}
