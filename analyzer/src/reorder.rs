@@ -3,11 +3,13 @@
 //! The Pod, IP and Subnet watches arrive on separate connections, so arrival order is not
 //! history order. Each (collector, stream) is ordered in itself, so its latest version is a
 //! watermark: everything at or below it has arrived. An event is released once every
-//! stream's watermark has passed it. A stream that has not advanced for `idle_delay_ms`
-//! of event time is taken as caught up, so one quiet stream cannot hold the others back.
-//! BOOKMARKs advance a watermark without an object. A collector's streams that have not
-//! shown up yet hold everything back (for at most the idle delay), so that the first
-//! events of one stream are not released ahead of another that is still connecting.
+//! stream's watermark has passed it, or once it has waited `idle_delay_ms` of event time:
+//! a quiet stream then counts as caught up, so latency stays bounded, while every stream
+//! still gets that long to deliver an earlier version that was in flight. Releasing an
+//! event releases every earlier one too, so order holds. BOOKMARKs advance a watermark
+//! without an object. A collector's streams that have not shown up yet hold everything
+//! back (for at most the idle delay), so that the first events of one stream are not
+//! released ahead of another that is still connecting.
 //!
 //! A version going backwards within a stream (an etcd restore) starts a new epoch: what is
 //! pending is released, the watermarks start over, and the change is reported. Versions
@@ -15,7 +17,7 @@
 //! as going backwards.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
 
@@ -90,8 +92,10 @@ impl Ord for Pending {
 #[derive(Debug, Default, Clone)]
 struct StreamClock {
     watermark: Option<i64>,
-    advanced_at_ms: Option<i64>,
     in_relist: bool,
+    /// Highest collector sequence number seen: a lower one is a redelivery (an outbox
+    /// sent again after a Kafka failure), not history going backwards.
+    last_sequence: i64,
 }
 
 /// Counters of what the buffer saw.
@@ -110,6 +114,10 @@ pub struct ReorderStats {
 pub struct ReorderBuffer {
     config: ReorderConfig,
     pending: BinaryHeap<Reverse<Pending>>,
+    /// (arrival time, version) of held events, oldest first, to expire them.
+    arrivals: VecDeque<(i64, i64)>,
+    /// Every version up to this has waited its idle delay.
+    expired_up_to: Option<i64>,
     /// Per collector, one clock per stream (in `Stream::ALL` order). Few collectors write
     /// one cluster's partition, so a list beats a map keyed by an allocated string.
     clocks: Vec<(String, [StreamClock; 3])>,
@@ -126,6 +134,8 @@ impl ReorderBuffer {
         ReorderBuffer {
             config,
             pending: BinaryHeap::new(),
+            arrivals: VecDeque::new(),
+            expired_up_to: None,
             clocks: Vec::new(),
             released_up_to: None,
             now_ms: None,
@@ -178,11 +188,11 @@ impl ReorderBuffer {
         {
             Some(index) => index,
             None => {
-                let fresh = StreamClock {
-                    advanced_at_ms: now,
-                    ..StreamClock::default()
-                };
-                let clocks = [fresh.clone(), fresh.clone(), fresh];
+                let clocks = [
+                    StreamClock::default(),
+                    StreamClock::default(),
+                    StreamClock::default(),
+                ];
                 self.clocks.push((event.collector_id.clone(), clocks));
                 self.clocks.len() - 1
             }
@@ -195,13 +205,17 @@ impl ReorderBuffer {
             _ => {}
         }
         let in_relist = clock.in_relist || event.event_type == EventType::SyncEnd;
-        if let Some(previous) = clock.watermark.filter(|w| rv < *w && !in_relist) {
+        let redelivered = event.sequence > 0 && event.sequence <= clock.last_sequence;
+        clock.last_sequence = clock.last_sequence.max(event.sequence);
+        if let Some(previous) = clock
+            .watermark
+            .filter(|w| rv < *w && !in_relist && !redelivered)
+        {
             self.start_epoch(&event, previous, rv, out);
         }
         let clock = &mut self.clocks[index].1[slot];
         if clock.watermark.is_none_or(|w| rv > w) {
             clock.watermark = Some(rv);
-            clock.advanced_at_ms = now;
         }
         if event.event_type == EventType::Bookmark {
             self.release_ready(out);
@@ -216,6 +230,9 @@ impl ReorderBuffer {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
+        if let Some(now) = now {
+            self.arrivals.push_back((now, rv));
+        }
         self.pending.push(Reverse(Pending {
             rv,
             seq,
@@ -247,8 +264,9 @@ impl ReorderBuffer {
         self.stats.epochs += 1;
         for clock in self.clocks.iter_mut().flat_map(|(_, c)| c.iter_mut()) {
             clock.watermark = None;
-            clock.advanced_at_ms = self.now_ms;
         }
+        self.arrivals.clear();
+        self.expired_up_to = None;
         self.released_up_to = None;
         out.push(Released::NewEpoch(EpochChange {
             epoch: self.epoch,
@@ -259,20 +277,28 @@ impl ReorderBuffer {
         }));
     }
 
-    /// The highest version every active stream has passed; a stream with no version yet
-    /// holds everything back until it is idle.
-    fn safe_bound(&self) -> i64 {
-        let idle_delay = self.config.idle_delay_ms;
-        self.clocks
+    /// The highest version that may be released: every stream has passed it, or an event
+    /// at or above it has waited long enough. A stream with no version yet holds
+    /// everything back until then.
+    fn safe_bound(&mut self) -> i64 {
+        if let Some(now) = self.now_ms {
+            let delay = self.config.idle_delay_ms;
+            while let Some(&(arrived, rv)) = self.arrivals.front() {
+                if now.saturating_sub(arrived) <= delay {
+                    break;
+                }
+                self.arrivals.pop_front();
+                self.expired_up_to = Some(self.expired_up_to.map_or(rv, |e| e.max(rv)));
+            }
+        }
+        let passed_by_all = self
+            .clocks
             .iter()
             .flat_map(|(_, clocks)| clocks.iter())
-            .filter(|clock| match (self.now_ms, clock.advanced_at_ms) {
-                (Some(now), Some(at)) => now - at <= idle_delay,
-                _ => true,
-            })
             .map(|clock| clock.watermark.unwrap_or(i64::MIN))
             .min()
-            .unwrap_or(i64::MAX)
+            .unwrap_or(i64::MAX);
+        passed_by_all.max(self.expired_up_to.unwrap_or(i64::MIN))
     }
 
     fn release_ready(&mut self, out: &mut Vec<Released>) {
@@ -366,29 +392,59 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_stream_stops_holding_others_back_after_the_delay() {
+    fn an_event_waits_at_most_the_idle_delay_for_a_quiet_stream() {
         let mut buffer = ReorderBuffer::new(ReorderConfig {
             idle_delay_ms: 1_000,
         });
         let mut out = Vec::new();
         buffer.push(EventBuilder::subnet("s").rv(1).at(0).added(), &mut out);
         assert!(out.is_empty(), "the other streams have not shown up yet");
+        buffer.advance_time(1_000, &mut out);
+        assert!(out.is_empty(), "not yet: waited exactly the delay");
         buffer.advance_time(1_001, &mut out);
-        assert_eq!(versions(&out), [1], "they are idle after the delay");
-        buffer.push(EventBuilder::ip("a", "s").rv(2).at(1_001).added(), &mut out);
+        assert_eq!(versions(&out), [1]);
+        buffer.push(EventBuilder::ip("a", "s").rv(3).at(5_000).added(), &mut out);
         buffer.push(
-            EventBuilder::subnet("s").rv(3).at(1_100).modified(),
+            EventBuilder::subnet("s").rv(4).at(5_001).modified(),
+            &mut out,
+        );
+        assert_eq!(versions(&out), [1], "the pod stream is quiet: 3 waits");
+        // An earlier version in flight on the quiet stream still makes it in time.
+        buffer.push(
+            EventBuilder::pod("ns", "p").rv(2).at(5_500).added(),
             &mut out,
         );
         assert_eq!(versions(&out), [1, 2]);
-        buffer.advance_time(2_001, &mut out);
-        assert_eq!(
-            versions(&out),
-            [1, 2],
-            "not yet: the IP stream is idle for exactly the delay"
+        buffer.advance_time(6_002, &mut out);
+        assert_eq!(versions(&out), [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_long_quiet_stream_does_not_make_a_burst_skip_the_delay() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig {
+            idle_delay_ms: 1_000,
+        });
+        let mut out = Vec::new();
+        for stream in Stream::ALL {
+            let mut b = EventBuilder::bookmark(stream, 10);
+            b.observed_at_ms = Some(0);
+            buffer.push(b, &mut out);
+        }
+        // Minutes of silence, then a burst whose subnet event arrives last.
+        buffer.push(
+            EventBuilder::ip("a", "s").rv(12).at(600_000).deleted(),
+            &mut out,
         );
-        buffer.advance_time(2_002, &mut out);
-        assert_eq!(versions(&out), [1, 2, 3]);
+        buffer.push(
+            EventBuilder::pod("ns", "p").rv(13).at(600_001).deleted(),
+            &mut out,
+        );
+        buffer.push(
+            EventBuilder::subnet("s").rv(11).at(600_020).deleted(),
+            &mut out,
+        );
+        buffer.flush(&mut out);
+        assert_eq!(versions(&out), [11, 12, 13]);
     }
 
     #[test]
@@ -432,6 +488,25 @@ mod tests {
         );
         assert_eq!(buffer.epoch(), 0);
         assert_eq!(buffer.stats().late, 0);
+    }
+
+    #[test]
+    fn an_event_sent_again_after_later_ones_is_late_not_a_new_epoch() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        let with_seq = |rv: i64, seq: i64| {
+            let mut e = ip(rv);
+            e.sequence = seq;
+            e
+        };
+        buffer.push(with_seq(10, 1), &mut out);
+        buffer.push(with_seq(12, 3), &mut out);
+        buffer.push(with_seq(11, 2), &mut out);
+        buffer.flush(&mut out);
+        assert_eq!(buffer.epoch(), 0);
+        assert_eq!(versions(&out), [10, 11, 12], "held and put back in order");
+        buffer.push(with_seq(5, 4), &mut out);
+        assert_eq!(buffer.epoch(), 1, "a new sequence going back is a restore");
     }
 
     #[test]

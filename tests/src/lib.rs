@@ -1,5 +1,9 @@
-//! Support for ipaudit's cross-crate scenarios: where the recorded incidents are, and how
-//! to turn a kubectl recording into the Avro recording a collector would have written.
+//! Support for ipaudit's cross-crate scenarios: the recorded incidents, the real broker,
+//! the collector as a process, and the seeds played on the simulated API server.
+
+pub mod broker;
+pub mod collector;
+pub mod scenario;
 
 use std::path::{Path, PathBuf};
 

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 pub use kinds::Kind;
 pub use server::SimConfig;
-pub use store::{ApiError, PatchType};
+pub use store::{ApiError, Mutation, PatchType};
 
 use server::Shared;
 
@@ -134,6 +134,27 @@ impl KubeSim {
     /// Ends every open watch connection (clients must re-watch).
     pub fn cut_watches(&self) {
         self.shared.cut.send_modify(|generation| *generation += 1);
+    }
+
+    /// Every change since the start, in order: what a complete recording holds.
+    pub fn journal(&self) -> Vec<Mutation> {
+        self.shared.store().journal().to_vec()
+    }
+
+    /// Refuses list and watch requests with 503 until [`KubeSim::resume`], and ends the
+    /// open watches: clients see the API server go away.
+    pub fn pause(&self) {
+        self.shared
+            .watches_paused
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cut_watches();
+    }
+
+    /// Serves lists and watches again.
+    pub fn resume(&self) {
+        self.shared
+            .watches_paused
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Forgets the history: watches from any earlier version get 410 Gone.

@@ -44,6 +44,8 @@ impl Default for SimConfig {
 
 pub(crate) struct Shared {
     pub(crate) store: Mutex<Store>,
+    /// While true, watch requests are refused with 503 (the API server is unavailable).
+    pub(crate) watches_paused: std::sync::atomic::AtomicBool,
     pub(crate) cut: watch::Sender<u64>,
     pub(crate) config: SimConfig,
     lists: Mutex<HashMap<String, (Vec<Value>, u64)>>,
@@ -54,6 +56,7 @@ impl Shared {
         let (cut, _) = watch::channel(0);
         Shared {
             store: Mutex::new(Store::new(config.history_window, config.starting_rv)),
+            watches_paused: std::sync::atomic::AtomicBool::new(false),
             cut,
             config,
             lists: Mutex::new(HashMap::new()),
@@ -221,6 +224,13 @@ async fn crd_collection(
 }
 
 fn list_or_watch(sim: Sim, kind: Kind, namespace: Option<String>, q: ListQuery) -> Response {
+    if sim.watches_paused.load(std::sync::atomic::Ordering::SeqCst) {
+        return error(ApiError {
+            code: 503,
+            reason: "ServiceUnavailable",
+            message: "the server is currently unable to handle the request".into(),
+        });
+    }
     if truthy(&q.watch) {
         return watch_response(sim, kind, namespace, q);
     }

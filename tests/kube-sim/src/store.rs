@@ -103,6 +103,22 @@ pub struct Store {
     /// Watches from a version below this get 410 Gone.
     oldest_servable: u64,
     changes: broadcast::Sender<Arc<Change>>,
+    journal: Vec<Mutation>,
+}
+
+/// One change, summarised: what a complete recording must contain.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Mutation {
+    /// The kind.
+    pub kind: Kind,
+    /// `namespace/name`, or the name of a cluster-scoped object.
+    pub key: String,
+    /// metadata.uid (empty if the object had none).
+    pub uid: String,
+    /// ADDED, MODIFIED or DELETED.
+    pub event_type: &'static str,
+    /// The resourceVersion it got.
+    pub rv: u64,
 }
 
 impl Store {
@@ -117,7 +133,13 @@ impl Store {
             history_window: history_window.max(1),
             oldest_servable: starting_rv,
             changes,
+            journal: Vec::new(),
         }
+    }
+
+    /// Every change since the start, in order.
+    pub fn journal(&self) -> &[Mutation] {
+        &self.journal
     }
 
     /// The current resourceVersion.
@@ -336,6 +358,21 @@ impl Store {
             namespace: key.1.clone(),
             event_type,
             object: object.clone(),
+        });
+        self.journal.push(Mutation {
+            kind: key.0,
+            key: if key.1.is_empty() {
+                key.2.clone()
+            } else {
+                format!("{}/{}", key.1, key.2)
+            },
+            uid: object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            event_type,
+            rv: self.rv,
         });
         self.objects.insert(key, object.clone());
         self.history.push_back(Arc::clone(&change));

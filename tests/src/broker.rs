@@ -1,0 +1,195 @@
+//! The real Kafka-protocol broker of the tests: tansu, started as a process on 127.0.0.1.
+//! `scripts/test` starts one for the whole run and exports `IPAUDIT_TEST_BROKERS`; tests
+//! that stop and restart a broker start their own.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::TopicPartitionList;
+
+/// A tansu broker process owned by a test.
+pub struct Broker {
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    port: u16,
+    storage: String,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+/// The tansu binary: `$IPAUDIT_TANSU`, else on `PATH`, else `~/.cargo/bin/tansu`.
+pub fn tansu_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("IPAUDIT_TANSU") {
+        return PathBuf::from(path);
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join("tansu"))
+        .find(|p| p.is_file());
+    on_path.unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").unwrap_or_default();
+        Path::new(&home).join(".cargo/bin/tansu")
+    })
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The run's shared broker (from `scripts/test`), else a private one for this process.
+pub fn shared_broker() -> Option<String> {
+    std::env::var("IPAUDIT_TEST_BROKERS")
+        .ok()
+        .filter(|s| !s.is_empty())
+}
+
+impl Broker {
+    /// Starts a broker keeping its data in memory.
+    pub fn start_in_memory() -> Broker {
+        Self::start_with("memory://tansu/".into())
+    }
+
+    /// Starts a broker keeping its data in a SQLite file, so that it survives a restart.
+    pub fn start_persistent() -> Broker {
+        Self::start_with("sqlite://broker.db".into())
+    }
+
+    fn start_with(storage: String) -> Broker {
+        let port = free_port();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut broker = Broker {
+            addr: format!("127.0.0.1:{port}"),
+            port,
+            storage,
+            dir,
+            child: None,
+        };
+        broker.restart();
+        broker
+    }
+
+    /// Stops the broker process (SIGKILL: an outage, not a clean shutdown).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the broker again on the same port and storage.
+    pub fn restart(&mut self) {
+        self.stop();
+        let binary = tansu_binary();
+        assert!(
+            binary.is_file(),
+            "tansu not found at {}: run scripts/test, which installs it (cargo install --locked tansu --version 0.6.0 --features dynostore,libsql)",
+            binary.display()
+        );
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let log = std::fs::File::create(self.dir.path().join("broker.log")).expect("broker log");
+        // tansu reads a .env from its working directory: give it an empty one of its own.
+        let child = Command::new(&binary)
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args(["--storage-engine", &self.storage])
+            .current_dir(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start tansu");
+        self.child = Some(child);
+        wait_for_port(self.port, Duration::from_secs(30));
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Waits until something accepts connections on the port.
+pub fn wait_for_port(port: u16, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens on port {port} after {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Creates a topic (one partition) for one test.
+pub async fn create_topic(brokers: &str, topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("admin client");
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    let results = admin
+        .create_topics(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("create topic");
+    for result in results {
+        if let Err((name, code)) = result {
+            assert_eq!(
+                code,
+                rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists,
+                "create {name}"
+            );
+        }
+    }
+}
+
+/// Reads partition 0 of `topic` from the beginning until `done` holds for what was read,
+/// or `timeout` passes. Returns the message payloads.
+pub fn read_topic(
+    brokers: &str,
+    topic: &str,
+    timeout: Duration,
+    done: impl Fn(&[Vec<u8>]) -> bool,
+) -> Vec<Vec<u8>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("test-reader-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .expect("assignment");
+    consumer.assign(&assignment).expect("assign");
+    let deadline = Instant::now() + timeout;
+    let mut payloads = Vec::new();
+    while Instant::now() < deadline && !done(&payloads) {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(message)) => payloads.push(message.payload().unwrap_or_default().to_vec()),
+            Some(Err(e)) => eprintln!("consumer: {e}"),
+            None => {}
+        }
+    }
+    payloads
+}

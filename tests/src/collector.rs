@@ -1,0 +1,167 @@
+//! The collector as a process, the way it runs in a cluster: started with flags, killed
+//! with SIGKILL or stopped with SIGTERM, its `/metrics` scraped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A built binary of the workspace (`collector`, `analyzer`), next to the test binary.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is not built: run cargo build --workspace first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A running `collector run`.
+pub struct CollectorProcess {
+    child: Child,
+    /// Where /metrics is served.
+    pub metrics_port: u16,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+/// What a collector is started with.
+pub struct CollectorSetup<'a> {
+    /// kubeconfig of the simulated API server.
+    pub kubeconfig: &'a Path,
+    /// Kafka.
+    pub brokers: &'a str,
+    /// Events topic.
+    pub topic: &'a str,
+    /// Outbox directory (kept across restarts).
+    pub state_dir: &'a Path,
+    /// Cluster id.
+    pub cluster_id: &'a str,
+}
+
+impl CollectorProcess {
+    /// Starts `collector run` and waits until /readyz says every stream is watching.
+    pub fn start(setup: &CollectorSetup<'_>, extra: &[&str]) -> CollectorProcess {
+        let metrics_port = crate::broker::free_port();
+        let log = setup
+            .state_dir
+            .join(format!("collector-{metrics_port}.log"));
+        let child = Command::new(workspace_binary("collector"))
+            .arg("run")
+            .args(["--kubeconfig", &setup.kubeconfig.display().to_string()])
+            .args([
+                "--cluster-id",
+                setup.cluster_id,
+                "--collector-id",
+                "collector-test",
+            ])
+            .args(["--brokers", setup.brokers, "--topic", setup.topic])
+            .args(["--state-dir", &setup.state_dir.display().to_string()])
+            .args(["--listen", &format!("127.0.0.1:{metrics_port}")])
+            .args(["--kafka-option", "message.timeout.ms=120000"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("collector log"))
+            .spawn()
+            .expect("start collector");
+        let process = CollectorProcess {
+            child,
+            metrics_port,
+            log,
+        };
+        process.wait_ready(Duration::from_secs(30));
+        process
+    }
+
+    fn wait_ready(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if http_get(self.metrics_port, "/readyz").is_some_and(|(code, _)| code == 200) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "collector not ready after {timeout:?}; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The collector's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The /metrics text.
+    pub fn metrics(&self) -> String {
+        http_get(self.metrics_port, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    /// A counter's value from /metrics (0 when absent).
+    pub fn counter(&self, name_and_labels: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .find(|l| l.starts_with(name_and_labels))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Whether the process still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILL: a crash, nothing flushed.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for a clean exit; returns whether it exited with success.
+    pub fn terminate(mut self, timeout: Duration) -> bool {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for CollectorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.0 GET on 127.0.0.1; `(status, body)`.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
