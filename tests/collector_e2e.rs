@@ -562,3 +562,39 @@ fn collector_record_replays_with_the_same_findings_as_the_kubectl_recording() {
     let rules: Vec<&str> = from_collector.iter().map(|f| f.0.as_str()).collect();
     assert_eq!(rules, ["subnet-deleted-before-ip", "ip-stuck-terminating"]);
 }
+
+#[test]
+fn a_snapshot_interval_relists_every_stream_periodically() {
+    let world = World::new("snapshot", None);
+    let collector = CollectorProcess::start(&world.setup(), &["--snapshot-interval", "1s"]);
+    world
+        .sim
+        .create(Kind::Subnet, "", subnet("kept", "10.8.0.0/24"))
+        .unwrap();
+    let frames = |events: &[WatchEvent]| {
+        Stream::ALL.iter().all(|s| {
+            events
+                .iter()
+                .filter(|e| e.stream == *s && e.event_type == EventType::SyncEnd)
+                .count()
+                >= 3
+        })
+    };
+    let events = world.events_until(Duration::from_secs(20), frames);
+    assert!(frames(&events), "log:\n{}", collector.log_text());
+    // Each snapshot lists the live subnet again; none of it is a deletion.
+    let listed = events
+        .iter()
+        .filter(|e| e.object_key() == "kept" && e.event_type == EventType::Added)
+        .count();
+    assert!(
+        listed >= 2,
+        "the subnet is in the later snapshots: {listed}"
+    );
+    assert!(!events
+        .iter()
+        .any(|e| e.event_type == EventType::DeletedOnRelist));
+    assert!(
+        collector.counter("ipaudit_relists_total{stream=\"subnet\",reason=\"snapshot\"}") >= 1.0
+    );
+}

@@ -91,6 +91,9 @@ pub enum AppError {
     /// A watcher stopped.
     #[error(transparent)]
     Watch(#[from] WatchError),
+    /// A task of the collector itself failed (a bug).
+    #[error("internal failure: {0}")]
+    Internal(String),
     /// A local file or socket failed.
     #[error("{context}")]
     Io {
@@ -228,7 +231,7 @@ impl Pipeline {
                 failure = Some(match result {
                     Ok(Ok(())) => None,
                     Ok(Err(e)) => Some(AppError::Watch(e)),
-                    Err(join) => Some(AppError::KubeConfig(format!("watcher task failed: {join}"))),
+                    Err(join) => Some(AppError::Internal(format!("watcher task failed: {join}"))),
                 });
             }
         }
@@ -241,8 +244,8 @@ impl Pipeline {
         let sink = self.sink;
         let stored = tokio::task::spawn_blocking(move || sink.join())
             .await
-            .map_err(|e| AppError::KubeConfig(format!("sink task failed: {e}")))?
-            .map_err(|_| AppError::KubeConfig("the sink thread panicked".into()))??;
+            .map_err(|e| AppError::Internal(format!("sink task failed: {e}")))?
+            .map_err(|_| AppError::Internal("the sink thread panicked".into()))??;
         info!(events = stored, "all observed events stored");
         match failure.flatten() {
             Some(e) => Err(e),

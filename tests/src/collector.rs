@@ -8,15 +8,16 @@ use std::time::{Duration, Instant};
 /// A built binary of the workspace (`collector`, `analyzer`), next to the test binary.
 pub fn workspace_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    // target/<profile>/deps/<test> -> target/<profile>/<name>
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let path = dir.join(name);
-    assert!(
-        path.is_file(),
-        "{} is not built: run cargo build --workspace first (scripts/test does)",
-        path.display()
-    );
-    path
+    // A test runs from target/<profile>/deps/, a bench binary from target/<profile>/.
+    let candidates: Vec<PathBuf> = exe
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join(name))
+        .collect();
+    candidates.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| {
+        panic!("{name} is not built next to {}: run cargo build --workspace first (scripts/test does)", exe.display())
+    })
 }
 
 /// A running `collector run`.

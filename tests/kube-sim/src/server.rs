@@ -224,6 +224,9 @@ async fn crd_collection(
 }
 
 fn list_or_watch(sim: Sim, kind: Kind, namespace: Option<String>, q: ListQuery) -> Response {
+    // Subscribe to cuts before looking at the pause flag: `pause` sets the flag, then cuts,
+    // so a watch either sees the flag or is cut.
+    let cut = sim.cut.subscribe();
     if sim.watches_paused.load(std::sync::atomic::Ordering::SeqCst) {
         return error(ApiError {
             code: 503,
@@ -232,7 +235,7 @@ fn list_or_watch(sim: Sim, kind: Kind, namespace: Option<String>, q: ListQuery) 
         });
     }
     if truthy(&q.watch) {
-        return watch_response(sim, kind, namespace, q);
+        return watch_response(sim, kind, namespace, q, cut);
     }
     if let Some(token) = &q.continue_token {
         let page = sim
@@ -290,7 +293,13 @@ fn line(event_type: &str, object: &Value) -> Bytes {
     Bytes::from(text)
 }
 
-fn watch_response(sim: Sim, kind: Kind, namespace: Option<String>, q: ListQuery) -> Response {
+fn watch_response(
+    sim: Sim,
+    kind: Kind,
+    namespace: Option<String>,
+    q: ListQuery,
+    cut: watch::Receiver<u64>,
+) -> Response {
     let bookmarks = truthy(&q.allow_watch_bookmarks);
     let from = q.resource_version.as_deref().unwrap_or("");
     let (tx, rx) = mpsc::channel::<Bytes>(1_024);
@@ -322,7 +331,6 @@ fn watch_response(sim: Sim, kind: Kind, namespace: Option<String>, q: ListQuery)
             },
         }
     };
-    let cut = sim.cut.subscribe();
     let interval = sim.config.bookmark_interval;
     let timeout = q.timeout_seconds.map(Duration::from_secs);
     tokio::spawn(async move {
@@ -389,6 +397,9 @@ impl WatchStream {
                 }
             };
             tokio::select! {
+                // A cut wins over changes made after it.
+                biased;
+                _ = cut.changed() => return,
                 change = changes.recv() => match change {
                     Ok(change) => {
                         if change.rv <= rv || change.kind != self.kind
@@ -411,7 +422,6 @@ impl WatchStream {
                         return;
                     }
                 }
-                _ = cut.changed() => return,
                 _ = timeout => return,
                 _ = tx.closed() => return,
             }
