@@ -11,6 +11,7 @@ use ipaudit_schemas::{decode, EventType, Stream, WatchEvent};
 use ipaudit_tests::broker::{create_topic, read_topic, shared_broker, Broker};
 use ipaudit_tests::collector::{workspace_binary, CollectorProcess, CollectorSetup};
 use ipaudit_tests::scenario::{ip, play_kube_ovn_seed, subnet};
+use ipaudit_tests::seen_alerts;
 use kube_sim::{Kind, KubeSim, Mutation, SimConfig};
 use serde_json::json;
 
@@ -529,32 +530,7 @@ fn collector_record_replays_with_the_same_findings_as_the_kubectl_recording() {
     assert!(record.wait().unwrap().success());
     let findings = |paths: &[PathBuf]| {
         let outcome = ipaudit_analyzer::replay::replay(paths, &Default::default()).expect("replay");
-        ipaudit_analyzer::report::Findings::from_outputs(&outcome.outputs)
-            .alerts
-            .iter()
-            .map(|h| {
-                let a = h.latest();
-                let evidence: Vec<(Stream, EventType, String, String)> = a
-                    .evidence
-                    .iter()
-                    .map(|e| {
-                        (
-                            e.stream,
-                            e.event_type,
-                            e.name.clone(),
-                            e.resource_version.clone(),
-                        )
-                    })
-                    .collect();
-                (
-                    a.rule.clone(),
-                    a.status,
-                    a.subject_name.clone(),
-                    a.subnet.clone(),
-                    evidence,
-                )
-            })
-            .collect::<Vec<_>>()
+        seen_alerts(&outcome.outputs)
     };
     let from_collector = findings(&[recording]);
     let from_kubectl = findings(&files);

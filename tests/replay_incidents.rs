@@ -8,47 +8,19 @@ use ipaudit_analyzer::report::Findings;
 use ipaudit_analyzer::Output;
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
-use ipaudit_tests::{framed_like_a_collector, incident_files, kubectl_events, write_recording};
+use ipaudit_tests::{
+    framed_like_a_collector, incident_files, kubectl_events, seen_alerts, write_recording,
+    SeenAlert,
+};
 
 const LEAKED_IP: &str =
     "test-vm-1.kube-ovn-dangling-ips.kube-ovn-dangling-ips-control-net.kube-ovn-dangling-ips.ovn";
 const SUBNET: &str = "kube-ovn-dangling-ips-control-net";
 
-/// An alert as the tests compare it: rule, status, subject, subnet, and its evidence as
-/// (stream, type, name, resourceVersion).
-type Seen = (
-    String,
-    String,
-    String,
-    Option<String>,
-    Vec<(Stream, EventType, String, String)>,
-);
+type Seen = SeenAlert;
 
 fn alerts(outcome: &ReplayOutcome) -> Vec<Seen> {
-    Findings::from_outputs(&outcome.outputs)
-        .alerts
-        .iter()
-        .map(|h| {
-            let a = h.latest();
-            (
-                a.rule.clone(),
-                a.status.as_str().to_owned(),
-                a.subject_name.clone(),
-                a.subnet.clone(),
-                a.evidence
-                    .iter()
-                    .map(|e| {
-                        (
-                            e.stream,
-                            e.event_type,
-                            e.name.clone(),
-                            e.resource_version.clone(),
-                        )
-                    })
-                    .collect(),
-            )
-        })
-        .collect()
+    seen_alerts(&outcome.outputs)
 }
 
 fn run(files: &[PathBuf]) -> ReplayOutcome {

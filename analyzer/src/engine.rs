@@ -180,22 +180,9 @@ impl Analyzer {
             self.stats.stale += 1;
             return;
         }
-        let at = self.moment(event_ref.time_ms);
-        let mut ctx = Context {
-            state: &self.state,
-            book: &mut self.book,
-            cluster_id: &self.cluster_id,
-            at,
-            out: &mut self.alerts,
-        };
-        rules::on_applied(
-            &mut ctx,
-            &mut self.timers,
-            &self.config.rules,
-            &event_ref,
-            &applied,
-        );
-        out.extend(self.alerts.drain(..).map(Output::Alert));
+        self.with_rules(event_ref.time_ms, out, |ctx, timers, config| {
+            rules::on_applied(ctx, timers, config, &event_ref, &applied);
+        });
         self.run_timers(out);
     }
 
@@ -203,7 +190,19 @@ impl Analyzer {
         let Some(now) = self.history_now_ms else {
             return;
         };
-        let at = self.moment(Some(now));
+        self.with_rules(Some(now), out, |ctx, timers, config| {
+            timers.on_time(ctx, config, now);
+        });
+    }
+
+    /// Runs rules at `time_ms` and hands on the alert transitions they made.
+    fn with_rules(
+        &mut self,
+        time_ms: Option<i64>,
+        out: &mut Vec<Output>,
+        run: impl FnOnce(&mut Context<'_>, &mut SubnetTimers, &RuleConfig),
+    ) {
+        let at = self.moment(time_ms);
         let mut ctx = Context {
             state: &self.state,
             book: &mut self.book,
@@ -211,7 +210,7 @@ impl Analyzer {
             at,
             out: &mut self.alerts,
         };
-        self.timers.on_time(&mut ctx, &self.config.rules, now);
+        run(&mut ctx, &mut self.timers, &self.config.rules);
         out.extend(self.alerts.drain(..).map(Output::Alert));
     }
 

@@ -12,6 +12,44 @@ use std::collections::HashMap;
 
 use ipaudit_schemas::{ContainerWriter, EventType, Stream, WatchEvent};
 
+/// An alert as the scenario tests compare it: rule, status, subject, subnet, and its
+/// evidence as (stream, type, name, resourceVersion).
+pub type SeenAlert = (
+    String,
+    String,
+    String,
+    Option<String>,
+    Vec<(Stream, EventType, String, String)>,
+);
+
+/// The latest state of every alert of a replay, in firing order.
+pub fn seen_alerts(outputs: &[ipaudit_analyzer::Output]) -> Vec<SeenAlert> {
+    ipaudit_analyzer::report::Findings::from_outputs(outputs)
+        .alerts
+        .iter()
+        .map(|h| {
+            let a = h.latest();
+            (
+                a.rule.clone(),
+                a.status.as_str().to_owned(),
+                a.subject_name.clone(),
+                a.subnet.clone(),
+                a.evidence
+                    .iter()
+                    .map(|e| {
+                        (
+                            e.stream,
+                            e.event_type,
+                            e.name.clone(),
+                            e.resource_version.clone(),
+                        )
+                    })
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
 /// The folder of one recorded incident under `tests/fixtures/incidents/`.
 pub fn incident(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
