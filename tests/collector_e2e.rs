@@ -7,104 +7,14 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ipaudit_schemas::{decode, EventType, Stream, WatchEvent};
-use ipaudit_tests::broker::{create_topic, read_topic, shared_broker, Broker};
-use ipaudit_tests::collector::{workspace_binary, CollectorProcess, CollectorSetup};
+use ipaudit_schemas::{EventType, Stream, WatchEvent};
+use ipaudit_tests::broker::Broker;
+use ipaudit_tests::collector::{workspace_binary, CollectorProcess};
 use ipaudit_tests::scenario::{ip, play_kube_ovn_seed, subnet};
 use ipaudit_tests::seen_alerts;
-use kube_sim::{Kind, KubeSim, Mutation, SimConfig};
+use ipaudit_tests::world::World;
+use kube_sim::{Kind, KubeSim, Mutation};
 use serde_json::json;
-
-/// One test's world: a simulated API server, a broker, a topic, a state directory.
-struct World {
-    sim: KubeSim,
-    dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-    brokers: String,
-    topic: String,
-    broker: Option<Broker>,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl World {
-    /// A world on the run's shared broker (or a private one), or on `brokers`.
-    fn new(name: &str, brokers: Option<String>) -> World {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let config = SimConfig {
-            bookmark_interval: Duration::from_millis(500),
-            ..SimConfig::default()
-        };
-        let sim = runtime
-            .block_on(KubeSim::start(config))
-            .expect("simulated API server");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let kubeconfig = dir.path().join("kubeconfig");
-        sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-        let (broker, brokers) = match (brokers, shared_broker()) {
-            (Some(addr), _) | (None, Some(addr)) => (None, addr),
-            (None, None) => {
-                let b = Broker::start_in_memory();
-                let addr = b.addr.clone();
-                (Some(b), addr)
-            }
-        };
-        let topic = format!("ipaudit.events.{name}.{}", std::process::id());
-        runtime.block_on(create_topic(&brokers, &topic));
-        World {
-            sim,
-            dir,
-            kubeconfig,
-            brokers,
-            topic,
-            broker,
-            runtime,
-        }
-    }
-
-    fn setup(&self) -> CollectorSetup<'_> {
-        CollectorSetup {
-            kubeconfig: &self.kubeconfig,
-            brokers: &self.brokers,
-            topic: &self.topic,
-            state_dir: self.dir.path(),
-            cluster_id: "lab",
-        }
-    }
-
-    fn collector(&self) -> CollectorProcess {
-        CollectorProcess::start(&self.setup(), &[])
-    }
-
-    /// Reads the topic until `done` holds for the events read (or the timeout).
-    fn events_until(
-        &self,
-        timeout: Duration,
-        done: impl Fn(&[WatchEvent]) -> bool,
-    ) -> Vec<WatchEvent> {
-        let decode_all = |payloads: &[Vec<u8>]| -> Vec<WatchEvent> {
-            payloads
-                .iter()
-                .map(|p| decode::<WatchEvent>(p).expect("every message decodes"))
-                .collect()
-        };
-        let payloads = read_topic(&self.brokers, &self.topic, timeout, |p| {
-            done(&decode_all(p))
-        });
-        decode_all(&payloads)
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        self.sim.cut_watches();
-        let _ = self.broker.take();
-        let _ = &self.runtime;
-    }
-}
 
 fn stream_of(kind: Kind) -> Stream {
     match kind {

@@ -4,6 +4,7 @@
 //! can drop duplicates.
 
 use rustc_hash::FxHashMap as HashMap;
+use serde::{Deserialize, Serialize};
 
 use ipaudit_schemas::{Alert, AlertStatus, Evidence};
 use sha2::{Digest, Sha256};
@@ -54,7 +55,7 @@ pub fn alert_id(cluster_id: &str, rule: Rule, subject_uid: &str, subnet: Option<
 }
 
 /// The active alerts of one cluster.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct AlertBook {
     active: HashMap<String, Alert>,
     by_subject: HashMap<String, Vec<String>>,

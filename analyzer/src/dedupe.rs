@@ -8,6 +8,7 @@
 //! a few events, so two different events would need the same version *and* a 64-bit
 //! hash collision to be confused.
 
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash};
 
@@ -15,7 +16,7 @@ use ipaudit_schemas::WatchEvent;
 use rustc_hash::{FxBuildHasher, FxHashSet};
 
 /// The identity of an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 struct EventKey {
     resource_version: i64,
     digest: u64,
@@ -53,7 +54,7 @@ impl<T: Hash> HashOne for T {
 }
 
 /// A bounded set of recently seen event keys.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Dedupe {
     seen: FxHashSet<EventKey>,
     order: VecDeque<EventKey>,

@@ -3,6 +3,7 @@
 //! the same answer.
 
 use ipaudit_schemas::{Alert, WatchEvent};
+use serde::{Deserialize, Serialize};
 
 use crate::alerts::{AlertBook, Moment};
 use crate::dedupe::Dedupe;
@@ -48,7 +49,7 @@ pub enum Output {
 }
 
 /// Counters of one analyzer.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnalyzerStats {
     /// Events taken in.
     pub events_in: u64,
@@ -60,8 +61,11 @@ pub struct AnalyzerStats {
     pub reorder: ReorderStats,
 }
 
-/// One cluster's analysis.
+/// One cluster's analysis. It serializes whole (see [`Analyzer::snapshot`]), so that a
+/// live analyzer can checkpoint it with its consumed offsets.
+#[derive(Serialize, Deserialize)]
 pub struct Analyzer {
+    #[serde(skip)]
     config: AnalyzerConfig,
     dedupe: Dedupe,
     reorder: ReorderBuffer,
@@ -74,9 +78,16 @@ pub struct Analyzer {
     /// grace period never expires ahead of events still held in the reorder buffer.
     history_now_ms: Option<i64>,
     stats: AnalyzerStats,
+    #[serde(skip)]
     released: Vec<Released>,
+    #[serde(skip)]
     alerts: Vec<Alert>,
 }
+
+/// Why a checkpoint could not be read back.
+#[derive(Debug, thiserror::Error)]
+#[error("unreadable analyzer checkpoint")]
+pub struct CheckpointError(#[from] serde_json::Error);
 
 impl Analyzer {
     /// A fresh analyzer with nothing seen.
@@ -95,6 +106,20 @@ impl Analyzer {
             alerts: Vec::new(),
             config,
         }
+    }
+
+    /// The whole analysis as bytes, to store with the offsets it corresponds to.
+    pub fn snapshot(&self) -> Vec<u8> {
+        // Every field is plain data; serializing it cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// An analysis restored from [`Analyzer::snapshot`], running with `config`.
+    pub fn restore(bytes: &[u8], config: AnalyzerConfig) -> Result<Self, CheckpointError> {
+        let mut analyzer: Analyzer = serde_json::from_slice(bytes)?;
+        analyzer.reorder.set_config(config.reorder);
+        analyzer.config = config;
+        Ok(analyzer)
     }
 
     /// The cluster state as of the last released event.
@@ -219,6 +244,66 @@ impl Analyzer {
             resource_version: self.last_rv.clone(),
             time_ms: time_ms.or(self.history_now_ms).unwrap_or(0),
             epoch: self.reorder.epoch(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipaudit_schemas::builders::EventBuilder;
+    use ipaudit_schemas::Stream;
+
+    fn seed() -> Vec<WatchEvent> {
+        let mut events = vec![
+            EventBuilder::subnet("s").rv(1).at(1_000).added(),
+            EventBuilder::ip("a", "s").rv(2).at(1_001).added(),
+            EventBuilder::subnet("s").rv(3).at(1_002).deleted(),
+            EventBuilder::ip("a", "s")
+                .rv(4)
+                .at(1_003)
+                .deleting(1_003)
+                .modified(),
+            EventBuilder::ip("a", "s")
+                .rv(5)
+                .at(9_000)
+                .deleting(1_003)
+                .finalizers(&[])
+                .deleted(),
+        ];
+        let mut pods = EventBuilder::bookmark(Stream::Pod, 10);
+        pods.observed_at_ms = Some(1_000);
+        events.insert(0, pods);
+        events
+    }
+
+    fn run(analyzer: &mut Analyzer, events: &[WatchEvent], out: &mut Vec<Output>) {
+        for e in events {
+            analyzer.step(e.clone(), out);
+        }
+    }
+
+    #[test]
+    fn a_restored_snapshot_continues_exactly_like_the_original() {
+        let events = seed();
+        let mut whole = Analyzer::new(AnalyzerConfig::default());
+        let mut expected = Vec::new();
+        run(&mut whole, &events, &mut expected);
+        whole.finish(None, &mut expected);
+        assert_eq!(
+            expected.len(),
+            4,
+            "rules 1 and 2 fire and resolve: {expected:?}"
+        );
+        for split in 0..=events.len() {
+            let mut first = Analyzer::new(AnalyzerConfig::default());
+            let mut got = Vec::new();
+            run(&mut first, &events[..split], &mut got);
+            let mut second =
+                Analyzer::restore(&first.snapshot(), AnalyzerConfig::default()).unwrap();
+            run(&mut second, &events[split..], &mut got);
+            second.finish(None, &mut got);
+            assert_eq!(got, expected, "split at {split}");
         }
     }
 }

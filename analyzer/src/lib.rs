@@ -4,16 +4,21 @@
 //! The pipeline, one module each: [`source`] (recorded files) -> [`dedupe`] ->
 //! [`reorder`] (resourceVersion order across streams) -> [`state`] (the live cluster) ->
 //! [`rules`] -> [`alerts`] (lifecycle and stable ids) -> [`report`]. [`engine`] drives
-//! the core for live and offline use alike; [`replay`] drives it over files.
+//! the core for live and offline use alike; [`replay`] drives it over files, [`live`] over
+//! a Kafka consumer group, with [`store`] (SQLite checkpoints and alert outbox) and
+//! [`sinks`] (log, webhook, Alertmanager).
 
 pub mod alerts;
 pub mod dedupe;
 pub mod engine;
+pub mod live;
 pub mod reorder;
 pub mod replay;
 pub mod report;
 pub mod rules;
+pub mod sinks;
 pub mod source;
 pub mod state;
+pub mod store;
 
 pub use engine::{Analyzer, AnalyzerConfig, Output};

@@ -31,6 +31,70 @@ enum Command {
     /// resourceVersion. Exit code: 0 no alert fired, 1 an alert fired, 2 usage error or
     /// unreadable input.
     Replay(ReplayArgs),
+    /// Analyse live: a consumer group on the events topic, alerts to the configured sinks.
+    ///
+    /// The analysis and the consumed offsets are checkpointed in SQLite under --state-dir;
+    /// a restart resumes there, and each alert firing and resolution reaches each sink once
+    /// (at least once, with its transition id as Idempotency-Key).
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "IPAUDIT_BROKERS", default_value = "localhost:9092")]
+    brokers: String,
+    /// Topic of watch events.
+    #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
+    topic: String,
+    /// Consumer group.
+    #[arg(long, env = "IPAUDIT_GROUP", default_value = "ipaudit-analyzer")]
+    group: String,
+    /// Extra librdkafka consumer setting, KEY=VALUE (repeatable).
+    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", value_delimiter = ',', value_parser = key_value)]
+    kafka_options: Vec<(String, String)>,
+    /// Directory of the SQLite store (checkpoints, alert outbox); keep it on a persistent volume.
+    #[arg(
+        long,
+        env = "IPAUDIT_STATE_DIR",
+        default_value = "/var/lib/ipaudit-analyzer"
+    )]
+    state_dir: PathBuf,
+    /// How often the analysis and offsets are checkpointed.
+    #[arg(long, env = "IPAUDIT_CHECKPOINT_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    checkpoint_interval: Duration,
+    /// POST every alert transition as JSON to this URL.
+    #[arg(long, env = "IPAUDIT_WEBHOOK_URL")]
+    webhook_url: Option<String>,
+    /// Send `Authorization: Bearer TOKEN` to the webhook.
+    #[arg(
+        long,
+        env = "IPAUDIT_WEBHOOK_BEARER_TOKEN",
+        conflicts_with = "webhook_hmac_secret"
+    )]
+    webhook_bearer_token: Option<String>,
+    /// Sign webhook bodies: `X-Ipaudit-Signature: sha256=<hex HMAC-SHA256 of the body>`.
+    #[arg(long, env = "IPAUDIT_WEBHOOK_HMAC_SECRET")]
+    webhook_hmac_secret: Option<String>,
+    /// Send alerts to this Alertmanager (API v2), e.g. http://alertmanager:9093.
+    #[arg(long, env = "IPAUDIT_ALERTMANAGER_URL")]
+    alertmanager_url: Option<String>,
+    /// Do not log alerts (they are logged by default).
+    #[arg(long, env = "IPAUDIT_NO_LOG_ALERTS")]
+    no_log_alerts: bool,
+    /// How long a quiet stream may hold back the others in the reorder buffer.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, env = "IPAUDIT_IDLE_DELAY")]
+    idle_delay: Duration,
+    /// How long a Subnet may be terminating before `subnet-stuck-terminating` fires.
+    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "IPAUDIT_SUBNET_GRACE")]
+    subnet_grace: Duration,
+}
+
+fn key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -87,22 +151,85 @@ fn millis(d: Duration) -> i64 {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Replay prints a report: only warnings go to stderr. Live analysis logs its work.
+    let default_level = match cli.command {
+        Command::Replay(_) => "warn",
+        Command::Run(_) => "info",
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::Replay(args) => run_replay(args),
+        Command::Run(args) => run_live(args),
     };
     match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(2)
+        }
+    }
+}
+
+fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
+    use ipaudit_analyzer::sinks::{AlertSink, AlertmanagerSink, LogSink, WebhookAuth, WebhookSink};
+    let mut sinks = Vec::new();
+    if !args.no_log_alerts {
+        sinks.push(AlertSink::Log(LogSink));
+    }
+    if let Some(url) = args.webhook_url {
+        let auth = match (args.webhook_bearer_token, args.webhook_hmac_secret) {
+            (Some(token), _) => WebhookAuth::Bearer(token),
+            (None, Some(secret)) => WebhookAuth::Hmac(secret),
+            (None, None) => WebhookAuth::None,
+        };
+        sinks.push(AlertSink::Webhook(WebhookSink::new(url, auth)));
+    }
+    if let Some(url) = args.alertmanager_url {
+        sinks.push(AlertSink::Alertmanager(AlertmanagerSink::new(&url)));
+    }
+    let config = ipaudit_analyzer::live::LiveConfig {
+        brokers: args.brokers,
+        topic: args.topic,
+        group_id: args.group,
+        kafka_options: args.kafka_options,
+        state_dir: args.state_dir,
+        analyzer: AnalyzerConfig {
+            reorder: ReorderConfig {
+                idle_delay_ms: millis(args.idle_delay),
+            },
+            rules: RuleConfig {
+                subnet_terminating_grace_ms: millis(args.subnet_grace),
+            },
+            ..AnalyzerConfig::default()
+        },
+        checkpoint_interval: args.checkpoint_interval,
+        sinks,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime
+        .block_on(ipaudit_analyzer::live::run(config, shutdown_signal()))
+        .context("live analysis failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }

@@ -16,13 +16,14 @@
 //! inside a relist (`SYNC_START`..`SYNC_END`) are a snapshot in no order and never count
 //! as going backwards.
 
+use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
 
 /// Settings of the reorder buffer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct ReorderConfig {
     /// After this much event time without progress, a stream no longer holds others back.
     pub idle_delay_ms: i64,
@@ -64,7 +65,7 @@ pub enum Released {
     NewEpoch(EpochChange),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Pending {
     rv: i64,
     seq: u64,
@@ -89,7 +90,7 @@ impl Ord for Pending {
     }
 }
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct StreamClock {
     watermark: Option<i64>,
     in_relist: bool,
@@ -99,7 +100,7 @@ struct StreamClock {
 }
 
 /// Counters of what the buffer saw.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReorderStats {
     /// Events that arrived after their version had been released (handed on at once).
     pub late: u64,
@@ -110,7 +111,7 @@ pub struct ReorderStats {
 }
 
 /// Holds events until every stream has passed them.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ReorderBuffer {
     config: ReorderConfig,
     pending: BinaryHeap<Reverse<Pending>>,
@@ -143,6 +144,11 @@ impl ReorderBuffer {
             epoch: 0,
             stats: ReorderStats::default(),
         }
+    }
+
+    /// Replaces the settings (after a restore).
+    pub fn set_config(&mut self, config: ReorderConfig) {
+        self.config = config;
     }
 
     /// The current epoch.

@@ -2,6 +2,7 @@
 //! rules need, an index of IPs by the subnets they name, and what the last deletion of each
 //! subnet was. Each object only moves forward: an event older than what is held is ignored.
 
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -9,7 +10,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, Stream, WatchEvent};
 
 /// A pointer to the event that last touched an object, for evidence.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventRef {
     /// Stream of the event.
     pub stream: Stream,
@@ -40,7 +41,7 @@ impl EventRef {
 }
 
 /// A live kube-ovn IP.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct IpRecord {
     /// metadata.uid.
     pub uid: String,
@@ -87,7 +88,7 @@ impl IpRecord {
 }
 
 /// A live kube-ovn Subnet.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubnetRecord {
     /// metadata.uid.
     pub uid: String,
@@ -110,7 +111,7 @@ pub struct SubnetRecord {
 }
 
 /// A live Pod.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PodRecord {
     /// metadata.uid.
     pub uid: String,
@@ -147,7 +148,7 @@ pub struct Applied {
 const TOMBSTONES: usize = 65_536;
 
 /// The cluster's live objects.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ClusterState {
     ips: HashMap<String, IpRecord>,
     subnets: HashMap<String, SubnetRecord>,

@@ -1,9 +1,12 @@
 //! Support for ipaudit's cross-crate scenarios: the recorded incidents, the real broker,
 //! the collector as a process, and the seeds played on the simulated API server.
 
+pub mod analyzer;
 pub mod broker;
 pub mod collector;
+pub mod receiver;
 pub mod scenario;
+pub mod world;
 
 use std::path::{Path, PathBuf};
 

@@ -8,6 +8,7 @@ mod subnet_stuck_terminating;
 
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{Alert, Evidence, Severity, Stream};
+use serde::{Deserialize, Serialize};
 
 use crate::alerts::{AlertBook, Finding, Moment};
 use crate::state::{Applied, ClusterState, EventRef, IpRecord, Removed};
@@ -45,7 +46,7 @@ impl Rule {
 }
 
 /// Settings of the rules.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct RuleConfig {
     /// How long a Subnet may be terminating before `subnet-stuck-terminating` fires.
     pub subnet_terminating_grace_ms: i64,

@@ -2,6 +2,7 @@
 //! a grace period and still exists, with zero used IPs (seed scenario B: the finalizer is
 //! never removed) or with IPs still naming it. Resolved when the subnet is gone.
 
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 
 use super::{
@@ -11,7 +12,7 @@ use crate::alerts::{alert_id, Finding};
 use crate::state::{ClusterState, EventRef};
 
 /// Deadlines of the terminating subnets.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct SubnetTimers {
     deadlines: BTreeSet<(i64, String)>,
     by_subnet: HashMap<String, i64>,

@@ -1,0 +1,244 @@
+//! `analyzer run`: the same core as replay, fed by a Kafka consumer group on
+//! `ipaudit.events`. Offsets are not committed to Kafka: they are checkpointed in SQLite
+//! with the analysis they correspond to, and a restart resumes from there (the rebalance
+//! callback assigns partitions at the stored offsets). Alert transitions go to the store's
+//! outbox as they happen, and from there to every sink.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ipaudit_schemas::{decode, WatchEvent};
+use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::{watch, Notify};
+use tracing::{info, warn};
+
+use crate::engine::{Analyzer, AnalyzerConfig, CheckpointError, Output};
+use crate::sinks::{run_delivery, AlertSink};
+use crate::store::{Store, StoreError};
+
+/// How the live analyzer runs.
+pub struct LiveConfig {
+    /// bootstrap.servers.
+    pub brokers: String,
+    /// The events topic.
+    pub topic: String,
+    /// The consumer group.
+    pub group_id: String,
+    /// Extra librdkafka consumer settings.
+    pub kafka_options: Vec<(String, String)>,
+    /// Where the store lives.
+    pub state_dir: PathBuf,
+    /// The core's settings (one analysis per cluster id).
+    pub analyzer: AnalyzerConfig,
+    /// How often the analysis and offsets are checkpointed.
+    pub checkpoint_interval: Duration,
+    /// Where alerts go.
+    pub sinks: Vec<AlertSink>,
+}
+
+/// Why the live analyzer stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// Kafka refused the consumer or the subscription.
+    #[error("Kafka consumer")]
+    Kafka(#[from] KafkaError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The checkpoint could not be read.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The state directory is unusable.
+    #[error("cannot create state directory {path}")]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Assigns partitions at the offsets the checkpoint holds (librdkafka refuses a seek right
+/// after assignment, so offsets go into the assignment itself).
+struct CheckpointedOffsets {
+    topic: String,
+    next: Arc<Mutex<HashMap<i32, i64>>>,
+}
+
+impl ClientContext for CheckpointedOffsets {}
+
+impl ConsumerContext for CheckpointedOffsets {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let next = self.next.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                for partition in partitions {
+                    let offset = next
+                        .get(&partition)
+                        .map_or(Offset::Beginning, |n| Offset::Offset(*n));
+                    if let Err(error) = tpl.set_partition_offset(&self.topic, partition, offset) {
+                        warn!(%error, partition, "cannot set the stored offset");
+                    }
+                }
+                info!(assignment = ?tpl, "partitions assigned at the checkpointed offsets");
+                if let Err(error) = consumer.assign(tpl) {
+                    warn!(%error, "assign failed");
+                }
+            }
+            _ => {
+                if let Err(error) = consumer.unassign() {
+                    warn!(%error, "unassign failed");
+                }
+            }
+        }
+    }
+}
+
+/// Runs until `shutdown` resolves; checkpoints on the way out.
+pub async fn run(
+    config: LiveConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), LiveError> {
+    std::fs::create_dir_all(&config.state_dir).map_err(|source| LiveError::StateDir {
+        path: config.state_dir.clone(),
+        source,
+    })?;
+    let store_path = config.state_dir.join("analyzer.db");
+    let mut store = Store::open(&store_path)?;
+    let (states, offsets) = store.load_checkpoint(&config.topic)?;
+    let mut analyzers = HashMap::new();
+    for (cluster, state) in states {
+        analyzers.insert(cluster, Analyzer::restore(&state, config.analyzer.clone())?);
+    }
+    info!(
+        clusters = analyzers.len(),
+        ?offsets,
+        "resuming from the checkpoint"
+    );
+    let next = Arc::new(Mutex::new(offsets));
+    let context = CheckpointedOffsets {
+        topic: config.topic.clone(),
+        next: Arc::clone(&next),
+    };
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &config.brokers)
+        .set("group.id", &config.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "10000");
+    for (key, value) in &config.kafka_options {
+        client.set(key, value);
+    }
+    let consumer: StreamConsumer<CheckpointedOffsets> = client.create_with_context(context)?;
+    consumer.subscribe(&[&config.topic])?;
+
+    let (stop, stop_rx) = watch::channel(false);
+    let stored = Arc::new(Notify::new());
+    let mut deliveries = Vec::new();
+    for sink in config.sinks {
+        deliveries.push(tokio::spawn(run_delivery(
+            sink,
+            store_path.clone(),
+            Arc::clone(&stored),
+            stop_rx.clone(),
+        )));
+    }
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut checkpoint = tokio::time::interval(config.checkpoint_interval);
+    let mut outputs = Vec::new();
+    loop {
+        tokio::select! {
+            message = consumer.recv() => match message {
+                Ok(message) => {
+                    let (partition, offset) = (message.partition(), message.offset());
+                    match message.payload().map(decode::<WatchEvent>) {
+                        Some(Ok(event)) => {
+                            let analyzer = analyzers
+                                .entry(event.cluster_id.clone())
+                                .or_insert_with(|| Analyzer::new(config.analyzer.clone()));
+                            analyzer.step(event, &mut outputs);
+                        }
+                        Some(Err(error)) => {
+                            warn!(%error, partition, offset, "undecodable message kept as a dead letter");
+                            store.dead_letter(&config.topic, partition, offset, &error.to_string(), message.payload())?;
+                        }
+                        None => store.dead_letter(&config.topic, partition, offset, "empty message", None)?,
+                    }
+                    next.lock().unwrap_or_else(|e| e.into_inner()).insert(partition, offset + 1);
+                }
+                Err(error) => warn!(%error, "consumer error"),
+            },
+            _ = tick.tick() => {
+                let now = crate::live::now_ms();
+                for analyzer in analyzers.values_mut() {
+                    analyzer.advance_time(now, &mut outputs);
+                }
+            }
+            _ = checkpoint.tick() => save(&mut store, &config.topic, &analyzers, &next)?,
+            _ = &mut shutdown => break,
+        }
+        let alerts: Vec<_> = outputs
+            .drain(..)
+            .filter_map(|o| match o {
+                Output::Alert(alert) => Some(alert),
+                Output::NewEpoch(change) => {
+                    warn!(
+                        ?change,
+                        "resourceVersions went backwards: a new epoch starts"
+                    );
+                    None
+                }
+            })
+            .collect();
+        if !alerts.is_empty() && store.add_transitions(&alerts)? > 0 {
+            stored.notify_waiters();
+        }
+    }
+    save(&mut store, &config.topic, &analyzers, &next)?;
+    let _ = stop.send(true);
+    for delivery in deliveries {
+        if let Ok(Err(error)) = delivery.await {
+            warn!(%error, "a sink stopped with an error");
+        }
+    }
+    Ok(())
+}
+
+fn save(
+    store: &mut Store,
+    topic: &str,
+    analyzers: &HashMap<String, Analyzer>,
+    next: &Mutex<HashMap<i32, i64>>,
+) -> Result<(), StoreError> {
+    let offsets = next.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    store.checkpoint(
+        topic,
+        analyzers.iter().map(|(c, a)| (c.as_str(), a.snapshot())),
+        &offsets,
+    )
+}
+
+/// Wall-clock time in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,81 @@
+//! Alertmanager API v2: `POST /api/v2/alerts` with labels `alertname`, `rule`, `cluster`,
+//! `subnet`, `severity` and the summary and fix as annotations; a resolved alert carries
+//! `endsAt`.
+
+use ipaudit_schemas::kubernetes::format_timestamp_ms;
+use ipaudit_schemas::{Alert, AlertStatus};
+use serde_json::json;
+
+use super::SinkError;
+
+/// An Alertmanager.
+pub struct AlertmanagerSink {
+    url: String,
+    client: reqwest::Client,
+}
+
+impl AlertmanagerSink {
+    /// A sink for the Alertmanager at `base_url` (e.g. `http://alertmanager:9093`).
+    pub fn new(base_url: &str) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
+        AlertmanagerSink {
+            url: format!("{}/api/v2/alerts", base_url.trim_end_matches('/')),
+            client,
+        }
+    }
+
+    /// The alerts endpoint.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub(super) async fn deliver(&self, alert: &Alert) -> Result<(), SinkError> {
+        let response = self
+            .client
+            .post(&self.url)
+            .json(&[payload(alert)])
+            .send()
+            .await
+            .map_err(|source| SinkError::Http {
+                url: self.url.clone(),
+                source,
+            })?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(SinkError::Status {
+                url: self.url.clone(),
+                status: response.status(),
+            })
+        }
+    }
+}
+
+/// One alert in Alertmanager's v2 format.
+pub fn payload(alert: &Alert) -> serde_json::Value {
+    let mut value = json!({
+        "labels": {
+            "alertname": alert.rule,
+            "rule": alert.rule,
+            "cluster": alert.cluster_id,
+            "subnet": alert.subnet.clone().unwrap_or_default(),
+            "severity": alert.severity.as_str(),
+            "subject": alert.subject_name,
+        },
+        "annotations": {
+            "summary": alert.summary,
+            "fix": alert.fix.clone().unwrap_or_default(),
+            "alert_id": alert.alert_id,
+        },
+        "startsAt": format_timestamp_ms(alert.fired_at_ms),
+    });
+    if alert.status == AlertStatus::Resolved {
+        value["endsAt"] = json!(format_timestamp_ms(
+            alert.resolved_at_ms.unwrap_or(alert.fired_at_ms)
+        ));
+    }
+    value
+}

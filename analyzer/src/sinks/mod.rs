@@ -1,0 +1,145 @@
+//! Where alert transitions go: the log, a webhook, Alertmanager. Each sink delivers the
+//! stored transitions in order and moves its own cursor after each success, so every
+//! firing and every resolution reaches every sink, across restarts. Delivery is at least
+//! once; the transition id travels as an idempotency key so receivers drop a resend.
+
+mod alertmanager;
+mod log;
+mod webhook;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipaudit_schemas::Alert;
+use tokio::sync::{watch, Notify};
+use tracing::warn;
+
+pub use alertmanager::AlertmanagerSink;
+pub use log::LogSink;
+pub use webhook::{WebhookAuth, WebhookSink};
+
+use crate::store::{Store, StoreError};
+
+/// Why one delivery failed; it is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The HTTP request failed (connection, timeout).
+    #[error("request to {url} failed")]
+    Http {
+        /// Where.
+        url: String,
+        /// What reqwest said.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The receiver answered with an error status.
+    #[error("{url} answered {status}")]
+    Status {
+        /// Where.
+        url: String,
+        /// The status.
+        status: reqwest::StatusCode,
+    },
+}
+
+/// A configured sink.
+pub enum AlertSink {
+    /// Structured log lines.
+    Log(LogSink),
+    /// POST JSON to a URL.
+    Webhook(WebhookSink),
+    /// Alertmanager API v2.
+    Alertmanager(AlertmanagerSink),
+}
+
+impl AlertSink {
+    /// The sink's name, which keys its delivery cursor.
+    pub fn name(&self) -> String {
+        match self {
+            AlertSink::Log(_) => "log".into(),
+            AlertSink::Webhook(w) => format!("webhook:{}", w.url()),
+            AlertSink::Alertmanager(a) => format!("alertmanager:{}", a.url()),
+        }
+    }
+
+    async fn deliver(&self, transition_id: &str, alert: &Alert) -> Result<(), SinkError> {
+        match self {
+            AlertSink::Log(s) => {
+                s.deliver(transition_id, alert);
+                Ok(())
+            }
+            AlertSink::Webhook(s) => s.deliver(transition_id, alert).await,
+            AlertSink::Alertmanager(s) => s.deliver(alert).await,
+        }
+    }
+}
+
+/// Delivers stored transitions to `sink` until `shutdown` turns true.
+pub async fn run_delivery(
+    sink: AlertSink,
+    store_path: PathBuf,
+    stored: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), StoreError> {
+    let name = sink.name();
+    let store = Arc::new(std::sync::Mutex::new(Store::open(&store_path)?));
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        let batch = {
+            let store = Arc::clone(&store);
+            let name = name.clone();
+            tokio::task::spawn_blocking(move || {
+                store
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .undelivered(&name, 100)
+            })
+            .await
+            .expect("store task does not panic")?
+        };
+        if batch.is_empty() {
+            if *shutdown.borrow() {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = stored.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = shutdown.changed() => {}
+            }
+            continue;
+        }
+        for (seq, alert) in batch {
+            let id = crate::store::transition_id(&alert);
+            loop {
+                match sink.deliver(&id, &alert).await {
+                    Ok(()) => {
+                        backoff = Duration::from_millis(250);
+                        break;
+                    }
+                    Err(error) => {
+                        warn!(sink = %name, %error, transition = %id, "delivery failed; retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = shutdown.changed() => {}
+                        }
+                        if *shutdown.borrow() {
+                            return Ok(());
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(30));
+                    }
+                }
+            }
+            let store = Arc::clone(&store);
+            let name = name.clone();
+            tokio::task::spawn_blocking(move || {
+                store
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .delivered(&name, seq)
+            })
+            .await
+            .expect("store task does not panic")?;
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The live analyzer's SQLite store: checkpoints (every cluster's analysis with the offsets
+//! it corresponds to, in one transaction), the alert transitions to deliver (each at most
+//! once, by its transition id), each sink's delivery cursor, and dead letters.
+//!
+//! After a crash the analyzer restarts from the last checkpoint and consumes again from
+//! its offsets; the analysis is deterministic, so it makes the same transitions again,
+//! and the unique transition id keeps each in the outbox once.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipaudit_schemas::Alert;
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// Why the store failed (not retryable: the disk or file is broken).
+#[derive(Debug, thiserror::Error)]
+#[error("analyzer store {path}: {context}")]
+pub struct StoreError {
+    path: PathBuf,
+    context: &'static str,
+    #[source]
+    source: rusqlite::Error,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS checkpoint (
+    cluster_id TEXT PRIMARY KEY,
+    state      BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS offsets (
+    topic       TEXT NOT NULL,
+    partition   INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+);
+CREATE TABLE IF NOT EXISTS transitions (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    transition_id TEXT NOT NULL UNIQUE,
+    alert         BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sink_cursor (
+    sink           TEXT PRIMARY KEY,
+    delivered_seq  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    topic     TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    offset    INTEGER NOT NULL,
+    error     TEXT NOT NULL,
+    payload   BLOB,
+    PRIMARY KEY (topic, partition, offset)
+);
+";
+
+/// The identity of one alert transition: the same after a replay.
+pub fn transition_id(alert: &Alert) -> String {
+    format!(
+        "{}/{}/{}",
+        alert.alert_id,
+        alert.status.as_str(),
+        alert.fired_resource_version
+    )
+}
+
+/// One connection to the store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (or creates) the store.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let err = |context| {
+            let path = path.to_owned();
+            move |source| StoreError {
+                path,
+                context,
+                source,
+            }
+        };
+        let conn = Connection::open(path).map_err(err("open"))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err("enable WAL"))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(err("set synchronous"))?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(err("set busy timeout"))?;
+        conn.execute_batch(SCHEMA).map_err(err("create tables"))?;
+        Ok(Store {
+            conn,
+            path: path.to_owned(),
+        })
+    }
+
+    fn err(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        move |source| StoreError {
+            path: self.path.clone(),
+            context,
+            source,
+        }
+    }
+
+    /// The last checkpoint: each cluster's analysis, and the next offset per partition.
+    #[allow(clippy::type_complexity)]
+    pub fn load_checkpoint(
+        &self,
+        topic: &str,
+    ) -> Result<(Vec<(String, Vec<u8>)>, HashMap<i32, i64>), StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT cluster_id, state FROM checkpoint")
+            .map_err(self.err("read checkpoint"))?;
+        let states = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.err("read checkpoint"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.err("read checkpoint"))?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT partition, next_offset FROM offsets WHERE topic = ?1")
+            .map_err(self.err("read offsets"))?;
+        let offsets = stmt
+            .query_map([topic], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.err("read offsets"))?
+            .collect::<Result<HashMap<_, _>, _>>()
+            .map_err(self.err("read offsets"))?;
+        Ok((states, offsets))
+    }
+
+    /// Saves every cluster's analysis with the offsets it corresponds to, atomically.
+    pub fn checkpoint<'a>(
+        &mut self,
+        topic: &str,
+        states: impl IntoIterator<Item = (&'a str, Vec<u8>)>,
+        offsets: &HashMap<i32, i64>,
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let err = move |context| {
+            let path = path.clone();
+            move |source| StoreError {
+                path,
+                context,
+                source,
+            }
+        };
+        let tx = self.conn.transaction().map_err(err("begin checkpoint"))?;
+        for (cluster, state) in states {
+            tx.execute(
+                "INSERT INTO checkpoint (cluster_id, state) VALUES (?1, ?2)
+                 ON CONFLICT (cluster_id) DO UPDATE SET state = excluded.state",
+                params![cluster, state],
+            )
+            .map_err(err("write checkpoint"))?;
+        }
+        for (partition, next) in offsets {
+            tx.execute(
+                "INSERT INTO offsets (topic, partition, next_offset) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
+                params![topic, partition, next],
+            )
+            .map_err(err("write offsets"))?;
+        }
+        tx.commit().map_err(err("commit checkpoint"))
+    }
+
+    /// Adds transitions to deliver; one already there (a replay after a crash) is ignored.
+    /// Returns how many were new.
+    pub fn add_transitions(&mut self, alerts: &[Alert]) -> Result<usize, StoreError> {
+        let path = self.path.clone();
+        let err = move |context| {
+            let path = path.clone();
+            move |source| StoreError {
+                path,
+                context,
+                source,
+            }
+        };
+        let tx = self.conn.transaction().map_err(err("begin"))?;
+        let mut added = 0;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO transitions (transition_id, alert) VALUES (?1, ?2)",
+                )
+                .map_err(err("add transition"))?;
+            for alert in alerts {
+                let json = serde_json::to_vec(alert).unwrap_or_default();
+                added += insert
+                    .execute(params![transition_id(alert), json])
+                    .map_err(err("add transition"))?;
+            }
+        }
+        tx.commit().map_err(err("commit transitions"))?;
+        Ok(added)
+    }
+
+    /// Transitions a sink has not delivered yet, oldest first.
+    pub fn undelivered(&self, sink: &str, limit: usize) -> Result<Vec<(i64, Alert)>, StoreError> {
+        let cursor: i64 = self
+            .conn
+            .query_row(
+                "SELECT delivered_seq FROM sink_cursor WHERE sink = ?1",
+                [sink],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err("read sink cursor"))?
+            .unwrap_or(0);
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, alert FROM transitions WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            )
+            .map_err(self.err("read transitions"))?;
+        let rows = stmt
+            .query_map(params![cursor, limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .map_err(self.err("read transitions"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, json) = row.map_err(self.err("read transitions"))?;
+            if let Ok(alert) = serde_json::from_slice(&json) {
+                out.push((seq, alert));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Marks everything up to `seq` as delivered by `sink`.
+    pub fn delivered(&self, sink: &str, seq: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO sink_cursor (sink, delivered_seq) VALUES (?1, ?2)
+                 ON CONFLICT (sink) DO UPDATE SET delivered_seq = MAX(delivered_seq, excluded.delivered_seq)",
+                params![sink, seq],
+            )
+            .map(drop)
+            .map_err(self.err("advance sink cursor"))
+    }
+
+    /// Keeps a message that could not be decoded.
+    pub fn dead_letter(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        error: &str,
+        payload: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT OR IGNORE INTO dead_letters (topic, partition, offset, error, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![topic, partition, offset, error, payload],
+            )
+            .map(drop)
+            .map_err(self.err("write dead letter"))
+    }
+}

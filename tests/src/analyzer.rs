@@ -1,0 +1,68 @@
+//! `analyzer run` as a process: started with flags, killed with SIGKILL, restarted on the
+//! same state directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::collector::workspace_binary;
+
+/// A running `analyzer run`.
+pub struct AnalyzerProcess {
+    child: Child,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl AnalyzerProcess {
+    /// Starts `analyzer run` with the given flags after the common ones.
+    pub fn start(
+        brokers: &str,
+        topic: &str,
+        group: &str,
+        state_dir: &Path,
+        extra: &[&str],
+    ) -> AnalyzerProcess {
+        std::fs::create_dir_all(state_dir).expect("state dir");
+        let log = state_dir.join(format!(
+            "analyzer-{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        let child = Command::new(workspace_binary("analyzer"))
+            .arg("run")
+            .args(["--brokers", brokers, "--topic", topic, "--group", group])
+            .args(["--state-dir", &state_dir.display().to_string()])
+            .args([
+                "--checkpoint-interval",
+                "1s",
+                "--kafka-option",
+                "session.timeout.ms=6000",
+            ])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("analyzer log"))
+            .spawn()
+            .expect("start analyzer");
+        AnalyzerProcess { child, log }
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for AnalyzerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

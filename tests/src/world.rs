@@ -1,0 +1,110 @@
+//! One end-to-end test's world: a simulated API server, a broker (the run's shared one,
+//! or a private one), a topic of its own, and a scratch directory.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipaudit_schemas::{decode, WatchEvent};
+use kube_sim::{KubeSim, SimConfig};
+
+use crate::broker::{create_topic, read_topic, shared_broker, Broker};
+use crate::collector::{CollectorProcess, CollectorSetup};
+
+/// One test's world: a simulated API server, a broker, a topic, a state directory.
+pub struct World {
+    /// The simulated API server.
+    pub sim: KubeSim,
+    /// Scratch space: state directories, logs, recordings.
+    pub dir: tempfile::TempDir,
+    /// kubeconfig of the simulated API server.
+    pub kubeconfig: PathBuf,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// This test's events topic.
+    pub topic: String,
+    broker: Option<Broker>,
+    /// The runtime the simulated server (and test servers) run on.
+    pub runtime: tokio::runtime::Runtime,
+}
+
+impl World {
+    /// A world on the run's shared broker (or a private one), or on `brokers`.
+    pub fn new(name: &str, brokers: Option<String>) -> World {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let config = SimConfig {
+            bookmark_interval: Duration::from_millis(500),
+            ..SimConfig::default()
+        };
+        let sim = runtime
+            .block_on(KubeSim::start(config))
+            .expect("simulated API server");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        let (broker, brokers) = match (brokers, shared_broker()) {
+            (Some(addr), _) | (None, Some(addr)) => (None, addr),
+            (None, None) => {
+                let b = Broker::start_in_memory();
+                let addr = b.addr.clone();
+                (Some(b), addr)
+            }
+        };
+        let topic = format!("ipaudit.events.{name}.{}", std::process::id());
+        runtime.block_on(create_topic(&brokers, &topic));
+        World {
+            sim,
+            dir,
+            kubeconfig,
+            brokers,
+            topic,
+            broker,
+            runtime,
+        }
+    }
+
+    /// How a collector of this world is started.
+    pub fn setup(&self) -> CollectorSetup<'_> {
+        CollectorSetup {
+            kubeconfig: &self.kubeconfig,
+            brokers: &self.brokers,
+            topic: &self.topic,
+            state_dir: self.dir.path(),
+            cluster_id: "lab",
+        }
+    }
+
+    /// Starts a collector.
+    pub fn collector(&self) -> CollectorProcess {
+        CollectorProcess::start(&self.setup(), &[])
+    }
+
+    /// Reads the topic until `done` holds for the events read (or the timeout).
+    pub fn events_until(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&[WatchEvent]) -> bool,
+    ) -> Vec<WatchEvent> {
+        let decode_all = |payloads: &[Vec<u8>]| -> Vec<WatchEvent> {
+            payloads
+                .iter()
+                .map(|p| decode::<WatchEvent>(p).expect("every message decodes"))
+                .collect()
+        };
+        let payloads = read_topic(&self.brokers, &self.topic, timeout, |p| {
+            done(&decode_all(p))
+        });
+        decode_all(&payloads)
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.sim.cut_watches();
+        let _ = self.broker.take();
+        let _ = &self.runtime;
+    }
+}
