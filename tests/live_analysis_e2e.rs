@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use ipaudit_schemas::{decode, Alert, AlertStatus};
 use ipaudit_tests::analyzer::AnalyzerProcess;
+use ipaudit_tests::broker::{create_topic, read_topic};
 use ipaudit_tests::receiver::{Received, Receiver};
 use ipaudit_tests::scenario::{ip, play_kube_ovn_seed, subnet};
 use ipaudit_tests::world::World;
@@ -24,7 +26,15 @@ fn wait_for<T>(what: &str, timeout: Duration, mut found: impl FnMut() -> Option<
     }
 }
 
+fn alerts_topic(world: &World) -> String {
+    format!("{}.alerts", world.topic)
+}
+
 fn analyzer(world: &World, receiver: &Receiver, name: &str) -> AnalyzerProcess {
+    let alerts = alerts_topic(world);
+    world
+        .runtime
+        .block_on(create_topic(&world.brokers, &alerts));
     let process = AnalyzerProcess::start(
         &world.brokers,
         &world.topic,
@@ -35,6 +45,8 @@ fn analyzer(world: &World, receiver: &Receiver, name: &str) -> AnalyzerProcess {
             &format!("{}/hook", receiver.url),
             "--alertmanager-url",
             &format!("{}/am", receiver.url),
+            "--alerts-topic",
+            &alerts,
         ],
     );
     wait_for(
@@ -107,6 +119,24 @@ fn the_seed_reaches_the_webhook_within_5s_and_alertmanager_in_v2_format() {
             .into_iter()
             .find(|r| rule(r) == "ip-stuck-terminating")
     });
+    let records = read_topic(
+        &world.brokers,
+        &alerts_topic(&world),
+        Duration::from_secs(15),
+        |p| p.len() >= 2,
+    );
+    let on_kafka: Vec<(String, AlertStatus)> = records
+        .iter()
+        .map(|p| decode::<Alert>(p).expect("an Avro Alert"))
+        .map(|a| (a.rule, a.status))
+        .collect();
+    assert_eq!(
+        on_kafka,
+        [
+            ("subnet-deleted-before-ip".to_owned(), AlertStatus::Firing),
+            ("ip-stuck-terminating".to_owned(), AlertStatus::Firing)
+        ]
+    );
 }
 
 #[test]

@@ -79,6 +79,9 @@ struct RunArgs {
     /// Send alerts to this Alertmanager (API v2), e.g. http://alertmanager:9093.
     #[arg(long, env = "IPAUDIT_ALERTMANAGER_URL")]
     alertmanager_url: Option<String>,
+    /// Also publish alerts as Avro `Alert` records to this topic (e.g. ipaudit.alerts).
+    #[arg(long, env = "IPAUDIT_ALERTS_TOPIC")]
+    alerts_topic: Option<String>,
     /// Do not log alerts (they are logged by default).
     #[arg(long, env = "IPAUDIT_NO_LOG_ALERTS")]
     no_log_alerts: bool,
@@ -178,12 +181,15 @@ fn main() -> ExitCode {
 }
 
 fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
-    use ipaudit_analyzer::sinks::{AlertSink, AlertmanagerSink, LogSink, WebhookAuth, WebhookSink};
+    use ipaudit_analyzer::sinks::{
+        AlertSink, AlertmanagerSink, KafkaSink, LogSink, WebhookAuth, WebhookSink,
+    };
     let mut sinks = Vec::new();
     if !args.no_log_alerts {
         sinks.push(AlertSink::Log(LogSink));
     }
-    if let Some(url) = args.webhook_url {
+    // An empty value (e.g. an unset variable in docker compose) means "not configured".
+    if let Some(url) = args.webhook_url.filter(|u| !u.is_empty()) {
         let auth = match (args.webhook_bearer_token, args.webhook_hmac_secret) {
             (Some(token), _) => WebhookAuth::Bearer(token),
             (None, Some(secret)) => WebhookAuth::Hmac(secret),
@@ -191,8 +197,13 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         };
         sinks.push(AlertSink::Webhook(WebhookSink::new(url, auth)));
     }
-    if let Some(url) = args.alertmanager_url {
+    if let Some(url) = args.alertmanager_url.filter(|u| !u.is_empty()) {
         sinks.push(AlertSink::Alertmanager(AlertmanagerSink::new(&url)));
+    }
+    if let Some(topic) = args.alerts_topic.as_ref().filter(|t| !t.is_empty()) {
+        let sink = KafkaSink::new(&args.brokers, topic, &args.kafka_options)
+            .context("cannot create the alerts producer")?;
+        sinks.push(AlertSink::Kafka(sink));
     }
     let config = ipaudit_analyzer::live::LiveConfig {
         brokers: args.brokers,

@@ -1,9 +1,10 @@
-//! Where alert transitions go: the log, a webhook, Alertmanager. Each sink delivers the
+//! Where alert transitions go: the log, a webhook, Alertmanager, a Kafka topic. Each sink delivers the
 //! stored transitions in order and moves its own cursor after each success, so every
 //! firing and every resolution reaches every sink, across restarts. Delivery is at least
 //! once; the transition id travels as an idempotency key so receivers drop a resend.
 
 mod alertmanager;
+mod kafka;
 mod log;
 mod webhook;
 
@@ -16,6 +17,7 @@ use tokio::sync::{watch, Notify};
 use tracing::warn;
 
 pub use alertmanager::AlertmanagerSink;
+pub use kafka::KafkaSink;
 pub use log::LogSink;
 pub use webhook::{WebhookAuth, WebhookSink};
 
@@ -33,6 +35,9 @@ pub enum SinkError {
         #[source]
         source: reqwest::Error,
     },
+    /// Kafka did not take the record.
+    #[error("Kafka: {0}")]
+    Kafka(String),
     /// The receiver answered with an error status.
     #[error("{url} answered {status}")]
     Status {
@@ -51,6 +56,8 @@ pub enum AlertSink {
     Webhook(WebhookSink),
     /// Alertmanager API v2.
     Alertmanager(AlertmanagerSink),
+    /// Avro records on a Kafka topic.
+    Kafka(KafkaSink),
 }
 
 impl AlertSink {
@@ -60,6 +67,7 @@ impl AlertSink {
             AlertSink::Log(_) => "log".into(),
             AlertSink::Webhook(w) => format!("webhook:{}", w.url()),
             AlertSink::Alertmanager(a) => format!("alertmanager:{}", a.url()),
+            AlertSink::Kafka(k) => format!("kafka:{}", k.topic()),
         }
     }
 
@@ -71,6 +79,7 @@ impl AlertSink {
             }
             AlertSink::Webhook(s) => s.deliver(transition_id, alert).await,
             AlertSink::Alertmanager(s) => s.deliver(alert).await,
+            AlertSink::Kafka(s) => s.deliver(alert).await,
         }
     }
 }

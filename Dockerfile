@@ -1,0 +1,19 @@
+# Builds ipaudit's collector and analyzer into one small image.
+#   docker build -t ipaudit .
+#   docker run --rm ipaudit collector --help
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p ipaudit-collector -p ipaudit-analyzer --bins \
+ && cp target/release/collector target/release/analyzer /usr/local/bin/
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 65532 --home-dir /var/lib/ipaudit ipaudit \
+ && mkdir -p /var/lib/ipaudit /var/lib/ipaudit-analyzer \
+ && chown ipaudit /var/lib/ipaudit /var/lib/ipaudit-analyzer
+COPY --from=build /usr/local/bin/collector /usr/local/bin/analyzer /usr/local/bin/
+USER 65532
+EXPOSE 8080

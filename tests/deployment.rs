@@ -1,0 +1,191 @@
+//! docker-compose.yml and deploy/ say what the code does: the services, topics, flags and
+//! environment variables they use exist, and the collector's permissions are least
+//! privilege.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use ipaudit_tests::collector::workspace_binary;
+use serde_yaml_ng::Value;
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+}
+
+fn yaml_documents(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| {
+            <Value as serde::Deserialize>::deserialize(doc)
+                .unwrap_or_else(|e| panic!("{path}: {e}"))
+        })
+        .collect()
+}
+
+fn help(binary: &str, subcommand: &str) -> String {
+    let out = Command::new(workspace_binary(binary))
+        .args([subcommand, "--help"])
+        .output()
+        .expect("runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_sequence()
+        .map(|s| {
+            s.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every `--flag` and `IPAUDIT_*` variable a service passes is one the binary knows.
+fn assert_known(service: &str, command: &[String], env: &[String]) {
+    let (binary, subcommand) = (command[0].as_str(), command[1].as_str());
+    let help = help(binary, subcommand);
+    assert!(
+        !help.is_empty(),
+        "{service}: `{binary} {subcommand} --help` printed nothing"
+    );
+    for flag in command.iter().filter(|a| a.starts_with("--")) {
+        assert!(
+            help.contains(flag.as_str()),
+            "{service}: {binary} {subcommand} has no {flag}"
+        );
+    }
+    for name in env.iter().filter(|n| n.starts_with("IPAUDIT_")) {
+        assert!(
+            help.contains(&format!("env: {name}")),
+            "{service}: {binary} {subcommand} reads no {name}"
+        );
+    }
+}
+
+#[test]
+fn docker_compose_runs_kafka_its_topics_the_collector_and_the_analyzer() {
+    let compose = &yaml_documents("docker-compose.yml")[0];
+    let services = compose["services"].as_mapping().expect("services");
+    let names: Vec<&str> = services.keys().filter_map(Value::as_str).collect();
+    assert_eq!(names, ["kafka", "kafka-init", "collector", "analyzer"]);
+    assert!(compose["services"]["kafka"]["image"]
+        .as_str()
+        .is_some_and(|i| i.starts_with("apache/kafka:")));
+    assert_eq!(
+        compose["services"]["kafka"]["environment"]["KAFKA_PROCESS_ROLES"],
+        "broker,controller"
+    );
+    let init = strings(&compose["services"]["kafka-init"]["command"]).join(" ");
+    for topic in ["ipaudit.events", "ipaudit.alerts", "ipaudit.commands"] {
+        assert!(init.contains(topic), "kafka-init does not create {topic}");
+    }
+    for service in ["collector", "analyzer"] {
+        let spec = &compose["services"][service];
+        assert_eq!(
+            spec["build"], ".",
+            "{service} is built from this repository"
+        );
+        let env: Vec<String> = spec["environment"].as_mapping().map_or_else(Vec::new, |m| {
+            m.keys()
+                .filter_map(|k| k.as_str().map(str::to_owned))
+                .collect()
+        });
+        assert_known(service, &strings(&spec["command"]), &env);
+        assert_eq!(spec["environment"]["IPAUDIT_TOPIC"], "ipaudit.events");
+    }
+    // The topic the compose file uses is the binaries' default too.
+    assert!(help("collector", "run").contains("[default: ipaudit.events]"));
+    assert!(help("analyzer", "run").contains("[default: ipaudit.events]"));
+}
+
+fn kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+#[test]
+fn the_collector_may_only_read_pods_ips_and_subnets_and_patch_ips_when_remediating() {
+    let rbac = yaml_documents("deploy/rbac.yaml");
+    let role = kind(&rbac, "ClusterRole", "ipaudit-collector");
+    let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role["rules"]
+        .as_sequence()
+        .expect("rules")
+        .iter()
+        .map(|r| {
+            (
+                strings(&r["apiGroups"]),
+                strings(&r["resources"]),
+                strings(&r["verbs"]),
+            )
+        })
+        .collect();
+    let read = vec!["get".to_owned(), "list".into(), "watch".into()];
+    assert_eq!(
+        rules,
+        [
+            (vec!["".to_owned()], vec!["pods".to_owned()], read.clone()),
+            (
+                vec!["kubeovn.io".to_owned()],
+                vec!["ips".to_owned(), "subnets".to_owned()],
+                read
+            ),
+        ]
+    );
+    let remediate = yaml_documents("deploy/rbac-remediate.yaml");
+    let role = kind(&remediate, "ClusterRole", "ipaudit-collector-remediate");
+    let rule = &role["rules"][0];
+    assert_eq!(role["rules"].as_sequence().map(Vec::len), Some(1));
+    assert_eq!(
+        (
+            strings(&rule["apiGroups"]),
+            strings(&rule["resources"]),
+            strings(&rule["verbs"])
+        ),
+        (
+            vec!["kubeovn.io".to_owned()],
+            vec!["ips".to_owned()],
+            vec!["patch".to_owned()]
+        )
+    );
+}
+
+#[test]
+fn the_collector_deployment_probes_healthz_and_readyz_on_the_port_it_listens_on() {
+    let docs = yaml_documents("deploy/collector.yaml");
+    let deployment = kind(&docs, "Deployment", "ipaudit-collector");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "ipaudit-collector");
+    let container = &pod["containers"][0];
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let env: Vec<(String, Option<String>)> = container["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_owned(),
+                e["value"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    let listen = env
+        .iter()
+        .find(|(n, _)| n == "IPAUDIT_LISTEN")
+        .and_then(|(_, v)| v.clone())
+        .expect("IPAUDIT_LISTEN");
+    let port = container["ports"][0]["containerPort"]
+        .as_u64()
+        .expect("port");
+    assert!(listen.ends_with(&format!(":{port}")));
+    let names: Vec<String> = env.into_iter().map(|(n, _)| n).collect();
+    assert_known(
+        "deploy/collector.yaml",
+        &strings(&container["args"]),
+        &names,
+    );
+}
