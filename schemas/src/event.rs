@@ -74,6 +74,8 @@ pub enum EventType {
     SyncEnd,
     /// The object was missing from a relist: deleted at or before the list's version.
     DeletedOnRelist,
+    /// The collector acted (or refused to act) on a cleanup command (schema v3).
+    Remediation,
 }
 
 impl EventType {
@@ -87,6 +89,7 @@ impl EventType {
             EventType::SyncStart => "SYNC_START",
             EventType::SyncEnd => "SYNC_END",
             EventType::DeletedOnRelist => "DELETED_ON_RELIST",
+            EventType::Remediation => "REMEDIATION",
         }
     }
 
@@ -95,11 +98,12 @@ impl EventType {
         matches!(self, EventType::Deleted | EventType::DeletedOnRelist)
     }
 
-    /// Whether the event carries an object (as opposed to a progress or relist marker).
+    /// Whether the event carries an object's state (as opposed to a progress or relist
+    /// marker, or the collector's own remediation record).
     pub fn carries_object(self) -> bool {
         !matches!(
             self,
-            EventType::Bookmark | EventType::SyncStart | EventType::SyncEnd
+            EventType::Bookmark | EventType::SyncStart | EventType::SyncEnd | EventType::Remediation
         )
     }
 }
@@ -233,6 +237,49 @@ pub struct PodInfo {
     pub allocations: Vec<PodAllocation>,
 }
 
+/// What happened to a cleanup command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RemediationOutcome {
+    /// The patch was applied.
+    Applied,
+    /// Every check passed; remediation is in dry-run mode, so nothing was changed.
+    DryRun,
+    /// A safety check did not pass; nothing was changed.
+    Skipped,
+    /// The patch failed.
+    Failed,
+}
+
+impl RemediationOutcome {
+    /// Lower-case name, for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemediationOutcome::Applied => "applied",
+            RemediationOutcome::DryRun => "dry_run",
+            RemediationOutcome::Skipped => "skipped",
+            RemediationOutcome::Failed => "failed",
+        }
+    }
+}
+
+/// A cleanup action the collector took, or refused to take (schema v3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remediation {
+    /// The command this answers.
+    pub command_id: String,
+    /// The alert that asked for it.
+    pub reason_alert_id: String,
+    /// REMOVE_FINALIZER or NUDGE.
+    pub action: String,
+    /// What happened.
+    pub outcome: RemediationOutcome,
+    /// Why, for a person.
+    pub reason: String,
+    /// The finalizer removed (or that would have been).
+    pub finalizer: Option<String>,
+}
+
 /// One watch event (the Avro record `io.ipaudit.WatchEvent`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchEvent {
@@ -263,6 +310,9 @@ pub struct WatchEvent {
     /// The object as JSON, when raw capture is on (schema v2).
     #[serde(default)]
     pub raw_object: Option<String>,
+    /// Set on REMEDIATION events (schema v3).
+    #[serde(default)]
+    pub remediation: Option<Remediation>,
 }
 
 impl WatchEvent {
@@ -282,6 +332,7 @@ impl WatchEvent {
             subnet: None,
             pod: None,
             raw_object: None,
+            remediation: None,
         }
     }
 

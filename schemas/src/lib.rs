@@ -21,8 +21,8 @@ pub use alert::{Alert, AlertStatus, Evidence, Severity};
 pub use command::{CleanupAction, CleanupCommand};
 pub use container::{ContainerError, ContainerReader, ContainerWriter};
 pub use event::{
-    EventType, IpInfo, ObjectMeta, OwnerReference, PodAllocation, PodInfo, Stream, SubnetInfo,
-    WatchEvent,
+    EventType, IpInfo, ObjectMeta, OwnerReference, PodAllocation, PodInfo, Remediation,
+    RemediationOutcome, Stream, SubnetInfo, WatchEvent,
 };
 pub use message::{decode, encode, DecodeError, EncodeError};
 pub use registry::{DatumError, Record, SchemaSet, SchemaVersion};

@@ -120,15 +120,24 @@ fn encode_v1(event: &WatchEvent) -> Vec<u8> {
     out
 }
 
-fn strip_v2_fields(value: &mut Value) {
+/// Fields added after each version: v2 added raw_object and last_update_ms, v3 remediation.
+fn strip_fields_newer_than(version: u32, value: &mut Value) {
     if let Value::Record(fields) = value {
-        fields.retain(|(name, _)| name != "raw_object" && name != "last_update_ms");
+        fields.retain(|(name, _)| match name.as_str() {
+            "raw_object" | "last_update_ms" => version >= 2,
+            "remediation" => version >= 3,
+            _ => true,
+        });
         for (_, v) in fields.iter_mut() {
-            strip_v2_fields(v);
+            strip_fields_newer_than(version, v);
         }
     } else if let Value::Union(_, inner) = value {
-        strip_v2_fields(inner);
+        strip_fields_newer_than(version, inner);
     }
+}
+
+fn strip_v2_fields(value: &mut Value) {
+    strip_fields_newer_than(1, value);
 }
 
 #[test]
@@ -145,6 +154,45 @@ fn watch_event_written_with_schema_v1_is_read_by_the_current_schema() {
     expected.raw_object = None;
     expected.metadata.as_mut().unwrap().last_update_ms = None;
     assert_eq!(read, expected);
+}
+
+/// Encodes `event` with WatchEvent schema v2, as the collector before remediation did.
+fn encode_v2(event: &WatchEvent) -> Vec<u8> {
+    let v2 = &WatchEvent::schemas().versions()[1];
+    let mut value = to_value(event).unwrap();
+    strip_fields_newer_than(2, &mut value);
+    let resolved = value.resolve(v2.schema).unwrap();
+    let mut out = vec![0xC3, 0x01];
+    out.extend_from_slice(&v2.fingerprint);
+    out.extend(
+        apache_avro::writer::datum::GenericDatumWriter::builder(v2.schema)
+            .build()
+            .unwrap()
+            .write_value_to_vec(resolved)
+            .unwrap(),
+    );
+    out
+}
+
+#[test]
+fn watch_event_written_with_schema_v2_is_read_by_the_current_schema() {
+    let event = rich_ip_event();
+    let read = decode::<WatchEvent>(&encode_v2(&event)).unwrap();
+    assert_eq!(read, event, "v2 had every field of this event");
+}
+
+#[test]
+fn a_remediation_event_round_trips() {
+    let mut event = EventBuilder::ip("vm-1.ns", "s").rv(9).build(EventType::Remediation);
+    event.remediation = Some(ipaudit_schemas::Remediation {
+        command_id: "c1".into(),
+        reason_alert_id: "a1".into(),
+        action: "REMOVE_FINALIZER".into(),
+        outcome: ipaudit_schemas::RemediationOutcome::Skipped,
+        reason: "uid changed".into(),
+        finalizer: None,
+    });
+    assert_eq!(decode::<WatchEvent>(&encode(&event).unwrap()).unwrap(), event);
 }
 
 #[test]
@@ -227,7 +275,7 @@ fn container_round_trips_many_events() {
     }
     let bytes = writer.finish().unwrap();
     let reader = ContainerReader::<WatchEvent, _>::new(&bytes[..]).unwrap();
-    assert_eq!(reader.writer_version(), 2);
+    assert_eq!(reader.writer_version(), 3);
     let read: Vec<WatchEvent> = reader.map(Result::unwrap).collect();
     assert_eq!(read, events);
 }
@@ -315,10 +363,13 @@ fn schema_files_are_self_contained_and_fingerprints_match_fastavros() {
         }
     }
     // Computed by fastavro (to_parsing_canonical_form + CRC-64-AVRO) for the .avsc files.
-    let known: [(&[u8; 8], &str); 1] = [(
-        &WatchEvent::schemas().current().fingerprint,
-        "b1ad52423bdd850f",
-    )];
+    let known: [(&[u8; 8], &str); 5] = [
+        (&WatchEvent::schemas().versions()[0].fingerprint, "4276377706f36319"),
+        (&WatchEvent::schemas().versions()[1].fingerprint, "b1ad52423bdd850f"),
+        (&WatchEvent::schemas().versions()[2].fingerprint, "858366ea9a6bc4a6"),
+        (&Alert::schemas().current().fingerprint, "7c439695d966f1ad"),
+        (&CleanupCommand::schemas().current().fingerprint, "5fd0e20d3a4ccfa0"),
+    ];
     for (fingerprint, hex) in known {
         let ours: String = fingerprint.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(ours, hex);
