@@ -4,9 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use ipaudit_schemas::{decode, Alert, AlertStatus};
+use ipaudit_schemas::{
+    decode, encode, Alert, AlertStatus, CleanupAction, CleanupCommand, EventType,
+    RemediationOutcome, WatchEvent,
+};
 use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::broker::{create_topic, read_topic};
+use ipaudit_tests::broker::{create_topic, produce, read_topic};
+use ipaudit_tests::collector::CollectorProcess;
 use ipaudit_tests::receiver::{Received, Receiver};
 use ipaudit_tests::scenario::{ip, play_kube_ovn_seed, subnet};
 use ipaudit_tests::world::World;
@@ -31,6 +35,10 @@ fn alerts_topic(world: &World) -> String {
 }
 
 fn analyzer(world: &World, receiver: &Receiver, name: &str) -> AnalyzerProcess {
+    analyzer_with(world, receiver, name, &[])
+}
+
+fn analyzer_with(world: &World, receiver: &Receiver, name: &str, more: &[&str]) -> AnalyzerProcess {
     let alerts = alerts_topic(world);
     world
         .runtime
@@ -47,7 +55,10 @@ fn analyzer(world: &World, receiver: &Receiver, name: &str) -> AnalyzerProcess {
             &format!("{}/am", receiver.url),
             "--alerts-topic",
             &alerts,
-        ],
+        ]
+        .into_iter()
+        .chain(more.iter().copied())
+        .collect::<Vec<_>>(),
     );
     wait_for(
         "the analyzer joins its group",
@@ -220,5 +231,208 @@ fn an_analyzer_killed_between_consuming_and_sending_delivers_each_alert_exactly_
     assert!(
         per_transition.values().all(|n| *n == 1),
         "{per_transition:?}"
+    );
+}
+
+fn commands_topic(world: &World) -> String {
+    format!("{}.commands", world.topic)
+}
+
+fn remediating_collector(world: &World) -> CollectorProcess {
+    let commands = commands_topic(world);
+    world
+        .runtime
+        .block_on(create_topic(&world.brokers, &commands));
+    // A group of its own: tests run side by side on one broker with the same cluster id.
+    let group = format!("remediator-{commands}");
+    CollectorProcess::start(
+        &world.setup(),
+        &[
+            "--remediate",
+            "on",
+            "--commands-topic",
+            &commands,
+            "--remediate-group",
+            &group,
+        ],
+    )
+}
+
+fn remediations(world: &World, done: impl Fn(&[WatchEvent]) -> bool) -> Vec<WatchEvent> {
+    world
+        .events_until(Duration::from_secs(20), done)
+        .into_iter()
+        .filter(|e| e.event_type == EventType::Remediation)
+        .collect()
+}
+
+#[test]
+fn with_remediation_on_the_stuck_ip_loses_its_finalizer_and_disappears() {
+    let world = World::new("remediate", None);
+    let receiver = Receiver::start(&world.runtime);
+    let collector = remediating_collector(&world);
+    let commands = commands_topic(&world);
+    let _analyzer = analyzer_with(
+        &world,
+        &receiver,
+        "remediate",
+        &["--cleanup-commands", "--commands-topic", &commands],
+    );
+    let seed = play_kube_ovn_seed(&world.sim, false);
+    wait_for("the stuck IP to be gone", Duration::from_secs(30), || {
+        world
+            .sim
+            .get(Kind::Ip, "", seed.leaked_ip)
+            .is_err()
+            .then_some(())
+    });
+    let done = |events: &[WatchEvent]| {
+        events
+            .iter()
+            .any(|e| e.event_type == EventType::Remediation)
+    };
+    let applied = remediations(&world, done);
+    let outcome = applied[0].remediation.as_ref().expect("remediation record");
+    assert_eq!(
+        outcome.outcome,
+        RemediationOutcome::Applied,
+        "{}",
+        collector.log_text()
+    );
+    assert_eq!(
+        outcome.finalizer.as_deref(),
+        Some("kubeovn.io/kube-ovn-controller")
+    );
+    assert_eq!(applied[0].object_key(), seed.leaked_ip);
+    wait_for(
+        "the stuck-IP alert resolves",
+        Duration::from_secs(15),
+        || {
+            receiver
+                .received("/hook")
+                .into_iter()
+                .find(|r| rule(r) == "ip-stuck-terminating" && r.body["status"] == "RESOLVED")
+        },
+    );
+}
+
+/// An IP that is terminating while its subnet never existed: eligible for cleanup.
+fn stuck_ip(world: &World, name: &str) -> (String, String) {
+    world
+        .sim
+        .create(
+            Kind::Ip,
+            "",
+            ip(name, "gone-net", "p", "ns", "10.1.0.9", ""),
+        )
+        .unwrap();
+    let marked = world.sim.delete(Kind::Ip, "", name).unwrap();
+    let uid = marked["metadata"]["uid"].as_str().unwrap().to_owned();
+    let rv = marked["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (uid, rv)
+}
+
+fn command(cluster: &str, id: &str, name: &str, uid: &str, rv: &str) -> CleanupCommand {
+    CleanupCommand {
+        command_id: id.into(),
+        cluster_id: cluster.into(),
+        action: CleanupAction::RemoveFinalizer,
+        target_kind: "IP".into(),
+        target_name: name.into(),
+        target_uid: uid.into(),
+        expected_resource_version: rv.into(),
+        finalizer: None,
+        subnet: "gone-net".into(),
+        reason_alert_id: "test".into(),
+        issued_at_ms: 0,
+    }
+}
+
+fn send(world: &World, command: &CleanupCommand) {
+    let payload = encode(command).unwrap();
+    world.runtime.block_on(produce(
+        &world.brokers,
+        &commands_topic(world),
+        command.cluster_id.as_bytes(),
+        &payload,
+    ));
+}
+
+fn finalizers(world: &World, name: &str) -> usize {
+    world.sim.get(Kind::Ip, "", name).map_or(0, |o| {
+        o["metadata"]["finalizers"].as_array().map_or(0, Vec::len)
+    })
+}
+
+#[test]
+fn an_ip_deleted_and_recreated_with_the_same_name_is_never_patched() {
+    let world = World::new("recreated", None);
+    let _collector = remediating_collector(&world);
+    let (old_uid, _) = stuck_ip(&world, "again.ns");
+    world
+        .sim
+        .remove_finalizers(Kind::Ip, "", "again.ns")
+        .unwrap();
+    let (new_uid, new_rv) = stuck_ip(&world, "again.ns");
+    assert_ne!(old_uid, new_uid);
+    // Everything matches the recreated IP except its uid.
+    send(
+        &world,
+        &command("lab", "cmd-old", "again.ns", &old_uid, &new_rv),
+    );
+    let done = |events: &[WatchEvent]| {
+        events
+            .iter()
+            .any(|e| e.event_type == EventType::Remediation)
+    };
+    let outcomes = remediations(&world, done);
+    let record = outcomes[0].remediation.as_ref().unwrap();
+    assert_eq!(record.outcome, RemediationOutcome::Skipped);
+    assert!(record.reason.contains("uid changed"), "{}", record.reason);
+    assert_eq!(
+        finalizers(&world, "again.ns"),
+        1,
+        "the recreated IP keeps its finalizer"
+    );
+}
+
+#[test]
+fn a_command_for_another_cluster_is_ignored() {
+    let world = World::new("othercluster", None);
+    let _collector = remediating_collector(&world);
+    let (uid, rv) = stuck_ip(&world, "theirs.ns");
+    send(
+        &world,
+        &command("elsewhere", "cmd-elsewhere", "theirs.ns", &uid, &rv),
+    );
+    // A command of ours behind it, with a stale version: once its outcome is recorded, the
+    // one before it has been read too.
+    send(
+        &world,
+        &command("lab", "cmd-marker", "theirs.ns", &uid, "1"),
+    );
+    let done = |events: &[WatchEvent]| {
+        events
+            .iter()
+            .any(|e| e.event_type == EventType::Remediation)
+    };
+    let outcomes = remediations(&world, done);
+    let ids: Vec<&str> = outcomes
+        .iter()
+        .filter_map(|e| e.remediation.as_ref())
+        .map(|r| r.command_id.as_str())
+        .collect();
+    assert_eq!(ids, ["cmd-marker"]);
+    assert_eq!(
+        outcomes[0].remediation.as_ref().unwrap().outcome,
+        RemediationOutcome::Skipped
+    );
+    assert_eq!(
+        finalizers(&world, "theirs.ns"),
+        1,
+        "the other cluster's command changed nothing here"
     );
 }

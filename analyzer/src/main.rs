@@ -36,7 +36,7 @@ enum Command {
     /// The analysis and the consumed offsets are checkpointed in SQLite under --state-dir;
     /// a restart resumes there, and each alert firing and resolution reaches each sink once
     /// (at least once, with its transition id as Idempotency-Key).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -82,6 +82,17 @@ struct RunArgs {
     /// Also publish alerts as Avro `Alert` records to this topic (e.g. ipaudit.alerts).
     #[arg(long, env = "IPAUDIT_ALERTS_TOPIC")]
     alerts_topic: Option<String>,
+    /// Send a cleanup command (remove kube-ovn's finalizer) for every stuck IP to the
+    /// commands topic; collectors act on it only with --remediate.
+    #[arg(long, env = "IPAUDIT_CLEANUP_COMMANDS")]
+    cleanup_commands: bool,
+    /// Topic of cleanup commands.
+    #[arg(
+        long,
+        env = "IPAUDIT_COMMANDS_TOPIC",
+        default_value = "ipaudit.commands"
+    )]
+    commands_topic: String,
     /// Do not log alerts (they are logged by default).
     #[arg(long, env = "IPAUDIT_NO_LOG_ALERTS")]
     no_log_alerts: bool,
@@ -169,7 +180,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Replay(args) => run_replay(args),
-        Command::Run(args) => run_live(args),
+        Command::Run(args) => run_live(*args),
     };
     match result {
         Ok(code) => code,
@@ -182,7 +193,7 @@ fn main() -> ExitCode {
 
 fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
     use ipaudit_analyzer::sinks::{
-        AlertSink, AlertmanagerSink, KafkaSink, LogSink, WebhookAuth, WebhookSink,
+        AlertSink, AlertmanagerSink, CommandSink, KafkaSink, LogSink, WebhookAuth, WebhookSink,
     };
     let mut sinks = Vec::new();
     if !args.no_log_alerts {
@@ -204,6 +215,11 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         let sink = KafkaSink::new(&args.brokers, topic, &args.kafka_options)
             .context("cannot create the alerts producer")?;
         sinks.push(AlertSink::Kafka(sink));
+    }
+    if args.cleanup_commands {
+        let sink = CommandSink::new(&args.brokers, &args.commands_topic, &args.kafka_options)
+            .context("cannot create the commands producer")?;
+        sinks.push(AlertSink::Commands(sink));
     }
     let config = ipaudit_analyzer::live::LiveConfig {
         brokers: args.brokers,

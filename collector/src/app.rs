@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::outbox::{Outbox, OutboxError};
 use crate::produce::{ensure_topic, run_producer, KafkaConfig, ProduceError};
 use crate::record::FileSink;
+use crate::remediate::{run_remediator, RemediateConfig, RemediationMode};
 use crate::sink::{self, EventSink, SinkError};
 use crate::watch::{StreamState, WatchConfig, WatchError, Watcher};
 
@@ -56,6 +57,8 @@ pub struct RunConfig {
     pub kafka: KafkaConfig,
     /// How long SIGTERM waits for the outbox to drain.
     pub shutdown_timeout: Duration,
+    /// Cleanup commands (off unless asked for).
+    pub remediate: RemediateConfig,
 }
 
 /// `collector record`: events into a file.
@@ -178,6 +181,7 @@ async fn start(
     config: &CollectorConfig,
     mut states: std::collections::HashMap<Stream, StreamState>,
     sink: Box<dyn EventSink>,
+    remediate: Option<(RemediateConfig, PathBuf)>,
 ) -> Result<Pipeline, AppError> {
     let client = client(&config.kube).await?;
     preflight(&client).await?;
@@ -207,6 +211,22 @@ async fn start(
             metrics.clone(),
         );
         watchers.spawn(watcher.run(stop_rx.clone()));
+    }
+    if let Some((remediate, db)) = remediate.filter(|(r, _)| r.mode != RemediationMode::Off) {
+        let (client, stamp, tx, stop_rx) = (
+            client.clone(),
+            config.stamp.clone(),
+            tx.clone(),
+            stop_rx.clone(),
+        );
+        // The remediator sends its outcomes through the same sink; it is joined with the
+        // watchers so that the sink outlives it.
+        watchers.spawn(async move {
+            if let Err(e) = run_remediator(client, remediate, stamp, &db, tx, stop_rx).await {
+                error!(error = %e, "remediation stopped");
+            }
+            Ok(())
+        });
     }
     Ok(Pipeline {
         watchers,
@@ -271,7 +291,13 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
             warn!(error = %e, "cannot create the topic now; events wait in the outbox");
         }
     }
-    let pipeline = start(&config.collector, states, Box::new(outbox)).await?;
+    let pipeline = start(
+        &config.collector,
+        states,
+        Box::new(outbox),
+        Some((config.remediate.clone(), path.clone())),
+    )
+    .await?;
     let producer = tokio::spawn(run_producer(
         path,
         config.kafka.clone(),
@@ -296,7 +322,7 @@ pub async fn record(
     shutdown: impl Future<Output = ()>,
 ) -> Result<u64, AppError> {
     let sink = FileSink::create(&config.out)?;
-    let pipeline = start(&config.collector, Default::default(), Box::new(sink)).await?;
+    let pipeline = start(&config.collector, Default::default(), Box::new(sink), None).await?;
     let (written, _stop) = pipeline.run_until(shutdown).await?;
     Ok(written)
 }

@@ -14,5 +14,6 @@ pub mod metrics;
 pub mod outbox;
 pub mod produce;
 pub mod record;
+pub mod remediate;
 pub mod sink;
 pub mod watch;

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use ipaudit_collector::app::{self, CollectorConfig, KubeSource, RecordConfig, RunConfig};
 use ipaudit_collector::event::Stamp;
 use ipaudit_collector::produce::KafkaConfig;
+use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
 use ipaudit_collector::watch::WatchConfig;
 
 /// Records every watch event of Pods, kube-ovn IPs and Subnets, for ipaudit's analyzer.
@@ -77,6 +78,23 @@ struct RunArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "IPAUDIT_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
+    /// Execute cleanup commands for this cluster: off (default), dry-run (check and record
+    /// only) or on (remove kube-ovn's finalizer; needs deploy/rbac-remediate.yaml).
+    #[arg(long, env = "IPAUDIT_REMEDIATE", value_enum, default_value = "off")]
+    remediate: Remediate,
+    /// Topic of cleanup commands.
+    #[arg(
+        long,
+        env = "IPAUDIT_COMMANDS_TOPIC",
+        default_value = "ipaudit.commands"
+    )]
+    commands_topic: String,
+    /// Consumer group for commands (default: ipaudit-remediator-<cluster id>).
+    #[arg(long, env = "IPAUDIT_REMEDIATE_GROUP")]
+    remediate_group: Option<String>,
+    /// At most this many finalizers removed per minute.
+    #[arg(long, env = "IPAUDIT_REMEDIATE_MAX_PER_MINUTE", default_value_t = 10)]
+    remediate_max_per_minute: usize,
     /// How long SIGTERM waits for the outbox to drain into Kafka.
     #[arg(long, env = "IPAUDIT_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
     shutdown_timeout: Duration,
@@ -95,6 +113,16 @@ struct RecordArgs {
     /// Address of /metrics, /healthz and /readyz (default: not served).
     #[arg(long, env = "IPAUDIT_LISTEN")]
     listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Remediate {
+    /// Do not read commands.
+    Off,
+    /// Check and record what would be done; change nothing.
+    DryRun,
+    /// Act.
+    On,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -176,7 +204,20 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 create_topic_partitions: (args.create_topic_partitions > 0)
                     .then_some(args.create_topic_partitions),
             };
+            let remediate = RemediateConfig {
+                mode: match args.remediate {
+                    Remediate::Off => RemediationMode::Off,
+                    Remediate::DryRun => RemediationMode::DryRun,
+                    Remediate::On => RemediationMode::On,
+                },
+                brokers: kafka.brokers.clone(),
+                topic: args.commands_topic,
+                options: kafka.options.clone(),
+                max_per_minute: args.remediate_max_per_minute,
+                group: args.remediate_group,
+            };
             let config = RunConfig {
+                remediate,
                 collector: collector_config(args.watch, Some(args.listen)),
                 state_dir: args.state_dir,
                 kafka,

@@ -103,7 +103,10 @@ impl EventType {
     pub fn carries_object(self) -> bool {
         !matches!(
             self,
-            EventType::Bookmark | EventType::SyncStart | EventType::SyncEnd | EventType::Remediation
+            EventType::Bookmark
+                | EventType::SyncStart
+                | EventType::SyncEnd
+                | EventType::Remediation
         )
     }
 }

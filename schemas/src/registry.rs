@@ -189,7 +189,11 @@ macro_rules! record {
 record!(
     WatchEvent,
     "io.ipaudit.WatchEvent",
-    ["watch_event.v1.avsc", "watch_event.v2.avsc", "watch_event.v3.avsc"]
+    [
+        "watch_event.v1.avsc",
+        "watch_event.v2.avsc",
+        "watch_event.v3.avsc"
+    ]
 );
 record!(Alert, "io.ipaudit.Alert", ["alert.v1.avsc"]);
 record!(

@@ -183,7 +183,9 @@ fn watch_event_written_with_schema_v2_is_read_by_the_current_schema() {
 
 #[test]
 fn a_remediation_event_round_trips() {
-    let mut event = EventBuilder::ip("vm-1.ns", "s").rv(9).build(EventType::Remediation);
+    let mut event = EventBuilder::ip("vm-1.ns", "s")
+        .rv(9)
+        .build(EventType::Remediation);
     event.remediation = Some(ipaudit_schemas::Remediation {
         command_id: "c1".into(),
         reason_alert_id: "a1".into(),
@@ -192,7 +194,10 @@ fn a_remediation_event_round_trips() {
         reason: "uid changed".into(),
         finalizer: None,
     });
-    assert_eq!(decode::<WatchEvent>(&encode(&event).unwrap()).unwrap(), event);
+    assert_eq!(
+        decode::<WatchEvent>(&encode(&event).unwrap()).unwrap(),
+        event
+    );
 }
 
 #[test]
@@ -364,11 +369,23 @@ fn schema_files_are_self_contained_and_fingerprints_match_fastavros() {
     }
     // Computed by fastavro (to_parsing_canonical_form + CRC-64-AVRO) for the .avsc files.
     let known: [(&[u8; 8], &str); 5] = [
-        (&WatchEvent::schemas().versions()[0].fingerprint, "4276377706f36319"),
-        (&WatchEvent::schemas().versions()[1].fingerprint, "b1ad52423bdd850f"),
-        (&WatchEvent::schemas().versions()[2].fingerprint, "858366ea9a6bc4a6"),
+        (
+            &WatchEvent::schemas().versions()[0].fingerprint,
+            "4276377706f36319",
+        ),
+        (
+            &WatchEvent::schemas().versions()[1].fingerprint,
+            "b1ad52423bdd850f",
+        ),
+        (
+            &WatchEvent::schemas().versions()[2].fingerprint,
+            "858366ea9a6bc4a6",
+        ),
         (&Alert::schemas().current().fingerprint, "7c439695d966f1ad"),
-        (&CleanupCommand::schemas().current().fingerprint, "5fd0e20d3a4ccfa0"),
+        (
+            &CleanupCommand::schemas().current().fingerprint,
+            "5fd0e20d3a4ccfa0",
+        ),
     ];
     for (fingerprint, hex) in known {
         let ours: String = fingerprint.iter().map(|b| format!("{b:02x}")).collect();

@@ -193,3 +193,20 @@ pub fn read_topic(
     }
     payloads
 }
+
+/// Produces one message and waits for the broker's acknowledgement.
+pub async fn produce(brokers: &str, topic: &str, key: &[u8], payload: &[u8]) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(payload),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .expect("message acknowledged");
+}

@@ -4,6 +4,7 @@
 //! once; the transition id travels as an idempotency key so receivers drop a resend.
 
 mod alertmanager;
+mod commands;
 mod kafka;
 mod log;
 mod webhook;
@@ -17,6 +18,7 @@ use tokio::sync::{watch, Notify};
 use tracing::warn;
 
 pub use alertmanager::AlertmanagerSink;
+pub use commands::{command_for, CommandSink};
 pub use kafka::KafkaSink;
 pub use log::LogSink;
 pub use webhook::{WebhookAuth, WebhookSink};
@@ -58,6 +60,8 @@ pub enum AlertSink {
     Alertmanager(AlertmanagerSink),
     /// Avro records on a Kafka topic.
     Kafka(KafkaSink),
+    /// Cleanup commands for stuck IPs.
+    Commands(CommandSink),
 }
 
 impl AlertSink {
@@ -68,6 +72,7 @@ impl AlertSink {
             AlertSink::Webhook(w) => format!("webhook:{}", w.url()),
             AlertSink::Alertmanager(a) => format!("alertmanager:{}", a.url()),
             AlertSink::Kafka(k) => format!("kafka:{}", k.topic()),
+            AlertSink::Commands(c) => format!("commands:{}", c.topic()),
         }
     }
 
@@ -80,6 +85,7 @@ impl AlertSink {
             AlertSink::Webhook(s) => s.deliver(transition_id, alert).await,
             AlertSink::Alertmanager(s) => s.deliver(alert).await,
             AlertSink::Kafka(s) => s.deliver(alert).await,
+            AlertSink::Commands(s) => s.deliver(alert).await,
         }
     }
 }
