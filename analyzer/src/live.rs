@@ -42,6 +42,9 @@ pub struct LiveConfig {
     pub checkpoint_interval: Duration,
     /// Where alerts go.
     pub sinks: Vec<AlertSink>,
+    /// Stop once every assigned partition has been read to its end (catch-up runs and
+    /// benchmarks), after a last checkpoint and delivery.
+    pub exit_at_end: bool,
 }
 
 /// Why the live analyzer stopped.
@@ -142,7 +145,13 @@ pub async fn run(
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "10000");
+        .set("session.timeout.ms", "10000")
+        // Alerts within seconds: do not let the broker hold a fetch for librdkafka's 500 ms.
+        .set("fetch.wait.max.ms", "100")
+        .set(
+            "enable.partition.eof",
+            if config.exit_at_end { "true" } else { "false" },
+        );
     for (key, value) in &config.kafka_options {
         client.set(key, value);
     }
@@ -164,6 +173,8 @@ pub async fn run(
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut checkpoint = tokio::time::interval(config.checkpoint_interval);
     let mut outputs = Vec::new();
+    let mut at_end = std::collections::HashSet::new();
+    let mut last_checkpoint_cost = Duration::ZERO;
     loop {
         tokio::select! {
             message = consumer.recv() => match message {
@@ -183,6 +194,19 @@ pub async fn run(
                         None => store.dead_letter(&config.topic, partition, offset, "empty message", None)?,
                     }
                     next.lock().unwrap_or_else(|e| e.into_inner()).insert(partition, offset + 1);
+                    at_end.remove(&partition);
+                }
+                Err(KafkaError::PartitionEOF(partition)) => {
+                    at_end.insert(partition);
+                    let assigned = consumer.assignment().map(|a| a.count()).unwrap_or(usize::MAX);
+                    if config.exit_at_end && at_end.len() >= assigned {
+                        info!("every assigned partition read to its end");
+                        for analyzer in analyzers.values_mut() {
+                            analyzer.finish(None, &mut outputs);
+                        }
+                        store_alerts(&mut store, &mut outputs, &stored)?;
+                        break;
+                    }
                 }
                 Err(error) => warn!(%error, "consumer error"),
             },
@@ -192,25 +216,20 @@ pub async fn run(
                     analyzer.advance_time(now, &mut outputs);
                 }
             }
-            _ = checkpoint.tick() => save(&mut store, &config.topic, &analyzers, &next)?,
+            _ = checkpoint.tick() => {
+                // A checkpoint costs time in proportion to the state: never spend more than
+                // a tenth of the time on them.
+                if last_checkpoint_cost * 10 <= config.checkpoint_interval {
+                    let started = std::time::Instant::now();
+                    save(&mut store, &config.topic, &analyzers, &next)?;
+                    last_checkpoint_cost = started.elapsed();
+                } else {
+                    last_checkpoint_cost = last_checkpoint_cost.saturating_sub(config.checkpoint_interval / 10);
+                }
+            }
             _ = &mut shutdown => break,
         }
-        let alerts: Vec<_> = outputs
-            .drain(..)
-            .filter_map(|o| match o {
-                Output::Alert(alert) => Some(alert),
-                Output::NewEpoch(change) => {
-                    warn!(
-                        ?change,
-                        "resourceVersions went backwards: a new epoch starts"
-                    );
-                    None
-                }
-            })
-            .collect();
-        if !alerts.is_empty() && store.add_transitions(&alerts)? > 0 {
-            stored.notify_waiters();
-        }
+        store_alerts(&mut store, &mut outputs, &stored)?;
     }
     save(&mut store, &config.topic, &analyzers, &next)?;
     let _ = stop.send(true);
@@ -218,6 +237,31 @@ pub async fn run(
         if let Ok(Err(error)) = delivery.await {
             warn!(%error, "a sink stopped with an error");
         }
+    }
+    Ok(())
+}
+
+/// Puts the alert transitions of `outputs` in the store's outbox and wakes the sinks.
+fn store_alerts(
+    store: &mut Store,
+    outputs: &mut Vec<Output>,
+    stored: &Notify,
+) -> Result<(), StoreError> {
+    let alerts: Vec<_> = outputs
+        .drain(..)
+        .filter_map(|o| match o {
+            Output::Alert(alert) => Some(alert),
+            Output::NewEpoch(change) => {
+                warn!(
+                    ?change,
+                    "resourceVersions went backwards: a new epoch starts"
+                );
+                None
+            }
+        })
+        .collect();
+    if !alerts.is_empty() && store.add_transitions(&alerts)? > 0 {
+        stored.notify_waiters();
     }
     Ok(())
 }

@@ -93,6 +93,10 @@ struct RunArgs {
         default_value = "ipaudit.commands"
     )]
     commands_topic: String,
+    /// Exit once every assigned partition is read to its end (a catch-up run), after a
+    /// last checkpoint and after the sinks delivered what it found.
+    #[arg(long)]
+    exit_at_end: bool,
     /// Do not log alerts (they are logged by default).
     #[arg(long, env = "IPAUDIT_NO_LOG_ALERTS")]
     no_log_alerts: bool,
@@ -238,6 +242,7 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         checkpoint_interval: args.checkpoint_interval,
         sinks,
+        exit_at_end: args.exit_at_end,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime

@@ -229,6 +229,41 @@ impl Store {
         Ok(out)
     }
 
+    /// Alerts whose latest transition is FIRING and that `sink` has delivered: what
+    /// Alertmanager must hear again before its resolve timeout.
+    pub fn firing_delivered(&self, sink: &str) -> Result<Vec<Alert>, StoreError> {
+        let cursor: i64 = self
+            .conn
+            .query_row(
+                "SELECT delivered_seq FROM sink_cursor WHERE sink = ?1",
+                [sink],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err("read sink cursor"))?
+            .unwrap_or(0);
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT alert FROM transitions WHERE seq <= ?1 ORDER BY seq")
+            .map_err(self.err("read transitions"))?;
+        let rows = stmt
+            .query_map([cursor], |r| r.get::<_, Vec<u8>>(0))
+            .map_err(self.err("read transitions"))?;
+        let mut latest: HashMap<String, Alert> = HashMap::new();
+        for row in rows {
+            let json = row.map_err(self.err("read transitions"))?;
+            if let Ok(alert) = serde_json::from_slice::<Alert>(&json) {
+                latest.insert(alert.alert_id.clone(), alert);
+            }
+        }
+        let mut firing: Vec<Alert> = latest
+            .into_values()
+            .filter(|a| a.status == ipaudit_schemas::AlertStatus::Firing)
+            .collect();
+        firing.sort_by(|a, b| a.alert_id.cmp(&b.alert_id));
+        Ok(firing)
+    }
+
     /// Marks everything up to `seq` as delivered by `sink`.
     pub fn delivered(&self, sink: &str, seq: i64) -> Result<(), StoreError> {
         self.conn
@@ -257,5 +292,76 @@ impl Store {
             )
             .map(drop)
             .map_err(self.err("write dead letter"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipaudit_schemas::{AlertStatus, Severity};
+
+    fn alert(id: &str, status: AlertStatus, rv: &str) -> Alert {
+        Alert {
+            alert_id: id.into(),
+            cluster_id: "c".into(),
+            rule: "ip-stuck-terminating".into(),
+            severity: Severity::Critical,
+            status,
+            subject_kind: "IP".into(),
+            subject_name: id.into(),
+            subject_uid: id.into(),
+            subnet: None,
+            summary: String::new(),
+            fix: None,
+            epoch: 0,
+            fired_at_ms: 1,
+            resolved_at_ms: None,
+            fired_resource_version: rv.into(),
+            resolved_resource_version: None,
+            evidence: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_transition_made_again_after_a_restart_is_stored_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("a.db")).unwrap();
+        let firing = alert("a", AlertStatus::Firing, "10");
+        assert_eq!(
+            store
+                .add_transitions(std::slice::from_ref(&firing))
+                .unwrap(),
+            1
+        );
+        assert_eq!(store.add_transitions(&[firing]).unwrap(), 0);
+        assert_eq!(store.undelivered("log", 10).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn each_sink_moves_its_own_cursor_and_firing_alerts_are_known() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("a.db")).unwrap();
+        store
+            .add_transitions(&[
+                alert("a", AlertStatus::Firing, "10"),
+                alert("b", AlertStatus::Firing, "11"),
+                alert("a", AlertStatus::Resolved, "10"),
+            ])
+            .unwrap();
+        let pending = store.undelivered("am", 10).unwrap();
+        store.delivered("am", pending[2].0).unwrap();
+        assert!(store.undelivered("am", 10).unwrap().is_empty());
+        assert_eq!(store.undelivered("webhook", 10).unwrap().len(), 3);
+        let firing: Vec<String> = store
+            .firing_delivered("am")
+            .unwrap()
+            .into_iter()
+            .map(|a| a.alert_id)
+            .collect();
+        assert_eq!(firing, ["b"]);
+        assert!(
+            store.firing_delivered("webhook").unwrap().is_empty(),
+            "nothing delivered there yet"
+        );
     }
 }

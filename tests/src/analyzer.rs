@@ -33,12 +33,12 @@ impl AnalyzerProcess {
             .arg("run")
             .args(["--brokers", brokers, "--topic", topic, "--group", group])
             .args(["--state-dir", &state_dir.display().to_string()])
-            .args([
-                "--checkpoint-interval",
-                "1s",
-                "--kafka-option",
-                "session.timeout.ms=6000",
-            ])
+            .args(if extra.contains(&"--checkpoint-interval") {
+                &[][..]
+            } else {
+                &["--checkpoint-interval", "1s"][..]
+            })
+            .args(["--kafka-option", "session.timeout.ms=6000"])
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -51,6 +51,18 @@ impl AnalyzerProcess {
     /// The log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for the process to exit by itself; whether it exited with success in time.
+    pub fn wait(&mut self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        false
     }
 
     /// SIGKILL.

@@ -90,6 +90,10 @@ impl AlertSink {
     }
 }
 
+/// Alertmanager resolves an alert it has not heard of for its `resolve_timeout` (5 min by
+/// default): firing alerts are sent again this often.
+pub const ALERTMANAGER_RESEND: Duration = Duration::from_secs(60);
+
 /// Delivers stored transitions to `sink` until `shutdown` turns true.
 pub async fn run_delivery(
     sink: AlertSink,
@@ -100,6 +104,8 @@ pub async fn run_delivery(
     let name = sink.name();
     let store = Arc::new(std::sync::Mutex::new(Store::open(&store_path)?));
     let mut backoff = Duration::from_millis(250);
+    let mut resend = tokio::time::interval(ALERTMANAGER_RESEND);
+    resend.tick().await;
     loop {
         let batch = {
             let store = Arc::clone(&store);
@@ -121,6 +127,20 @@ pub async fn run_delivery(
                 _ = stored.notified() => {}
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
                 _ = shutdown.changed() => {}
+                _ = resend.tick(), if matches!(sink, AlertSink::Alertmanager(_)) => {
+                    let store = Arc::clone(&store);
+                    let sink_name = name.clone();
+                    let firing = tokio::task::spawn_blocking(move || {
+                        store.lock().unwrap_or_else(|e| e.into_inner()).firing_delivered(&sink_name)
+                    })
+                    .await
+                    .expect("store task does not panic")?;
+                    for alert in firing {
+                        if let Err(error) = sink.deliver(&crate::store::transition_id(&alert), &alert).await {
+                            warn!(sink = %name, %error, "re-sending a firing alert failed");
+                        }
+                    }
+                }
             }
             continue;
         }
