@@ -151,11 +151,20 @@ fn the_seed_reaches_the_webhook_within_5s_and_alertmanager_in_v2_format() {
 }
 
 #[test]
-fn the_healthy_order_sends_no_alert() {
+fn the_healthy_order_sends_no_alert_and_no_command() {
     let world = World::new("live-healthy", None);
     let receiver = Receiver::start(&world.runtime);
     let _collector = world.collector();
-    let _analyzer = analyzer(&world, &receiver, "healthy");
+    let commands = commands_topic(&world);
+    world
+        .runtime
+        .block_on(create_topic(&world.brokers, &commands));
+    let _analyzer = analyzer_with(
+        &world,
+        &receiver,
+        "healthy",
+        &["--cleanup-commands", "--commands-topic", &commands],
+    );
     play_kube_ovn_seed(&world.sim, true);
     // A canary leak afterwards proves the analyzer has processed everything before it.
     world
@@ -188,6 +197,11 @@ fn the_healthy_order_sends_no_alert() {
         .map(|r| r.body)
         .collect();
     assert!(others.is_empty(), "{others:?}");
+    // The canary is not stuck (its IP is not terminating): no command for anything.
+    let sent = read_topic(&world.brokers, &commands, Duration::from_secs(2), |p| {
+        !p.is_empty()
+    });
+    assert!(sent.is_empty(), "{} cleanup commands", sent.len());
 }
 
 #[test]

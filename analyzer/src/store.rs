@@ -196,9 +196,9 @@ impl Store {
         Ok(added)
     }
 
-    /// Transitions a sink has not delivered yet, oldest first.
-    pub fn undelivered(&self, sink: &str, limit: usize) -> Result<Vec<(i64, Alert)>, StoreError> {
-        let cursor: i64 = self
+    /// The last transition `sink` delivered (0: none).
+    fn cursor(&self, sink: &str) -> Result<i64, StoreError> {
+        Ok(self
             .conn
             .query_row(
                 "SELECT delivered_seq FROM sink_cursor WHERE sink = ?1",
@@ -207,7 +207,12 @@ impl Store {
             )
             .optional()
             .map_err(self.err("read sink cursor"))?
-            .unwrap_or(0);
+            .unwrap_or(0))
+    }
+
+    /// Transitions a sink has not delivered yet, oldest first.
+    pub fn undelivered(&self, sink: &str, limit: usize) -> Result<Vec<(i64, Alert)>, StoreError> {
+        let cursor = self.cursor(sink)?;
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -232,16 +237,7 @@ impl Store {
     /// Alerts whose latest transition is FIRING and that `sink` has delivered: what
     /// Alertmanager must hear again before its resolve timeout.
     pub fn firing_delivered(&self, sink: &str) -> Result<Vec<Alert>, StoreError> {
-        let cursor: i64 = self
-            .conn
-            .query_row(
-                "SELECT delivered_seq FROM sink_cursor WHERE sink = ?1",
-                [sink],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(self.err("read sink cursor"))?
-            .unwrap_or(0);
+        let cursor = self.cursor(sink)?;
         let mut stmt = self
             .conn
             .prepare_cached("SELECT alert FROM transitions WHERE seq <= ?1 ORDER BY seq")

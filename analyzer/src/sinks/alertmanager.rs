@@ -6,7 +6,7 @@ use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{Alert, AlertStatus};
 use serde_json::json;
 
-use super::SinkError;
+use super::{check, SinkError};
 
 /// An Alertmanager.
 pub struct AlertmanagerSink {
@@ -33,24 +33,14 @@ impl AlertmanagerSink {
     }
 
     pub(super) async fn deliver(&self, alert: &Alert) -> Result<(), SinkError> {
-        let response = self
-            .client
-            .post(&self.url)
-            .json(&[payload(alert)])
-            .send()
-            .await
-            .map_err(|source| SinkError::Http {
-                url: self.url.clone(),
-                source,
-            })?;
-        if response.status().is_success() {
-            Ok(())
-        } else {
-            Err(SinkError::Status {
-                url: self.url.clone(),
-                status: response.status(),
-            })
-        }
+        check(
+            &self.url,
+            self.client
+                .post(&self.url)
+                .json(&[payload(alert)])
+                .send()
+                .await,
+        )
     }
 }
 

@@ -3,13 +3,11 @@
 //! subnet is absent) on the commands topic, keyed by cluster id. The analyzer never talks
 //! to the cluster; the collector of that cluster decides and acts.
 
-use std::time::Duration;
-
 use ipaudit_schemas::{encode, Alert, AlertStatus, CleanupAction, CleanupCommand, Stream};
-use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 
+use super::kafka::{idempotent_producer, send};
 use super::SinkError;
 use crate::rules::Rule;
 
@@ -60,18 +58,9 @@ impl CommandSink {
         topic: &str,
         options: &[(String, String)],
     ) -> Result<Self, KafkaError> {
-        let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", "30000");
-        for (key, value) in options {
-            config.set(key, value);
-        }
         Ok(CommandSink {
             topic: topic.to_owned(),
-            producer: config.create()?,
+            producer: idempotent_producer(brokers, options)?,
         })
     }
 
@@ -85,14 +74,13 @@ impl CommandSink {
             return Ok(());
         };
         let payload = encode(&command).map_err(|e| SinkError::Kafka(e.to_string()))?;
-        let record = FutureRecord::to(&self.topic)
-            .key(command.cluster_id.as_bytes())
-            .payload(&payload);
-        self.producer
-            .send(record, Duration::from_secs(10))
-            .await
-            .map(drop)
-            .map_err(|(error, _)| SinkError::Kafka(error.to_string()))
+        send(
+            &self.producer,
+            &self.topic,
+            command.cluster_id.as_bytes(),
+            &payload,
+        )
+        .await
     }
 }
 

@@ -10,6 +10,40 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::SinkError;
 
+/// An idempotent, acks=all producer with the operator's extra settings.
+pub(super) fn idempotent_producer(
+    brokers: &str,
+    options: &[(String, String)],
+) -> Result<FutureProducer, KafkaError> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.timeout.ms", "30000");
+    for (key, value) in options {
+        config.set(key, value);
+    }
+    config.create()
+}
+
+/// Sends one record and waits for the broker's acknowledgement.
+pub(super) async fn send(
+    producer: &FutureProducer,
+    topic: &str,
+    key: &[u8],
+    payload: &[u8],
+) -> Result<(), SinkError> {
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(payload),
+            Duration::from_secs(10),
+        )
+        .await
+        .map(drop)
+        .map_err(|(error, _)| SinkError::Kafka(error.to_string()))
+}
+
 /// A topic of alerts (`ipaudit.alerts`).
 pub struct KafkaSink {
     topic: String,
@@ -23,18 +57,9 @@ impl KafkaSink {
         topic: &str,
         options: &[(String, String)],
     ) -> Result<Self, KafkaError> {
-        let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", "30000");
-        for (key, value) in options {
-            config.set(key, value);
-        }
         Ok(KafkaSink {
             topic: topic.to_owned(),
-            producer: config.create()?,
+            producer: idempotent_producer(brokers, options)?,
         })
     }
 
@@ -45,13 +70,12 @@ impl KafkaSink {
 
     pub(super) async fn deliver(&self, alert: &Alert) -> Result<(), SinkError> {
         let payload = encode(alert).map_err(|e| SinkError::Kafka(e.to_string()))?;
-        let record = FutureRecord::to(&self.topic)
-            .key(alert.alert_id.as_bytes())
-            .payload(&payload);
-        self.producer
-            .send(record, Duration::from_secs(10))
-            .await
-            .map(drop)
-            .map_err(|(error, _)| SinkError::Kafka(error.to_string()))
+        send(
+            &self.producer,
+            &self.topic,
+            alert.alert_id.as_bytes(),
+            &payload,
+        )
+        .await
     }
 }

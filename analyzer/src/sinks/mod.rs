@@ -50,6 +50,22 @@ pub enum SinkError {
     },
 }
 
+/// Success for a 2xx answer, else the status as an error.
+fn check(url: &str, response: Result<reqwest::Response, reqwest::Error>) -> Result<(), SinkError> {
+    let response = response.map_err(|source| SinkError::Http {
+        url: url.to_owned(),
+        source,
+    })?;
+    if response.status().is_success() {
+        Ok(())
+    } else {
+        Err(SinkError::Status {
+            url: url.to_owned(),
+            status: response.status(),
+        })
+    }
+}
+
 /// A configured sink.
 pub enum AlertSink {
     /// Structured log lines.

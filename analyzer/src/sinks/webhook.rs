@@ -6,7 +6,7 @@ use hmac::{Hmac, Mac};
 use ipaudit_schemas::Alert;
 use sha2::Sha256;
 
-use super::SinkError;
+use super::{check, SinkError};
 
 /// How the webhook authenticates.
 #[derive(Debug, Clone)]
@@ -63,22 +63,7 @@ impl WebhookSink {
                 request = request.header("x-ipaudit-signature", signature(secret, &bytes))
             }
         }
-        let response = request
-            .body(bytes)
-            .send()
-            .await
-            .map_err(|source| SinkError::Http {
-                url: self.url.clone(),
-                source,
-            })?;
-        if response.status().is_success() {
-            Ok(())
-        } else {
-            Err(SinkError::Status {
-                url: self.url.clone(),
-                status: response.status(),
-            })
-        }
+        check(&self.url, request.body(bytes).send().await)
     }
 }
 
@@ -91,4 +76,18 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
     let digest = mac.finalize().into_bytes();
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256={hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signature_is_hex_hmac_sha256_of_the_body() {
+        // RFC 4231-style known answer (the classic "quick brown fox" vector).
+        assert_eq!(
+            signature("key", b"The quick brown fox jumps over the lazy dog"),
+            "sha256=f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8"
+        );
+    }
 }
