@@ -450,3 +450,34 @@ fn a_command_for_another_cluster_is_ignored() {
         "the other cluster's command changed nothing here"
     );
 }
+
+#[test]
+fn an_analyzer_without_local_state_rebuilds_from_the_latest_snapshot() {
+    let world = World::new("rebuild", None);
+    let receiver = Receiver::start(&world.runtime);
+    let _collector = CollectorProcess::start(&world.setup(), &["--snapshot-interval", "1s"]);
+    let seed = play_kube_ovn_seed(&world.sim, false);
+    // Let a few snapshots pass the leak: the subnet's deletion is now only in the history.
+    std::thread::sleep(Duration::from_secs(4));
+    let fresh = analyzer(&world, &receiver, "rebuild");
+    let stuck = wait_for(
+        "the stuck IP found from the snapshot",
+        Duration::from_secs(20),
+        || {
+            receiver
+                .received("/hook")
+                .into_iter()
+                .find(|r| rule(r) == "ip-stuck-terminating")
+        },
+    );
+    assert_eq!(stuck.body["subject_name"], seed.leaked_ip);
+    std::thread::sleep(Duration::from_secs(2));
+    let rules: Vec<String> = receiver.received("/hook").iter().map(rule).collect();
+    assert_eq!(
+        rules,
+        ["ip-stuck-terminating"],
+        "the subnet's deletion lies before the snapshot, so rule 1 cannot fire: it did not read the history"
+    );
+    let log = fresh.log_text();
+    assert!(log.contains("rebuilding from the latest snapshot"), "{log}");
+}

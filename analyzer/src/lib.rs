@@ -17,6 +17,7 @@ pub mod replay;
 pub mod report;
 pub mod rules;
 pub mod sinks;
+pub mod snapshot;
 pub mod source;
 pub mod state;
 pub mod store;

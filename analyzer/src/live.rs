@@ -128,11 +128,16 @@ pub async fn run(
     for (cluster, state) in states {
         analyzers.insert(cluster, Analyzer::restore(&state, config.analyzer.clone())?);
     }
-    info!(
-        clusters = analyzers.len(),
-        ?offsets,
-        "resuming from the checkpoint"
-    );
+    let offsets = if analyzers.is_empty() && offsets.is_empty() {
+        rebuild_offsets(&config).await
+    } else {
+        info!(
+            clusters = analyzers.len(),
+            ?offsets,
+            "resuming from the checkpoint"
+        );
+        offsets
+    };
     let next = Arc::new(Mutex::new(offsets));
     let context = CheckpointedOffsets {
         topic: config.topic.clone(),
@@ -239,6 +244,50 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// With no local state: start every partition at its latest complete snapshot.
+async fn rebuild_offsets(config: &LiveConfig) -> HashMap<i32, i64> {
+    let (brokers, topic, options) = (
+        config.brokers.clone(),
+        config.topic.clone(),
+        config.kafka_options.clone(),
+    );
+    let scan = tokio::task::spawn_blocking(move || -> Result<HashMap<i32, i64>, KafkaError> {
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", &brokers);
+        for (key, value) in &options {
+            client.set(key, value);
+        }
+        let consumer: BaseConsumer = client.create()?;
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let mut starts = HashMap::new();
+        for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+            let offset = crate::snapshot::latest_snapshot_offset(
+                &brokers,
+                &topic,
+                partition.id(),
+                &options,
+            )?;
+            info!(
+                partition = partition.id(),
+                offset, "no local state: rebuilding from the latest snapshot"
+            );
+            starts.insert(partition.id(), offset);
+        }
+        Ok(starts)
+    });
+    match scan.await {
+        Ok(Ok(starts)) => starts,
+        Ok(Err(error)) => {
+            warn!(%error, "cannot find the latest snapshot; reading the topic from the start");
+            HashMap::new()
+        }
+        Err(error) => {
+            warn!(%error, "snapshot scan failed; reading the topic from the start");
+            HashMap::new()
+        }
+    }
 }
 
 /// Puts the alert transitions of `outputs` in the store's outbox and wakes the sinks.

@@ -1,0 +1,151 @@
+//! Where a new analyzer (no local state) starts: at the latest complete snapshot in the
+//! topic. Collectors frame every relist with `SYNC_START`..`SYNC_END` (on start, on 410 and
+//! every `--snapshot-interval`); starting where the latest frames of every stream of every
+//! collector begin gives the whole cluster state without reading the topic from the start.
+//! The partition is scanned backwards from its end in growing windows.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use ipaudit_schemas::{decode, EventType, Stream, WatchEvent};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+/// Offsets of the relist frames seen in a window, per (collector, stream).
+#[derive(Debug, Default)]
+struct Frames {
+    /// Offset of the last SYNC_START that has its SYNC_END after it.
+    complete: HashMap<(String, Stream), i64>,
+    open: HashMap<(String, Stream), i64>,
+}
+
+impl Frames {
+    fn see(&mut self, offset: i64, event: &WatchEvent) {
+        let key = (event.collector_id.clone(), event.stream);
+        match event.event_type {
+            EventType::SyncStart => {
+                self.open.insert(key, offset);
+            }
+            EventType::SyncEnd => {
+                if let Some(start) = self.open.remove(&key) {
+                    self.complete.insert(key, start);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Where the latest snapshot of every collector begins, if every stream of every
+    /// collector seen has a complete frame.
+    fn start(&self, collectors: &[String]) -> Option<i64> {
+        let mut start = i64::MAX;
+        for collector in collectors {
+            for stream in Stream::ALL {
+                start = start.min(*self.complete.get(&(collector.clone(), stream))?);
+            }
+        }
+        (start != i64::MAX).then_some(start)
+    }
+}
+
+/// The offset to start partition `partition` of `topic` at: the beginning of the latest
+/// complete snapshot, or the start of the partition when there is none.
+pub fn latest_snapshot_offset(
+    brokers: &str,
+    topic: &str,
+    partition: i32,
+    options: &[(String, String)],
+) -> Result<i64, KafkaError> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "ipaudit-snapshot-scan")
+        .set("enable.auto.commit", "false");
+    for (key, value) in options {
+        config.set(key, value);
+    }
+    let consumer: BaseConsumer = config.create()?;
+    let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+    let mut window = 10_000i64;
+    loop {
+        let from = (high - window).max(low);
+        let mut frames = Frames::default();
+        let mut collectors: Vec<String> = Vec::new();
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(topic, partition, Offset::Offset(from))?;
+        consumer.assign(&list)?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut next = from;
+        while next < high && Instant::now() < deadline {
+            match consumer.poll(Duration::from_millis(500)) {
+                Some(Ok(message)) => {
+                    next = message.offset() + 1;
+                    if let Some(Ok(event)) = message.payload().map(decode::<WatchEvent>) {
+                        if !collectors.contains(&event.collector_id)
+                            && event.event_type != EventType::Remediation
+                        {
+                            collectors.push(event.collector_id.clone());
+                        }
+                        frames.see(message.offset(), &event);
+                    }
+                }
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
+        }
+        if let Some(start) = frames.start(&collectors) {
+            return Ok(start);
+        }
+        if from == low {
+            return Ok(low);
+        }
+        window *= 4;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipaudit_schemas::builders::EventBuilder;
+
+    fn marker(collector: &str, stream: Stream, event_type: EventType) -> WatchEvent {
+        let mut e = EventBuilder::marker(stream, event_type, 1);
+        e.collector_id = collector.into();
+        e
+    }
+
+    #[test]
+    fn the_snapshot_starts_where_the_latest_complete_frames_of_every_stream_begin() {
+        let mut frames = Frames::default();
+        let c = "c1".to_owned();
+        let mut offset = 0;
+        let mut see = |frames: &mut Frames, stream, t| {
+            frames.see(offset, &marker("c1", stream, t));
+            offset += 1;
+        };
+        for stream in Stream::ALL {
+            see(&mut frames, stream, EventType::SyncStart);
+            see(&mut frames, stream, EventType::SyncEnd);
+        }
+        assert_eq!(frames.start(std::slice::from_ref(&c)), Some(0));
+        // A later relist of the pods and IPs, and an unfinished one of the subnets.
+        see(&mut frames, Stream::Pod, EventType::SyncStart); // 6
+        see(&mut frames, Stream::Pod, EventType::SyncEnd);
+        see(&mut frames, Stream::Ip, EventType::SyncStart); // 8
+        see(&mut frames, Stream::Ip, EventType::SyncEnd);
+        see(&mut frames, Stream::Subnet, EventType::SyncStart); // 10, never ends
+        assert_eq!(
+            frames.start(std::slice::from_ref(&c)),
+            Some(4),
+            "the subnets' last complete frame began at 4"
+        );
+        assert_eq!(
+            frames.start(&[c, "c2".into()]),
+            None,
+            "c2 has no snapshot in the window"
+        );
+    }
+}
