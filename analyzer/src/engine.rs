@@ -307,3 +307,58 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod snapshot_order_tests {
+    use super::*;
+    use ipaudit_schemas::builders::EventBuilder;
+    use ipaudit_schemas::{EventType, Stream};
+
+    #[test]
+    fn a_stuck_ip_is_found_from_lists_in_either_order() {
+        let ip = || {
+            EventBuilder::ip("a", "gone")
+                .rv(5)
+                .at(1_000)
+                .deleting(900)
+                .added()
+        };
+        let frame = |stream, rv| {
+            let mut start = EventBuilder::marker(stream, EventType::SyncStart, rv);
+            start.observed_at_ms = Some(1_000);
+            let mut end = EventBuilder::marker(stream, EventType::SyncEnd, rv);
+            end.observed_at_ms = Some(1_000);
+            (start, end)
+        };
+        for ip_list_first in [true, false] {
+            let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+            let mut out = Vec::new();
+            let (ip_start, ip_end) = frame(Stream::Ip, 10);
+            let (subnet_start, subnet_end) = frame(Stream::Subnet, 10);
+            let (pod_start, pod_end) = frame(Stream::Pod, 10);
+            let ips = vec![ip_start, ip(), ip_end];
+            let subnets = vec![subnet_start, subnet_end];
+            let (first, second) = if ip_list_first {
+                (ips, subnets)
+            } else {
+                (subnets, ips)
+            };
+            for e in first.into_iter().chain(second).chain([pod_start, pod_end]) {
+                analyzer.step(e, &mut out);
+            }
+            analyzer.finish(None, &mut out);
+            let rules: Vec<&str> = out
+                .iter()
+                .filter_map(|o| match o {
+                    Output::Alert(a) => Some(a.rule.as_str()),
+                    Output::NewEpoch(_) => None,
+                })
+                .collect();
+            assert_eq!(
+                rules,
+                ["ip-stuck-terminating"],
+                "IP list first: {ip_list_first}"
+            );
+        }
+    }
+}

@@ -45,6 +45,8 @@ pub struct LiveConfig {
     /// Stop once every assigned partition has been read to its end (catch-up runs and
     /// benchmarks), after a last checkpoint and delivery.
     pub exit_at_end: bool,
+    /// Without local state, start at the latest snapshot in the topic (else at its start).
+    pub start_at_snapshot: bool,
 }
 
 /// Why the live analyzer stopped.
@@ -128,7 +130,7 @@ pub async fn run(
     for (cluster, state) in states {
         analyzers.insert(cluster, Analyzer::restore(&state, config.analyzer.clone())?);
     }
-    let offsets = if analyzers.is_empty() && offsets.is_empty() {
+    let offsets = if analyzers.is_empty() && offsets.is_empty() && config.start_at_snapshot {
         rebuild_offsets(&config).await
     } else {
         info!(

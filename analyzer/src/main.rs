@@ -39,6 +39,14 @@ enum Command {
     Run(Box<RunArgs>),
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum StartFrom {
+    /// The latest complete snapshot in the topic.
+    Snapshot,
+    /// The start of the topic.
+    Beginning,
+}
+
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Kafka bootstrap servers.
@@ -97,6 +105,15 @@ struct RunArgs {
     /// last checkpoint and after the sinks delivered what it found.
     #[arg(long)]
     exit_at_end: bool,
+    /// Without local state, where to start reading: `snapshot` (the latest complete relist
+    /// snapshot in the topic, found by scanning back from its end) or `beginning`.
+    #[arg(
+        long,
+        env = "IPAUDIT_START_FROM",
+        value_enum,
+        default_value = "snapshot"
+    )]
+    start_from: StartFrom,
     /// Do not log alerts (they are logged by default).
     #[arg(long, env = "IPAUDIT_NO_LOG_ALERTS")]
     no_log_alerts: bool,
@@ -243,6 +260,7 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         checkpoint_interval: args.checkpoint_interval,
         sinks,
         exit_at_end: args.exit_at_end,
+        start_at_snapshot: matches!(args.start_from, StartFrom::Snapshot),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime

@@ -193,6 +193,18 @@ impl ClusterState {
         names
     }
 
+    /// Names of the live IPs that have a deletionTimestamp, sorted.
+    pub fn terminating_ips(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .ips
+            .iter()
+            .filter(|(_, ip)| ip.deletion_ms.is_some())
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// The event that deleted `subnet` last, if it is gone.
     pub fn subnet_deletion(&self, subnet: &str) -> Option<&EventRef> {
         self.subnet_deletions.get(subnet)

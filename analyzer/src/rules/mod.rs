@@ -7,7 +7,7 @@ mod subnet_deleted_before_ip;
 mod subnet_stuck_terminating;
 
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
-use ipaudit_schemas::{Alert, Evidence, Severity, Stream};
+use ipaudit_schemas::{Alert, EventType, Evidence, Severity, Stream};
 use serde::{Deserialize, Serialize};
 
 use crate::alerts::{AlertBook, Finding, Moment};
@@ -109,6 +109,13 @@ pub fn on_applied(
     if event.event_type.is_deletion() && event.stream == Stream::Subnet {
         subnet_deleted_before_ip::on_subnet_deleted(ctx, event);
         for ip in ctx.state.ips_naming(&event.name) {
+            ip_stuck_terminating::check(ctx, &ip, event);
+        }
+    }
+    if event.event_type == EventType::SyncEnd && event.stream == Stream::Subnet {
+        // A complete list of subnets: a terminating IP whose subnet it lacks is stuck,
+        // whichever of the two lists came first.
+        for ip in ctx.state.terminating_ips() {
             ip_stuck_terminating::check(ctx, &ip, event);
         }
     }

@@ -151,6 +151,8 @@ fn main() {
         "bench-throughput",
         &state,
         &[
+            "--start-from",
+            "beginning",
             "--exit-at-end",
             "--no-log-alerts",
             "--webhook-url",
