@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
-use std::hash::{BuildHasher, Hash};
+use std::hash::BuildHasher;
 
 use ipaudit_schemas::WatchEvent;
 use rustc_hash::{FxBuildHasher, FxHashSet};
@@ -24,14 +24,12 @@ struct EventKey {
 
 impl EventKey {
     fn of(event: &WatchEvent) -> Self {
-        let mut digest = (event.stream, event.event_type, event.uid()).hash_one_with(FxBuildHasher);
+        let mut digest = FxBuildHasher.hash_one((event.stream, event.event_type, event.uid()));
         let resource_version = match event.resource_version_num {
             Some(rv) => rv,
             None => {
-                digest ^= event
-                    .resource_version
-                    .as_str()
-                    .hash_one_with(FxBuildHasher)
+                digest ^= FxBuildHasher
+                    .hash_one(event.resource_version.as_str())
                     .rotate_left(17);
                 -1
             }
@@ -40,16 +38,6 @@ impl EventKey {
             resource_version,
             digest,
         }
-    }
-}
-
-trait HashOne {
-    fn hash_one_with(&self, builder: FxBuildHasher) -> u64;
-}
-
-impl<T: Hash> HashOne for T {
-    fn hash_one_with(&self, builder: FxBuildHasher) -> u64 {
-        builder.hash_one(self)
     }
 }
 

@@ -155,7 +155,6 @@ pub struct ClusterState {
     pods: HashMap<String, PodRecord>,
     ips_by_subnet: HashMap<String, HashSet<String>>,
     subnet_deletions: HashMap<String, EventRef>,
-    seen_streams: HashSet<Stream>,
     listed_streams: HashSet<Stream>,
     tombstones: HashMap<String, i64>,
     tombstone_order: VecDeque<String>,
@@ -210,11 +209,6 @@ impl ClusterState {
         self.subnet_deletions.get(subnet)
     }
 
-    /// Whether any event of this stream was seen.
-    pub fn has_seen(&self, stream: Stream) -> bool {
-        self.seen_streams.contains(&stream)
-    }
-
     /// Whether the subnet is certainly not there: its deletion was seen, or a complete
     /// list of subnets (a relist, `SYNC_END`) did not have it.
     pub fn subnet_known_gone(&self, name: &str) -> bool {
@@ -225,7 +219,6 @@ impl ClusterState {
 
     /// Applies one event, in resourceVersion order.
     pub fn apply(&mut self, event: WatchEvent) -> Applied {
-        self.seen_streams.insert(event.stream);
         if event.event_type == EventType::SyncEnd {
             self.listed_streams.insert(event.stream);
         }

@@ -72,14 +72,7 @@ pub struct Store {
 impl Store {
     /// Opens (or creates) the store.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let err = |context| {
-            let path = path.to_owned();
-            move |source| StoreError {
-                path,
-                context,
-                source,
-            }
-        };
+        let err = |context| sqlite_error(path, context);
         let conn = Connection::open(path).map_err(err("open"))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(err("enable WAL"))?;
@@ -95,11 +88,7 @@ impl Store {
     }
 
     fn err(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-        move |source| StoreError {
-            path: self.path.clone(),
-            context,
-            source,
-        }
+        sqlite_error(&self.path, context)
     }
 
     /// The last checkpoint: each cluster's analysis, and the next offset per partition.
@@ -136,15 +125,7 @@ impl Store {
         states: impl IntoIterator<Item = (&'a str, Vec<u8>)>,
         offsets: &HashMap<i32, i64>,
     ) -> Result<(), StoreError> {
-        let path = self.path.clone();
-        let err = move |context| {
-            let path = path.clone();
-            move |source| StoreError {
-                path,
-                context,
-                source,
-            }
-        };
+        let err = |context| sqlite_error(&self.path, context);
         let tx = self.conn.transaction().map_err(err("begin checkpoint"))?;
         for (cluster, state) in states {
             tx.execute(
@@ -168,15 +149,7 @@ impl Store {
     /// Adds transitions to deliver; one already there (a replay after a crash) is ignored.
     /// Returns how many were new.
     pub fn add_transitions(&mut self, alerts: &[Alert]) -> Result<usize, StoreError> {
-        let path = self.path.clone();
-        let err = move |context| {
-            let path = path.clone();
-            move |source| StoreError {
-                path,
-                context,
-                source,
-            }
-        };
+        let err = |context| sqlite_error(&self.path, context);
         let tx = self.conn.transaction().map_err(err("begin"))?;
         let mut added = 0;
         {
@@ -288,6 +261,18 @@ impl Store {
             )
             .map(drop)
             .map_err(self.err("write dead letter"))
+    }
+}
+
+/// Maps a SQLite error to this module's error, naming the file and what was being done.
+fn sqlite_error<'a>(
+    path: &'a Path,
+    context: &'static str,
+) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
+    move |source| StoreError {
+        path: path.to_owned(),
+        context,
+        source,
     }
 }
 

@@ -112,14 +112,7 @@ impl Outbox {
 
     /// Another connection to an existing outbox (the producer's).
     pub fn connect(path: &Path) -> Result<Self, OutboxError> {
-        let err = |context| {
-            let path = path.to_owned();
-            move |source| OutboxError::Sqlite {
-                path,
-                context,
-                source,
-            }
-        };
+        let err = |context| sqlite_error(path, context);
         let conn = Connection::open(path).map_err(err("open"))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(err("enable WAL"))?;
@@ -136,11 +129,7 @@ impl Outbox {
     }
 
     fn err(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> OutboxError + '_ {
-        move |source| OutboxError::Sqlite {
-            path: self.path.clone(),
-            context,
-            source,
-        }
+        sqlite_error(&self.path, context)
     }
 
     /// Where each stream stopped: resume point, last sequence, live objects.
@@ -197,15 +186,7 @@ impl Outbox {
 
     /// Commits a batch of events in one transaction: outbox rows, resume points, live set.
     pub fn append(&mut self, batch: &[Observed]) -> Result<(), OutboxError> {
-        let path = self.path.clone();
-        let err = move |context| {
-            let path = path.clone();
-            move |source| OutboxError::Sqlite {
-                path,
-                context,
-                source,
-            }
-        };
+        let err = |context| sqlite_error(&self.path, context);
         let tx = self.conn.transaction().map_err(err("begin"))?;
         {
             let mut insert = tx
@@ -300,6 +281,18 @@ impl crate::sink::EventSink for Outbox {
 
 fn parse_stream(text: &str) -> Option<Stream> {
     Stream::ALL.into_iter().find(|s| s.as_str() == text)
+}
+
+/// Maps a SQLite error to this module's error, naming the file and what was being done.
+fn sqlite_error<'a>(
+    path: &'a Path,
+    context: &'static str,
+) -> impl Fn(rusqlite::Error) -> OutboxError + 'a {
+    move |source| OutboxError::Sqlite {
+        path: path.to_owned(),
+        context,
+        source,
+    }
 }
 
 #[cfg(test)]

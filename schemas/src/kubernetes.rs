@@ -9,8 +9,8 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use crate::event::{
-    parse_resource_version, EventType, IpInfo, ObjectMeta, OwnerReference, PodAllocation, PodInfo,
-    Stream, SubnetInfo, WatchEvent,
+    EventType, IpInfo, ObjectMeta, OwnerReference, PodAllocation, PodInfo, Stream, SubnetInfo,
+    WatchEvent,
 };
 
 /// Why a document could not become an event at all.
@@ -431,12 +431,4 @@ pub fn format_timestamp_ms(ms: i64) -> String {
         .ok()
         .and_then(|t| t.format(&Rfc3339).ok())
         .unwrap_or_else(|| format!("@{ms}ms"))
-}
-
-/// Returns the resourceVersion of a document without converting it (for error reports).
-pub fn peek_resource_version(document: &Value) -> Option<i64> {
-    document
-        .pointer("/object/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .and_then(parse_resource_version)
 }

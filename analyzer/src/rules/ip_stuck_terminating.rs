@@ -7,6 +7,16 @@ use super::{describe_ip, evidence, remove_finalizer_command, time_text, Context,
 use crate::alerts::{alert_id, Finding};
 use crate::state::{EventRef, IpRecord};
 
+/// The id of rule 2's alert about `ip`.
+fn stuck_alert_id(ctx: &Context<'_>, ip: &IpRecord) -> String {
+    alert_id(
+        ctx.cluster_id,
+        Rule::IpStuckTerminating,
+        &ip.uid,
+        Some(&ip.subnet),
+    )
+}
+
 /// Fires or resolves rule 2 for the IP `name` after `cause`.
 pub(super) fn check(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
     let Some(ip) = ctx.state.ip(name) else { return };
@@ -18,12 +28,7 @@ pub(super) fn check(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
     if !stuck && !ctx.book.has_active_for_subject(&ip.uid) {
         return;
     }
-    let id = alert_id(
-        ctx.cluster_id,
-        Rule::IpStuckTerminating,
-        &ip.uid,
-        Some(&ip.subnet),
-    );
+    let id = stuck_alert_id(ctx, ip);
     let firing = ctx.book.is_firing(&id);
     if stuck && !firing {
         let finding = finding(ctx, ip, name);
@@ -76,12 +81,7 @@ pub(super) fn on_ip_gone(ctx: &mut Context<'_>, ip: &IpRecord, by: &EventRef) {
     if !ctx.book.has_active_for_subject(&ip.uid) {
         return;
     }
-    let id = alert_id(
-        ctx.cluster_id,
-        Rule::IpStuckTerminating,
-        &ip.uid,
-        Some(&ip.subnet),
-    );
+    let id = stuck_alert_id(ctx, ip);
     if ctx.book.is_firing(&id) {
         ctx.resolve(
             &id,

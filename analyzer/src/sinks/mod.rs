@@ -110,6 +110,17 @@ impl AlertSink {
 /// default): firing alerts are sent again this often.
 pub const ALERTMANAGER_RESEND: Duration = Duration::from_secs(60);
 
+/// Runs a store call off the async runtime (SQLite blocks).
+async fn with_store<T: Send + 'static>(
+    store: &Arc<std::sync::Mutex<Store>>,
+    call: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let store = Arc::clone(store);
+    tokio::task::spawn_blocking(move || call(&store.lock().unwrap_or_else(|e| e.into_inner())))
+        .await
+        .expect("store task does not panic")
+}
+
 /// Delivers stored transitions to `sink` until `shutdown` turns true.
 pub async fn run_delivery(
     sink: AlertSink,
@@ -124,40 +135,27 @@ pub async fn run_delivery(
     resend.tick().await;
     loop {
         let batch = {
-            let store = Arc::clone(&store);
             let name = name.clone();
-            tokio::task::spawn_blocking(move || {
-                store
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .undelivered(&name, 100)
-            })
-            .await
-            .expect("store task does not panic")?
+            with_store(&store, move |s| s.undelivered(&name, 100)).await?
         };
         if batch.is_empty() {
             if *shutdown.borrow() {
                 return Ok(());
             }
             tokio::select! {
-                _ = stored.notified() => {}
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                _ = shutdown.changed() => {}
-                _ = resend.tick(), if matches!(sink, AlertSink::Alertmanager(_)) => {
-                    let store = Arc::clone(&store);
-                    let sink_name = name.clone();
-                    let firing = tokio::task::spawn_blocking(move || {
-                        store.lock().unwrap_or_else(|e| e.into_inner()).firing_delivered(&sink_name)
-                    })
-                    .await
-                    .expect("store task does not panic")?;
-                    for alert in firing {
-                        if let Err(error) = sink.deliver(&crate::store::transition_id(&alert), &alert).await {
-                            warn!(sink = %name, %error, "re-sending a firing alert failed");
+                            _ = stored.notified() => {}
+                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                            _ = shutdown.changed() => {}
+                            _ = resend.tick(), if matches!(sink, AlertSink::Alertmanager(_)) => {
+                                let sink_name = name.clone();
+            let firing = with_store(&store, move |s| s.firing_delivered(&sink_name)).await?;
+                                for alert in firing {
+                                    if let Err(error) = sink.deliver(&crate::store::transition_id(&alert), &alert).await {
+                                        warn!(sink = %name, %error, "re-sending a firing alert failed");
+                                    }
+                                }
+                            }
                         }
-                    }
-                }
-            }
             continue;
         }
         for (seq, alert) in batch {
@@ -181,16 +179,8 @@ pub async fn run_delivery(
                     }
                 }
             }
-            let store = Arc::clone(&store);
             let name = name.clone();
-            tokio::task::spawn_blocking(move || {
-                store
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .delivered(&name, seq)
-            })
-            .await
-            .expect("store task does not panic")?;
+            with_store(&store, move |s| s.delivered(&name, seq)).await?;
         }
     }
 }
