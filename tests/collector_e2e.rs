@@ -5,24 +5,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ipaudit_schemas::{EventType, Stream, WatchEvent};
+use ipaudit_schemas::{kinds, EventType, KindPart, Stream, WatchEvent};
 use ipaudit_tests::broker::Broker;
-use ipaudit_tests::collector::{workspace_binary, CollectorProcess};
-use ipaudit_tests::scenario::{ip, play_kube_ovn_seed, subnet};
+use ipaudit_tests::collector::{read_recording, CollectorProcess};
+use ipaudit_tests::scenario::{
+    ip, play_kube_ovn_seed, play_whereabouts_reconciler_race, subnet, WHEREABOUTS_NAMESPACE,
+    WHEREABOUTS_NETWORK,
+};
 use ipaudit_tests::seen_alerts;
 use ipaudit_tests::world::World;
 use kube_sim::{Kind, KubeSim, Mutation};
 use serde_json::json;
-
-fn stream_of(kind: Kind) -> Stream {
-    match kind {
-        Kind::Pod => Stream::Pod,
-        Kind::Ip => Stream::Ip,
-        Kind::Subnet => Stream::Subnet,
-    }
-}
 
 fn type_of(name: &str) -> EventType {
     match name {
@@ -36,12 +31,7 @@ fn type_of(name: &str) -> EventType {
 type Key = (Stream, String, EventType, i64);
 
 fn mutation_key(m: &Mutation) -> Key {
-    (
-        stream_of(m.kind),
-        m.key.clone(),
-        type_of(m.event_type),
-        m.rv as i64,
-    )
+    (m.kind, m.key.clone(), type_of(m.event_type), m.rv as i64)
 }
 
 fn event_key(e: &WatchEvent) -> Key {
@@ -110,7 +100,7 @@ fn the_kube_ovn_seed_arrives_exactly_once_in_per_stream_version_order() {
         counts, expected,
         "every mutation exactly once, nothing else"
     );
-    for stream in Stream::ALL {
+    for stream in kinds::streams() {
         let versions: Vec<i64> = events
             .iter()
             .filter(|e| e.stream == stream && e.event_type.carries_object())
@@ -263,8 +253,9 @@ fn deletions_missed_while_the_watch_was_cut_and_versions_expired_arrive_as_delet
         .unwrap();
     world.sim.expire_history();
     world.sim.resume();
-    // Every stream's stored version expired: each relists (the first three frames were
-    // the initial lists).
+    // Every stream's stored version expired: each relists (the first frame of each stream
+    // was its initial list).
+    let streams = kinds::streams().count();
     let gone = |events: &[WatchEvent]| {
         events
             .iter()
@@ -275,7 +266,7 @@ fn deletions_missed_while_the_watch_was_cut_and_versions_expired_arrive_as_delet
                 .iter()
                 .filter(|e| e.event_type == EventType::SyncEnd)
                 .count()
-                >= 6
+                >= 2 * streams
     };
     let events = world.events_until(Duration::from_secs(30), gone);
     let mut deleted: Vec<(Stream, String)> = events
@@ -319,10 +310,10 @@ fn malformed_objects_are_recorded_with_what_could_be_read_and_counted() {
     let mut collector = world.collector();
     world.sim.put_raw(Kind::Ip, "", "broken.ns", json!({"apiVersion": "kubeovn.io/v1", "kind": "IP",
         "metadata": {"name": "broken.ns", "uid": "u-broken", "finalizers": "kubeovn.io/kube-ovn-controller", "labels": ["x"]},
-        "spec": {"subnet": 42, "ipAddress": ["10.0.0.1"]}}));
+        "spec": {"subnet": 42, "ipAddress": ["10.0.0.1"]}})).unwrap();
     world.sim.put_raw(Kind::Subnet, "", "odd", json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
         "metadata": {"name": "odd", "uid": "u-odd", "creationTimestamp": "yesterday"},
-        "spec": "not an object", "status": {"v4usingIPs": 340282366920938463463374607431768211455u128.to_string()}}));
+        "spec": "not an object", "status": {"v4usingIPs": 340282366920938463463374607431768211455u128.to_string()}})).unwrap();
     world
         .sim
         .create(
@@ -340,7 +331,10 @@ fn malformed_objects_are_recorded_with_what_could_be_read_and_counted() {
         .expect("recorded");
     assert_eq!(broken.uid(), "u-broken");
     assert!(broken.resource_version_num.is_some());
-    assert_eq!(broken.ip.as_ref().map(|i| i.subnet.as_str()), Some(""));
+    match &broken.part {
+        Some(KindPart::Ip(ip)) => assert_eq!(ip.subnet, "", "the number is not a subnet name"),
+        other => panic!("an IP's part: {other:?}"),
+    }
     assert!(broken
         .raw_object
         .as_deref()
@@ -387,19 +381,7 @@ fn sigterm_drains_the_outbox_and_exits_cleanly() {
 fn collector_record_replays_with_the_same_findings_as_the_kubectl_recording() {
     let world = World::new("record", None);
     let recording = world.dir.path().join("seed.avro");
-    let record_log = std::fs::File::create(world.dir.path().join("record.log")).unwrap();
-    let mut record = Command::new(workspace_binary("collector"))
-        .args([
-            "record",
-            "--kubeconfig",
-            &world.kubeconfig.display().to_string(),
-            "--cluster-id",
-            "lab",
-        ])
-        .args(["--out", &recording.display().to_string()])
-        .stderr(record_log)
-        .spawn()
-        .expect("collector record");
+    let record = CollectorProcess::record(&world.kubeconfig, &recording, &[]);
     let mut kubectl = Vec::new();
     let mut files = Vec::new();
     for kind in ["pods", "ips", "subnets"] {
@@ -430,14 +412,10 @@ fn collector_record_replays_with_the_same_findings_as_the_kubectl_recording() {
         let _ = k.kill();
         let _ = k.wait();
     }
-    let _ = Command::new("kill")
-        .args(["-TERM", &record.id().to_string()])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while record.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(record.wait().unwrap().success());
+    assert!(
+        record.terminate(Duration::from_secs(20)),
+        "collector record exits cleanly on SIGTERM"
+    );
     let findings = |paths: &[PathBuf]| {
         let outcome = ipaudit_analyzer::replay::replay(paths, &Default::default()).expect("replay");
         seen_alerts(&outcome.outputs)
@@ -458,10 +436,10 @@ fn a_snapshot_interval_relists_every_stream_periodically() {
         .create(Kind::Subnet, "", subnet("kept", "10.8.0.0/24"))
         .unwrap();
     let frames = |events: &[WatchEvent]| {
-        Stream::ALL.iter().all(|s| {
+        kinds::streams().all(|s| {
             events
                 .iter()
-                .filter(|e| e.stream == *s && e.event_type == EventType::SyncEnd)
+                .filter(|e| e.stream == s && e.event_type == EventType::SyncEnd)
                 .count()
                 >= 3
         })
@@ -482,5 +460,283 @@ fn a_snapshot_interval_relists_every_stream_periodically() {
         .any(|e| e.event_type == EventType::DeletedOnRelist));
     assert!(
         collector.counter("ipaudit_relists_total{stream=\"subnet\",reason=\"snapshot\"}") >= 1.0
+    );
+}
+
+/// The allocation offsets of each IPPool state recorded, in order.
+fn pool_allocations(events: &[WatchEvent]) -> Vec<Vec<String>> {
+    events
+        .iter()
+        .filter_map(|e| match &e.part {
+            Some(KindPart::IpPool(pool)) => {
+                Some(pool.allocations.iter().map(|a| a.offset.clone()).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_collector_on_a_cluster_with_only_whereabouts_records_the_reconciler_race_and_replay_finds_it()
+{
+    let world = World::serving(
+        "whereabouts",
+        &[Kind::Pod, Kind::IpPool, Kind::OverlappingRangeIpReservation],
+    );
+    let recording = world.dir.path().join("whereabouts.avro");
+    // No --kinds: discovery finds pods and whereabouts' two kinds, and nothing of kube-ovn.
+    let record = CollectorProcess::record(&world.kubeconfig, &recording, &[]);
+    let log = record.log.clone();
+    let seed = play_whereabouts_reconciler_race(&world.sim);
+    let journal = world.sim.journal();
+    // Stop once the last change is recorded: the sink flushes every batch to the file.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !all_mutations_in(&journal)(&read_recording(&recording))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        record.terminate(Duration::from_secs(20)),
+        "collector record exits cleanly on SIGTERM"
+    );
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(
+        log.contains("watching")
+            && log.contains("ippools.whereabouts.cni.cncf.io/v1alpha1")
+            && !log.contains("kubeovn.io"),
+        "the watched kinds are logged at start:\n{log}"
+    );
+    let events = read_recording(&recording);
+
+    // Exactly the three served streams, each listed once, and every change exactly once.
+    let streams: BTreeSet<Stream> = events.iter().map(|e| e.stream).collect();
+    assert_eq!(
+        streams,
+        BTreeSet::from([
+            Stream::Pod,
+            Stream::IpPool,
+            Stream::OverlappingRangeIpReservation
+        ])
+    );
+    assert_eq!(missing(&journal, &events), Vec::<Key>::new(), "log:\n{log}");
+    let expected: BTreeMap<Key, usize> = journal.iter().map(|m| (mutation_key(m), 1)).collect();
+    assert_eq!(watch_event_counts(&events), expected);
+
+    // The pool: 45, 46, 47 allocated; 47 removed by the reconciler's patch; 47 again.
+    let pool_key = format!("{WHEREABOUTS_NAMESPACE}/{}", seed.pool);
+    let pool_events: Vec<&WatchEvent> = events
+        .iter()
+        .filter(|e| e.stream == Stream::IpPool && e.event_type.carries_object())
+        .collect();
+    assert!(pool_events.iter().all(|e| e.object_key() == pool_key));
+    let types: Vec<EventType> = pool_events.iter().map(|e| e.event_type).collect();
+    assert_eq!(
+        types,
+        [
+            EventType::Added,
+            EventType::Modified,
+            EventType::Modified,
+            EventType::Modified,
+            EventType::Modified,
+            EventType::Modified
+        ]
+    );
+    let owned: Vec<WatchEvent> = pool_events.into_iter().cloned().collect();
+    assert_eq!(
+        pool_allocations(&owned),
+        [
+            vec![],
+            vec!["45"],
+            vec!["45", "46"],
+            vec!["45", "46", "47"],
+            vec!["45", "46"],
+            vec!["45", "46", "47"],
+        ]
+    );
+    let podref_47 = |e: &WatchEvent| match &e.part {
+        Some(KindPart::IpPool(pool)) => pool
+            .allocations
+            .iter()
+            .find(|a| a.address == seed.address)
+            .map(|a| a.podref.clone()),
+        _ => None,
+    };
+    assert_eq!(
+        owned.iter().filter_map(podref_47).collect::<Vec<_>>(),
+        ["default/web-2", "default/web-3"]
+    );
+
+    // The reservation of 10.128.40.47: web-2's, deleted, then web-3's.
+    let reservations: Vec<(EventType, String)> = events
+        .iter()
+        .filter(|e| {
+            e.stream == Stream::OverlappingRangeIpReservation
+                && e.object_key() == format!("{WHEREABOUTS_NAMESPACE}/{}", seed.address)
+                && e.event_type.carries_object()
+        })
+        .map(|e| match &e.part {
+            Some(KindPart::IpReservation(r)) => (e.event_type, r.podref.clone()),
+            other => panic!("a reservation's part: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        reservations,
+        [
+            (EventType::Added, "default/web-2".to_owned()),
+            (EventType::Deleted, "default/web-2".to_owned()),
+            (EventType::Added, "default/web-3".to_owned()),
+        ]
+    );
+
+    // Both pods end Running with 10.128.40.47 on the whereabouts network.
+    for pod in [seed.released_pod, seed.second_pod] {
+        let last = events
+            .iter()
+            .rev()
+            .find(|e| e.stream == Stream::Pod && e.object_key() == format!("default/{pod}"))
+            .expect("the pod is recorded");
+        assert_eq!(last.event_type, EventType::Modified);
+        match &last.part {
+            Some(KindPart::Pod(info)) => {
+                assert_eq!(info.phase, "Running");
+                assert!(
+                    info.network_status
+                        .iter()
+                        .any(|n| n.name == WHEREABOUTS_NETWORK
+                            && n.ips.iter().any(|ip| ip == seed.address)),
+                    "{pod}: {:?}",
+                    info.network_status
+                );
+            }
+            other => panic!("a pod's part: {other:?}"),
+        }
+    }
+    // web-2 was Pending, without network-status, when its allocation was removed.
+    let released_at = owned
+        .windows(2)
+        .find(|w| podref_47(&w[0]).is_some() && podref_47(&w[1]).is_none())
+        .and_then(|w| w[1].resource_version_num)
+        .expect("the release is recorded");
+    let web_2_then = events
+        .iter()
+        .rev()
+        .filter(|e| e.stream == Stream::Pod && e.object_key() == "default/web-2")
+        .find(|e| e.resource_version_num.is_some_and(|rv| rv < released_at))
+        .expect("web-2 existed before the release");
+    match &web_2_then.part {
+        Some(KindPart::Pod(info)) => {
+            assert_eq!(info.phase, "Pending");
+            assert!(info.network_status.is_empty());
+        }
+        other => panic!("a pod's part: {other:?}"),
+    }
+
+    // Replay finds the race: the allocation released while web-2 was alive, and the
+    // address then held by two running pods on one network.
+    let outcome =
+        ipaudit_analyzer::replay::replay(std::slice::from_ref(&recording), &Default::default())
+            .expect("replay");
+    let alerts = seen_alerts(&outcome.outputs);
+    let rules: BTreeSet<&str> = alerts.iter().map(|a| a.0.as_str()).collect();
+    assert_eq!(
+        rules,
+        BTreeSet::from(["duplicate-ip", "ip-released-while-pod-alive"]),
+        "{alerts:#?}"
+    );
+    let released = alerts
+        .iter()
+        .find(|a| a.0 == "ip-released-while-pod-alive")
+        .expect("fired");
+    assert_eq!(released.1, "firing", "web-2 is still alive");
+    assert_eq!(released.2, "default/web-2");
+    let duplicate = alerts
+        .iter()
+        .find(|a| a.0 == "duplicate-ip")
+        .expect("fired");
+    assert_eq!(duplicate.1, "firing", "both pods still hold it");
+    assert!(duplicate.2.contains(seed.address), "{duplicate:?}");
+}
+
+/// Runs `collector record` against `kubeconfig` until it exits (it must, with an error);
+/// returns its stderr.
+fn record_error(kubeconfig: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> String {
+    let output = Command::new(ipaudit_tests::collector::workspace_binary("collector"))
+        .args(["record", "--cluster-id", "lab", "--duration", "20s"])
+        .args(["--kubeconfig", &kubeconfig.display().to_string()])
+        .args(["--out", &out.display().to_string()])
+        .args(extra)
+        .output()
+        .expect("collector runs");
+    assert!(
+        !output.status.success(),
+        "collector record {extra:?} refused"
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn a_cluster_with_only_spiderpool_is_watched_and_kinds_it_does_not_serve_are_refused_by_name() {
+    let world = World::serving(
+        "spiderpool",
+        &[Kind::Pod, Kind::SpiderIpPool, Kind::SpiderEndpoint],
+    );
+    let out = world.dir.path().join("refused.avro");
+    let error = record_error(&world.kubeconfig, &out, &["--kinds", "ippools"]);
+    assert!(
+        error.contains("the API server does not serve ippools.whereabouts.cni.cncf.io/v1alpha1: is whereabouts installed?"),
+        "{error}"
+    );
+    let error = record_error(&world.kubeconfig, &out, &["--kinds", "ipool"]);
+    assert!(
+        error.contains("unknown kind \"ipool\"; valid: pods, ips.kubeovn.io"),
+        "{error}"
+    );
+
+    let recording = world.dir.path().join("spiderpool.avro");
+    let record = CollectorProcess::record(&world.kubeconfig, &recording, &[]);
+    assert_eq!(
+        record.counter("ipaudit_stream_watching{stream=\"spiderippool\"}"),
+        1.0,
+        "{}",
+        record.metrics()
+    );
+    world
+        .sim
+        .create(
+            Kind::SpiderIpPool,
+            "",
+            json!({"metadata": {"name": "pool-a", "finalizers": ["spiderpool.spidernet.io"]},
+                "spec": {"subnet": "172.18.0.0/16", "ips": ["172.18.40.10-172.18.40.20"]}}),
+        )
+        .unwrap();
+    let journal = world.sim.journal();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !all_mutations_in(&journal)(&read_recording(&recording))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(record.terminate(Duration::from_secs(20)));
+    let events = read_recording(&recording);
+    let streams: BTreeSet<Stream> = events.iter().map(|e| e.stream).collect();
+    assert_eq!(
+        streams,
+        BTreeSet::from([Stream::Pod, Stream::SpiderIpPool, Stream::SpiderEndpoint])
+    );
+    assert_eq!(missing(&journal, &events), Vec::<Key>::new());
+
+    // No IPAM at all: the error says what was looked for.
+    let bare = world
+        .runtime
+        .block_on(KubeSim::start(kube_sim::SimConfig::serving(&[Kind::Pod])))
+        .expect("simulated API server");
+    let kubeconfig = world.dir.path().join("bare-kubeconfig");
+    bare.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let error = record_error(&kubeconfig, &out, &[]);
+    assert!(
+        error.contains("the API server serves none of the IPAM kinds ipaudit watches (looked for ips.kubeovn.io/v1, ")
+            && error.contains("is kube-ovn, whereabouts or spiderpool installed?"),
+        "{error}"
     );
 }

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use ipaudit_schemas::KINDS;
 use ipaudit_tests::collector::workspace_binary;
 use serde_yaml_ng::Value;
 
@@ -107,8 +108,29 @@ fn kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} {name}"))
 }
 
+/// One read-only rule per API group, each listing that group's plurals, in the order of
+/// the kind table: what the collector may watch.
+fn read_rules_of_the_kind_table() -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
+    let read = vec!["get".to_owned(), "list".into(), "watch".into()];
+    let mut rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = Vec::new();
+    for kind in KINDS {
+        match rules
+            .iter_mut()
+            .find(|(groups, _, _)| groups[0] == kind.group)
+        {
+            Some((_, resources, _)) => resources.push(kind.plural.to_owned()),
+            None => rules.push((
+                vec![kind.group.to_owned()],
+                vec![kind.plural.to_owned()],
+                read.clone(),
+            )),
+        }
+    }
+    rules
+}
+
 #[test]
-fn the_collector_may_only_read_pods_ips_and_subnets_and_patch_ips_when_remediating() {
+fn the_collector_may_only_read_the_kinds_of_the_table_and_patch_ips_when_remediating() {
     let rbac = yaml_documents("deploy/rbac.yaml");
     let role = kind(&rbac, "ClusterRole", "ipaudit-collector");
     let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role["rules"]
@@ -123,18 +145,17 @@ fn the_collector_may_only_read_pods_ips_and_subnets_and_patch_ips_when_remediati
             )
         })
         .collect();
-    let read = vec!["get".to_owned(), "list".into(), "watch".into()];
-    assert_eq!(
-        rules,
-        [
-            (vec!["".to_owned()], vec!["pods".to_owned()], read.clone()),
-            (
-                vec!["kubeovn.io".to_owned()],
-                vec!["ips".to_owned(), "subnets".to_owned()],
-                read
-            ),
-        ]
-    );
+    // A kind added to the table without its RBAC (or RBAC for a kind not watched) fails here.
+    assert_eq!(rules, read_rules_of_the_kind_table());
+    // ...and the binary watches the table: `--kinds` offers exactly its kinds.
+    let help = help("collector", "run");
+    for kind in KINDS {
+        assert!(
+            help.contains(&format!("  {} ({}, ", kind.resource(), kind.kind)),
+            "collector run --help does not offer {}",
+            kind.resource()
+        );
+    }
     let remediate = yaml_documents("deploy/rbac-remediate.yaml");
     let role = kind(&remediate, "ClusterRole", "ipaudit-collector-remediate");
     let rule = &role["rules"][0];

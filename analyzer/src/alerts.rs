@@ -1,15 +1,13 @@
 //! The alert lifecycle: an alert fires once, stays active while its condition holds, and
 //! resolves when the state heals. Ids are stable (a hash of cluster, rule, subject and
-//! subnet), so a replay, a restart or a second analyzer gives the same id and every sink
+//! scope), so a replay, a restart or a second analyzer gives the same id and every sink
 //! can drop duplicates.
 
 use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 
-use ipaudit_schemas::{Alert, AlertStatus, Evidence};
+use ipaudit_schemas::{Alert, AlertStatus, Cleanup, Evidence, Severity};
 use sha2::{Digest, Sha256};
-
-use crate::rules::Rule;
 
 /// Where in history a transition happens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,28 +23,35 @@ pub struct Moment {
 /// What a rule found: everything an alert says except its lifecycle.
 #[derive(Debug, Clone)]
 pub struct Finding {
-    /// The rule.
-    pub rule: Rule,
-    /// Kind of the subject (IP, Subnet).
+    /// The rule's name (the contract: alerts, Alertmanager labels, dashboards).
+    pub rule: &'static str,
+    /// How urgent.
+    pub severity: Severity,
+    /// Kind of the subject (IP, Subnet, Pod, an allocation...).
     pub subject_kind: &'static str,
     /// Name of the subject.
     pub subject_name: String,
     /// uid of the subject.
     pub subject_uid: String,
-    /// The subnet involved.
+    /// What, besides the subject, makes this alert one of its own (the subnet for
+    /// kube-ovn alerts, an address or a scope for others); part of the id.
+    pub scope: Option<String>,
+    /// The subnet or pool involved, for people and labels.
     pub subnet: Option<String>,
     /// One sentence for a person.
     pub summary: String,
-    /// The fix to suggest.
+    /// The fix to suggest, for a person.
     pub fix: Option<String>,
+    /// The fix as a typed value, for cleanup commands.
+    pub cleanup: Option<Cleanup>,
     /// The events that prove it.
     pub evidence: Vec<Evidence>,
 }
 
 /// The stable id of an alert.
-pub fn alert_id(cluster_id: &str, rule: Rule, subject_uid: &str, subnet: Option<&str>) -> String {
+pub fn alert_id(cluster_id: &str, rule: &str, subject_uid: &str, scope: Option<&str>) -> String {
     let mut hasher = Sha256::new();
-    for part in [cluster_id, rule.name(), subject_uid, subnet.unwrap_or("")] {
+    for part in [cluster_id, rule, subject_uid, scope.unwrap_or("")] {
         hasher.update(part.as_bytes());
         hasher.update([0]);
     }
@@ -106,7 +111,7 @@ impl AlertBook {
             cluster_id,
             finding.rule,
             &finding.subject_uid,
-            finding.subnet.as_deref(),
+            finding.scope.as_deref(),
         );
         if self.active.contains_key(&id) {
             return None;
@@ -116,8 +121,8 @@ impl AlertBook {
         let alert = Alert {
             alert_id: id.clone(),
             cluster_id: cluster_id.to_owned(),
-            rule: finding.rule.name().to_owned(),
-            severity: finding.rule.severity(),
+            rule: finding.rule.to_owned(),
+            severity: finding.severity,
             status: AlertStatus::Firing,
             subject_kind: finding.subject_kind.to_owned(),
             subject_name: finding.subject_name,
@@ -131,6 +136,7 @@ impl AlertBook {
             fired_resource_version: at.resource_version.clone(),
             resolved_resource_version: None,
             evidence,
+            cleanup: finding.cleanup,
         };
         self.by_subject
             .entry(finding.subject_uid)
@@ -163,15 +169,20 @@ mod tests {
     use super::*;
     use ipaudit_schemas::{EventType, Stream};
 
+    const STUCK: &str = "ip-stuck-terminating";
+
     fn finding() -> Finding {
         Finding {
-            rule: Rule::IpStuckTerminating,
+            rule: STUCK,
+            severity: Severity::Critical,
             subject_kind: "IP",
             subject_name: "a".into(),
             subject_uid: "uid-a".into(),
+            scope: Some("s".into()),
             subnet: Some("s".into()),
             summary: "stuck".into(),
             fix: None,
+            cleanup: None,
             evidence: Vec::new(),
         }
     }
@@ -211,14 +222,14 @@ mod tests {
 
     #[test]
     fn ids_are_stable_and_distinguish_rule_subject_subnet_and_cluster() {
-        let id = alert_id("c", Rule::IpStuckTerminating, "u", Some("s"));
-        assert_eq!(id, alert_id("c", Rule::IpStuckTerminating, "u", Some("s")));
+        let id = alert_id("c", STUCK, "u", Some("s"));
+        assert_eq!(id, alert_id("c", STUCK, "u", Some("s")));
         assert_eq!(id.len(), 16);
         for other in [
-            alert_id("d", Rule::IpStuckTerminating, "u", Some("s")),
-            alert_id("c", Rule::SubnetDeletedBeforeIp, "u", Some("s")),
-            alert_id("c", Rule::IpStuckTerminating, "v", Some("s")),
-            alert_id("c", Rule::IpStuckTerminating, "u", Some("t")),
+            alert_id("d", STUCK, "u", Some("s")),
+            alert_id("c", "subnet-deleted-before-ip", "u", Some("s")),
+            alert_id("c", STUCK, "v", Some("s")),
+            alert_id("c", STUCK, "u", Some("t")),
         ] {
             assert_ne!(id, other);
         }

@@ -2,13 +2,13 @@
 //! transitions. Live analysis and offline replay drive the same `Analyzer`, so they give
 //! the same answer.
 
-use ipaudit_schemas::{Alert, WatchEvent};
+use ipaudit_schemas::{Alert, Stream, WatchEvent};
 use serde::{Deserialize, Serialize};
 
 use crate::alerts::{AlertBook, Moment};
 use crate::dedupe::Dedupe;
 use crate::reorder::{EpochChange, Released, ReorderBuffer, ReorderConfig, ReorderStats};
-use crate::rules::{self, Context, RuleConfig, SubnetTimers};
+use crate::rules::{self, Change, Context, Rule, RuleConfig};
 use crate::state::{ClusterState, EventRef};
 
 /// Settings of the analyzer core.
@@ -57,37 +57,77 @@ pub struct AnalyzerStats {
     pub duplicates: u64,
     /// Older than the state and ignored.
     pub stale: u64,
+    /// Of a kind this build does not know (written by a newer collector): skipped.
+    #[serde(default)]
+    pub unknown_kinds: u64,
     /// What the reorder buffer counted.
     pub reorder: ReorderStats,
 }
 
 /// One cluster's analysis. It serializes whole (see [`Analyzer::snapshot`]), so that a
 /// live analyzer can checkpoint it with its consumed offsets.
-#[derive(Serialize, Deserialize)]
 pub struct Analyzer {
-    #[serde(skip)]
     config: AnalyzerConfig,
     dedupe: Dedupe,
     reorder: ReorderBuffer,
     state: ClusterState,
     book: AlertBook,
-    timers: SubnetTimers,
+    rules: Vec<Box<dyn Rule>>,
     cluster_id: String,
     last_rv: String,
     /// Event time of history as released so far: timers run on this clock, so that a
     /// grace period never expires ahead of events still held in the reorder buffer.
     history_now_ms: Option<i64>,
     stats: AnalyzerStats,
-    #[serde(skip)]
     released: Vec<Released>,
-    #[serde(skip)]
     alerts: Vec<Alert>,
+}
+
+/// The analysis as a checkpoint writes it; each rule's state under its name.
+#[derive(Serialize)]
+struct CheckpointRef<'a> {
+    dedupe: &'a Dedupe,
+    reorder: &'a ReorderBuffer,
+    state: &'a ClusterState,
+    book: &'a AlertBook,
+    rules: Vec<(&'static str, serde_json::Value)>,
+    cluster_id: &'a str,
+    last_rv: &'a str,
+    history_now_ms: Option<i64>,
+    stats: AnalyzerStats,
+}
+
+/// The analysis as a checkpoint reads it back.
+#[derive(Deserialize)]
+struct Checkpoint {
+    dedupe: Dedupe,
+    reorder: ReorderBuffer,
+    state: ClusterState,
+    book: AlertBook,
+    #[serde(default)]
+    rules: Vec<(String, serde_json::Value)>,
+    cluster_id: String,
+    last_rv: String,
+    history_now_ms: Option<i64>,
+    stats: AnalyzerStats,
 }
 
 /// Why a checkpoint could not be read back.
 #[derive(Debug, thiserror::Error)]
-#[error("unreadable analyzer checkpoint")]
-pub struct CheckpointError(#[from] serde_json::Error);
+pub enum CheckpointError {
+    /// The bytes are not a checkpoint of this analyzer.
+    #[error("unreadable analyzer checkpoint")]
+    Unreadable(#[from] serde_json::Error),
+    /// A rule's saved state does not fit the rule.
+    #[error("unreadable state of rule {rule} in the analyzer checkpoint")]
+    Rule {
+        /// The rule.
+        rule: String,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+}
 
 impl Analyzer {
     /// A fresh analyzer with nothing seen.
@@ -97,7 +137,7 @@ impl Analyzer {
             reorder: ReorderBuffer::new(config.reorder),
             state: ClusterState::new(),
             book: AlertBook::new(),
-            timers: SubnetTimers::new(),
+            rules: rules::all(),
             cluster_id: config.default_cluster_id.clone(),
             last_rv: String::new(),
             history_now_ms: None,
@@ -110,16 +150,48 @@ impl Analyzer {
 
     /// The whole analysis as bytes, to store with the offsets it corresponds to.
     pub fn snapshot(&self) -> Vec<u8> {
+        let checkpoint = CheckpointRef {
+            dedupe: &self.dedupe,
+            reorder: &self.reorder,
+            state: &self.state,
+            book: &self.book,
+            rules: self.rules.iter().map(|r| (r.name(), r.save())).collect(),
+            cluster_id: &self.cluster_id,
+            last_rv: &self.last_rv,
+            history_now_ms: self.history_now_ms,
+            stats: self.stats,
+        };
         // Every field is plain data; serializing it cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+        serde_json::to_vec(&checkpoint).unwrap_or_default()
     }
 
-    /// An analysis restored from [`Analyzer::snapshot`], running with `config`.
+    /// An analysis restored from [`Analyzer::snapshot`], running with `config`. A rule
+    /// the checkpoint does not know starts fresh.
     pub fn restore(bytes: &[u8], config: AnalyzerConfig) -> Result<Self, CheckpointError> {
-        let mut analyzer: Analyzer = serde_json::from_slice(bytes)?;
-        analyzer.reorder.set_config(config.reorder);
-        analyzer.config = config;
-        Ok(analyzer)
+        let checkpoint: Checkpoint = serde_json::from_slice(bytes)?;
+        let mut rules = rules::all();
+        for (name, saved) in checkpoint.rules {
+            if let Some(rule) = rules.iter_mut().find(|r| r.name() == name) {
+                rule.restore(saved)
+                    .map_err(|source| CheckpointError::Rule { rule: name, source })?;
+            }
+        }
+        let mut reorder = checkpoint.reorder;
+        reorder.set_config(config.reorder);
+        Ok(Analyzer {
+            dedupe: checkpoint.dedupe,
+            reorder,
+            state: checkpoint.state,
+            book: checkpoint.book,
+            rules,
+            cluster_id: checkpoint.cluster_id,
+            last_rv: checkpoint.last_rv,
+            history_now_ms: checkpoint.history_now_ms,
+            stats: checkpoint.stats,
+            released: Vec::new(),
+            alerts: Vec::new(),
+            config,
+        })
     }
 
     /// The cluster state as of the last released event.
@@ -149,6 +221,10 @@ impl Analyzer {
     /// Takes one event; appends what it caused.
     pub fn step(&mut self, event: WatchEvent, out: &mut Vec<Output>) {
         self.stats.events_in += 1;
+        if event.stream == Stream::Unknown {
+            self.stats.unknown_kinds += 1;
+            return;
+        }
         if !event.cluster_id.is_empty() && event.cluster_id != self.cluster_id {
             self.cluster_id.clone_from(&event.cluster_id);
         }
@@ -205,37 +281,53 @@ impl Analyzer {
             self.stats.stale += 1;
             return;
         }
-        self.with_rules(event_ref.time_ms, out, |ctx, timers, config| {
-            rules::on_applied(ctx, timers, config, &event_ref, &applied);
-        });
+        let at = self.moment(event_ref.time_ms);
+        let mut ctx = Context {
+            state: &self.state,
+            config: &self.config.rules,
+            cluster_id: &self.cluster_id,
+            now_ms: at.time_ms,
+            book: &mut self.book,
+            at,
+            out: &mut self.alerts,
+        };
+        let change = Change {
+            event: &event_ref,
+            before: applied.before.as_ref(),
+            after: ctx.state.get(event_ref.stream, &event_ref.name),
+            released: &applied.released,
+            reindexed: applied.reindexed,
+        };
+        for rule in &mut self.rules {
+            rule.on_change(&mut ctx, &change);
+        }
+        out.extend(self.alerts.drain(..).map(Output::Alert));
         self.run_timers(out);
     }
 
+    /// Lets every rule whose timer expired act, on history's clock.
     fn run_timers(&mut self, out: &mut Vec<Output>) {
         let Some(now) = self.history_now_ms else {
             return;
         };
-        self.with_rules(Some(now), out, |ctx, timers, config| {
-            timers.on_time(ctx, config, now);
-        });
-    }
-
-    /// Runs rules at `time_ms` and hands on the alert transitions they made.
-    fn with_rules(
-        &mut self,
-        time_ms: Option<i64>,
-        out: &mut Vec<Output>,
-        run: impl FnOnce(&mut Context<'_>, &mut SubnetTimers, &RuleConfig),
-    ) {
-        let at = self.moment(time_ms);
+        if !self.rules.iter().any(|r| r.has_due(now)) {
+            return;
+        }
+        let at = self.moment(Some(now));
         let mut ctx = Context {
             state: &self.state,
-            book: &mut self.book,
+            config: &self.config.rules,
             cluster_id: &self.cluster_id,
+            now_ms: now,
+            book: &mut self.book,
             at,
             out: &mut self.alerts,
         };
-        run(&mut ctx, &mut self.timers, &self.config.rules);
+        for rule in &mut self.rules {
+            if rule.has_due(now) {
+                rule.on_time(&mut ctx, now);
+            }
+        }
         out.extend(self.alerts.drain(..).map(Output::Alert));
     }
 
@@ -360,5 +452,30 @@ mod snapshot_order_tests {
                 "IP list first: {ip_list_first}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod unknown_kind_tests {
+    use super::*;
+    use ipaudit_schemas::builders::EventBuilder;
+
+    #[test]
+    fn an_event_of_a_kind_this_build_does_not_know_is_counted_and_skipped() {
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        let mut out = Vec::new();
+        let mut newer = EventBuilder::subnet("s").rv(2).at(2).deleted();
+        newer.stream = Stream::Unknown;
+        newer.part = None;
+        analyzer.step(EventBuilder::subnet("s").rv(1).at(1).added(), &mut out);
+        analyzer.step(newer, &mut out);
+        analyzer.finish(None, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(analyzer.stats().unknown_kinds, 1);
+        assert_eq!(analyzer.stats().events_in, 2);
+        assert!(
+            analyzer.state().get(Stream::Subnet, "s").is_some(),
+            "the known event was applied"
+        );
     }
 }

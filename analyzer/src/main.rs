@@ -120,9 +120,37 @@ struct RunArgs {
     /// How long a quiet stream may hold back the others in the reorder buffer.
     #[arg(long, default_value = "1s", value_parser = parse_duration, env = "IPAUDIT_IDLE_DELAY")]
     idle_delay: Duration,
-    /// How long a Subnet may be terminating before `subnet-stuck-terminating` fires.
+    #[command(flatten)]
+    rules: RuleArgs,
+}
+
+/// Grace periods of the rules, all on event time (the recording's or the events' clock,
+/// never the analyzer's wall clock).
+#[derive(Debug, Args)]
+struct RuleArgs {
+    /// How long a Subnet or pool (SpiderIPPool, IPPool) may be terminating before
+    /// `subnet-stuck-terminating` fires.
     #[arg(long, default_value = "10m", value_parser = parse_duration, env = "IPAUDIT_SUBNET_GRACE")]
     subnet_grace: Duration,
+    /// How long an allocation may outlive its pod before `ip-without-pod` fires, and a
+    /// SpiderEndpoint stay terminating without its pod before `ip-stuck-terminating`.
+    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "IPAUDIT_OWNER_GRACE")]
+    owner_grace: Duration,
+    /// How long the two records of one allocation (whereabouts pool allocation and
+    /// reservation; spiderpool pool entry and SpiderEndpoint) may disagree before
+    /// `allocation-records-disagree` fires.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, env = "IPAUDIT_RECORDS_GRACE")]
+    records_grace: Duration,
+}
+
+impl RuleArgs {
+    fn config(&self) -> RuleConfig {
+        RuleConfig {
+            subnet_terminating_grace_ms: millis(self.subnet_grace),
+            owner_grace_ms: millis(self.owner_grace),
+            records_grace_ms: millis(self.records_grace),
+        }
+    }
 }
 
 fn key_value(text: &str) -> Result<(String, String), String> {
@@ -163,9 +191,8 @@ struct ReplayArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration, env = "IPAUDIT_IDLE_DELAY")]
     idle_delay: Duration,
 
-    /// How long a Subnet may be terminating before `subnet-stuck-terminating` fires.
-    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "IPAUDIT_SUBNET_GRACE")]
-    subnet_grace: Duration,
+    #[command(flatten)]
+    rules: RuleArgs,
 
     /// Never show a progress bar (it only shows when stderr is a terminal).
     #[arg(long)]
@@ -252,9 +279,7 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
             reorder: ReorderConfig {
                 idle_delay_ms: millis(args.idle_delay),
             },
-            rules: RuleConfig {
-                subnet_terminating_grace_ms: millis(args.subnet_grace),
-            },
+            rules: args.rules.config(),
             ..AnalyzerConfig::default()
         },
         checkpoint_interval: args.checkpoint_interval,
@@ -291,9 +316,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             reorder: ReorderConfig {
                 idle_delay_ms: millis(args.idle_delay),
             },
-            rules: RuleConfig {
-                subnet_terminating_grace_ms: millis(args.subnet_grace),
-            },
+            rules: args.rules.config(),
             ..AnalyzerConfig::default()
         },
         now_ms: args.now,

@@ -7,9 +7,10 @@
 //! a quiet stream then counts as caught up, so latency stays bounded, while every stream
 //! still gets that long to deliver an earlier version that was in flight. Releasing an
 //! event releases every earlier one too, so order holds. BOOKMARKs advance a watermark
-//! without an object. A collector's streams that have not shown up yet hold everything
-//! back (for at most the idle delay), so that the first events of one stream are not
-//! released ahead of another that is still connecting.
+//! without an object. A collector's streams are the ones it has shown, and with each the
+//! other kinds of the same IPAM and Pods (read from the kind table): those that have not
+//! shown up yet hold everything back (for at most the idle delay), so that the first
+//! events of one stream are not released ahead of another that is still connecting.
 //!
 //! A version going backwards within a stream (an etcd restore) starts a new epoch: what is
 //! pending is released, the watermarks start over, and the change is reported. Versions
@@ -20,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use ipaudit_schemas::{EventType, Stream, WatchEvent};
+use ipaudit_schemas::{EventType, Stream, WatchEvent, KINDS};
 
 /// Settings of the reorder buffer.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -119,9 +120,10 @@ pub struct ReorderBuffer {
     arrivals: VecDeque<(i64, i64)>,
     /// Every version up to this has waited its idle delay.
     expired_up_to: Option<i64>,
-    /// Per collector, one clock per stream (in `Stream::ALL` order). Few collectors write
-    /// one cluster's partition, so a list beats a map keyed by an allocated string.
-    clocks: Vec<(String, [StreamClock; 3])>,
+    /// Per collector, one clock per stream it has (or is expected to have). Few collectors
+    /// write one cluster's partition and each watches a handful of kinds, so lists beat
+    /// maps keyed by allocated strings.
+    clocks: Vec<(String, Vec<(Stream, StreamClock)>)>,
     released_up_to: Option<i64>,
     now_ms: Option<i64>,
     next_seq: u64,
@@ -194,17 +196,16 @@ impl ReorderBuffer {
         {
             Some(index) => index,
             None => {
-                let clocks = [
-                    StreamClock::default(),
-                    StreamClock::default(),
-                    StreamClock::default(),
-                ];
-                self.clocks.push((event.collector_id.clone(), clocks));
+                self.clocks.push((event.collector_id.clone(), Vec::new()));
                 self.clocks.len() - 1
             }
         };
-        let slot = stream_slot(event.stream);
-        let clock = &mut self.clocks[index].1[slot];
+        let streams = &mut self.clocks[index].1;
+        let slot = match streams.iter().position(|(s, _)| *s == event.stream) {
+            Some(slot) => slot,
+            None => expect_streams_with(streams, event.stream),
+        };
+        let clock = &mut streams[slot].1;
         match event.event_type {
             EventType::SyncStart => clock.in_relist = true,
             EventType::SyncEnd => clock.in_relist = false,
@@ -219,7 +220,7 @@ impl ReorderBuffer {
         {
             self.start_epoch(&event, previous, rv, out);
         }
-        let clock = &mut self.clocks[index].1[slot];
+        let clock = &mut self.clocks[index].1[slot].1;
         if clock.watermark.is_none_or(|w| rv > w) {
             clock.watermark = Some(rv);
         }
@@ -268,7 +269,7 @@ impl ReorderBuffer {
         self.flush(out);
         self.epoch += 1;
         self.stats.epochs += 1;
-        for clock in self.clocks.iter_mut().flat_map(|(_, c)| c.iter_mut()) {
+        for (_, clock) in self.clocks.iter_mut().flat_map(|(_, c)| c.iter_mut()) {
             clock.watermark = None;
         }
         self.arrivals.clear();
@@ -301,7 +302,7 @@ impl ReorderBuffer {
             .clocks
             .iter()
             .flat_map(|(_, clocks)| clocks.iter())
-            .map(|clock| clock.watermark.unwrap_or(i64::MIN))
+            .map(|(_, clock)| clock.watermark.unwrap_or(i64::MIN))
             .min()
             .unwrap_or(i64::MAX);
         passed_by_all.max(self.expired_up_to.unwrap_or(i64::MIN))
@@ -326,12 +327,25 @@ impl ReorderBuffer {
     }
 }
 
-fn stream_slot(stream: Stream) -> usize {
-    match stream {
-        Stream::Pod => 0,
-        Stream::Ip => 1,
-        Stream::Subnet => 2,
+/// A collector showed `stream` for the first time: adds its clock, and clocks for the
+/// streams expected with it (the other kinds of its IPAM, and Pods, which every IPAM
+/// reads); returns the index of `stream`'s clock.
+fn expect_streams_with(streams: &mut Vec<(Stream, StreamClock)>, stream: Stream) -> usize {
+    let ipam = stream.spec().and_then(|k| k.ipam);
+    let expected = KINDS
+        .iter()
+        .filter(|k| ipam.is_some() && (k.ipam == ipam || k.ipam.is_none()))
+        .map(|k| k.stream)
+        .chain(std::iter::once(stream));
+    for expected in expected {
+        if !streams.iter().any(|(s, _)| *s == expected) {
+            streams.push((expected, StreamClock::default()));
+        }
     }
+    streams
+        .iter()
+        .position(|(s, _)| *s == stream)
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -431,7 +445,7 @@ mod tests {
             idle_delay_ms: 1_000,
         });
         let mut out = Vec::new();
-        for stream in Stream::ALL {
+        for stream in [Stream::Pod, Stream::Ip, Stream::Subnet] {
             let mut b = EventBuilder::bookmark(stream, 10);
             b.observed_at_ms = Some(0);
             buffer.push(b, &mut out);

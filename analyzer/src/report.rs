@@ -130,6 +130,13 @@ pub fn render_text(findings: &Findings, outcome: &ReplayOutcome) -> String {
             stats.duplicates, stats.stale, stats.reorder.late, outcome.problem_count
         );
     }
+    if stats.unknown_kinds > 0 {
+        let _ = writeln!(
+            out,
+            "  {} event(s) of kinds this build does not know skipped (recorded by a newer collector: upgrade the analyzer to analyse them)",
+            stats.unknown_kinds
+        );
+    }
     for problem in &outcome.problems {
         let _ = writeln!(out, "  input: {problem}");
     }

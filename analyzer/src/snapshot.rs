@@ -20,10 +20,21 @@ struct Frames {
     /// Offset of the last SYNC_START that has its SYNC_END after it.
     complete: HashMap<(String, Stream), i64>,
     open: HashMap<(String, Stream), i64>,
+    /// The streams each collector announced with a frame: the kinds it watches.
+    announced: HashMap<String, Vec<Stream>>,
 }
 
 impl Frames {
     fn see(&mut self, offset: i64, event: &WatchEvent) {
+        if matches!(event.event_type, EventType::SyncStart | EventType::SyncEnd) {
+            let streams = self
+                .announced
+                .entry(event.collector_id.clone())
+                .or_default();
+            if !streams.contains(&event.stream) {
+                streams.push(event.stream);
+            }
+        }
         let key = (event.collector_id.clone(), event.stream);
         match event.event_type {
             EventType::SyncStart => {
@@ -38,13 +49,13 @@ impl Frames {
         }
     }
 
-    /// Where the latest snapshot of every collector begins, if every stream of every
-    /// collector seen has a complete frame.
+    /// Where the latest snapshot of every collector begins, if every stream each
+    /// collector seen announced has a complete frame.
     fn start(&self, collectors: &[String]) -> Option<i64> {
         let mut start = i64::MAX;
         for collector in collectors {
-            for stream in Stream::ALL {
-                start = start.min(*self.complete.get(&(collector.clone(), stream))?);
+            for stream in self.announced.get(collector)? {
+                start = start.min(*self.complete.get(&(collector.clone(), *stream))?);
             }
         }
         (start != i64::MAX).then_some(start)
@@ -126,7 +137,7 @@ mod tests {
             frames.see(offset, &marker("c1", stream, t));
             offset += 1;
         };
-        for stream in Stream::ALL {
+        for stream in [Stream::Pod, Stream::Ip, Stream::Subnet] {
             see(&mut frames, stream, EventType::SyncStart);
             see(&mut frames, stream, EventType::SyncEnd);
         }

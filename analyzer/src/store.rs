@@ -300,6 +300,7 @@ mod tests {
             fired_resource_version: rv.into(),
             resolved_resource_version: None,
             evidence: Vec::new(),
+            cleanup: None,
         }
     }
 

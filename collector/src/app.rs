@@ -1,6 +1,7 @@
-//! Wires the pipeline together: three watchers -> one sink thread (SQLite outbox or Avro
-//! file) -> the Kafka producer, plus the health endpoints; and shuts it down in order on
-//! SIGTERM: watchers stop, the sink stores what they sent, the producer drains the outbox.
+//! Wires the pipeline together: discovery of the kinds to watch -> one watcher per kind ->
+//! one sink thread (SQLite outbox or Avro file) -> the Kafka producer, plus the health
+//! endpoints; and shuts it down in order on SIGTERM: watchers stop, the sink stores what
+//! they sent, the producer drains the outbox.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
+use crate::discovery::{self, DiscoveryError};
 use crate::event::Stamp;
 use crate::metrics::Metrics;
 use crate::outbox::{Outbox, OutboxError};
@@ -42,6 +44,9 @@ pub struct CollectorConfig {
     pub stamp: Stamp,
     /// Watch settings.
     pub watch: WatchConfig,
+    /// The kinds to watch (`--kinds`); `None`: every kind of the table the API server
+    /// serves. Pods are watched either way.
+    pub kinds: Option<Vec<Stream>>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub listen: Option<SocketAddr>,
 }
@@ -76,12 +81,9 @@ pub enum AppError {
     /// No usable Kubernetes configuration.
     #[error("cannot configure the Kubernetes client: {0}")]
     KubeConfig(String),
-    /// The API server does not serve what ipaudit watches.
-    #[error("{0}")]
-    MissingApi(String),
-    /// The API server could not be reached.
-    #[error("cannot reach the API server")]
-    Kube(#[source] kube::Error),
+    /// The API server does not serve the kinds to watch, or could not say.
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
     /// The outbox failed.
     #[error(transparent)]
     Outbox(#[from] OutboxError),
@@ -125,27 +127,6 @@ pub async fn client(source: &KubeSource) -> Result<Client, AppError> {
     Client::try_from(config).map_err(|e| AppError::KubeConfig(e.to_string()))
 }
 
-/// Checks that kube-ovn's CRDs are served, with an error an operator can act on.
-pub async fn preflight(client: &Client) -> Result<(), AppError> {
-    let resources = match client.list_api_group_resources("kubeovn.io/v1").await {
-        Ok(list) => list
-            .resources
-            .into_iter()
-            .map(|r| r.name)
-            .collect::<Vec<_>>(),
-        Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
-        Err(e) => return Err(AppError::Kube(e)),
-    };
-    for plural in ["ips", "subnets"] {
-        if !resources.iter().any(|r| r == plural) {
-            return Err(AppError::MissingApi(format!(
-                "the API server does not serve {plural}.kubeovn.io/v1: is kube-ovn installed (CRD {plural}.kubeovn.io)?"
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
     #[cfg(unix)]
@@ -184,8 +165,11 @@ async fn start(
     remediate: Option<(RemediateConfig, PathBuf)>,
 ) -> Result<Pipeline, AppError> {
     let client = client(&config.kube).await?;
-    preflight(&client).await?;
-    let metrics = Metrics::new();
+    let kinds = discovery::discover(&client, config.kinds.as_deref()).await?;
+    let watched: Vec<Stream> = kinds.iter().map(|k| k.stream).collect();
+    let names: Vec<String> = kinds.iter().map(|k| discovery::served_name(k)).collect();
+    info!(kinds = %names.join(", "), "watching");
+    let metrics = Metrics::new(&watched);
     let (stop, stop_rx) = watch::channel(false);
     if let Some(addr) = config.listen {
         let bound = crate::http::serve(addr, metrics.clone(), stop_rx.clone())
@@ -200,13 +184,13 @@ async fn start(
     let stored = Arc::new(Notify::new());
     let sink = sink::spawn(sink, rx, Arc::clone(&stored));
     let mut watchers = JoinSet::new();
-    for stream in Stream::ALL {
+    for kind in kinds {
         let watcher = Watcher::new(
             client.clone(),
-            stream,
+            kind,
             config.stamp.clone(),
             config.watch.clone(),
-            states.remove(&stream).unwrap_or_default(),
+            states.remove(&kind.stream).unwrap_or_default(),
             tx.clone(),
             metrics.clone(),
         );

@@ -1,13 +1,16 @@
-//! ipaudit's collector: every watch event of Pods, kube-ovn IPs and Subnets, exactly as
-//! the API server sent it, into Kafka, losing nothing across restarts, Kafka outages and
-//! expired watches.
+//! ipaudit's collector: every watch event of Pods and of the IPAM kinds the API server
+//! serves (kube-ovn, whereabouts, spiderpool: the table `ipaudit_schemas::KINDS`), exactly
+//! as the API server sent it, into Kafka, losing nothing across restarts, Kafka outages
+//! and expired watches.
 //!
-//! The pipeline, one module each: [`watch`] (list + watch per stream, relist diff) ->
+//! The pipeline, one module each: [`discovery`] (which kinds) -> [`watch`] (list + watch
+//! per stream, relist diff) ->
 //! [`event`] (objects into `WatchEvent`s) -> [`sink`] -> [`outbox`] (SQLite) ->
 //! [`produce`] (Kafka); or [`record`] (an Avro file) instead of the last two.
 //! [`app`] wires them; [`http`] and [`metrics`] are the operator's window.
 
 pub mod app;
+pub mod discovery;
 pub mod event;
 pub mod http;
 pub mod metrics;

@@ -1,4 +1,4 @@
-//! `collector`: records every watch event of Pods, kube-ovn IPs and Subnets.
+//! `collector`: records every watch event of Pods and the IPAM kinds the API server serves.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,8 +12,10 @@ use ipaudit_collector::event::Stamp;
 use ipaudit_collector::produce::KafkaConfig;
 use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
 use ipaudit_collector::watch::WatchConfig;
+use ipaudit_schemas::{kinds, Stream, KINDS};
 
-/// Records every watch event of Pods, kube-ovn IPs and Subnets, for ipaudit's analyzer.
+/// Records every watch event of Pods and of the IPAM kinds the API server serves
+/// (kube-ovn, whereabouts, spiderpool), for ipaudit's analyzer.
 #[derive(Debug, Parser)]
 #[command(name = "collector", version, about)]
 struct Cli {
@@ -54,7 +56,20 @@ struct WatchArgs {
     /// Server-side timeout of each watch request.
     #[arg(long, env = "IPAUDIT_WATCH_TIMEOUT", default_value = "290s", value_parser = duration)]
     watch_timeout: Duration,
+    #[arg(
+        long,
+        env = "IPAUDIT_KINDS",
+        value_delimiter = ',',
+        value_parser = kind_name,
+        help = "Watch only these kinds, comma-separated (Pods are always watched) [default: every kind the API server serves]",
+        long_help = kinds_long_help()
+    )]
+    kinds: Vec<KindArg>,
 }
+
+/// One entry of `--kinds`; blank entries (`IPAUDIT_KINDS=""`, a trailing comma) name nothing.
+#[derive(Debug, Clone, Copy)]
+struct KindArg(Option<Stream>);
 
 #[derive(Debug, Args)]
 struct RunArgs {
@@ -129,6 +144,49 @@ fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 30s, 1h)"))
 }
 
+/// A kind of the table as `--kinds` names it: plural, plural.group, kind or label.
+fn kind_name(text: &str) -> Result<KindArg, String> {
+    if text.trim().is_empty() {
+        return Ok(KindArg(None));
+    }
+    kinds::named(text)
+        .map(|k| KindArg(Some(k.stream)))
+        .ok_or_else(|| {
+            let valid: Vec<String> = KINDS.iter().map(|k| k.resource()).collect();
+            format!(
+                "unknown kind {text:?}; valid: {} (or a kind's plural, Kind or label)",
+                valid.join(", ")
+            )
+        })
+}
+
+/// `--kinds --help`, written from the table so that it lists exactly the kinds known.
+fn kinds_long_help() -> String {
+    let mut help = String::from(
+        "Watch only these kinds, comma-separated. Pods are always watched (every IPAM's \
+         rules read them). Default: every kind below that the API server serves, found by \
+         discovery at start; at least one IPAM kind must be served. A kind named here that \
+         the API server does not serve is an error naming its CRD. A kind is named by its \
+         plural, plural.group, Kind or label, case-insensitively:\n",
+    );
+    for kind in KINDS {
+        let api_version = kind.api_version();
+        let ipam = kind.ipam.map_or("every IPAM", |i| i.as_str());
+        let scope = if kind.namespaced {
+            "namespaced"
+        } else {
+            "cluster"
+        };
+        help.push_str(&format!(
+            "  {} ({}, {api_version}, {scope}; {ipam})\n",
+            kind.resource(),
+            kind.kind
+        ));
+    }
+    help.truncate(help.trim_end().len());
+    help
+}
+
 fn key_value(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
@@ -160,6 +218,10 @@ fn collector_config(args: WatchArgs, listen: Option<SocketAddr>) -> CollectorCon
             watch_timeout: args.watch_timeout,
             snapshot_interval: args.snapshot_interval,
             ..WatchConfig::default()
+        },
+        kinds: {
+            let named: Vec<Stream> = args.kinds.iter().filter_map(|k| k.0).collect();
+            (!named.is_empty()).then_some(named)
         },
         listen,
     }

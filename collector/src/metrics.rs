@@ -1,5 +1,6 @@
 //! The collector's Prometheus metrics, one place that names and counts them.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -13,14 +14,14 @@ use prometheus_client::registry::Registry;
 /// `{stream}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StreamLabels {
-    /// pod, ip or subnet.
+    /// The stream's label (`pod`, `ip`, `ippool`...).
     pub stream: String,
 }
 
 /// `{stream, type}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EventLabels {
-    /// pod, ip or subnet.
+    /// The stream's label (`pod`, `ip`, `ippool`...).
     pub stream: String,
     /// The event type.
     pub r#type: String,
@@ -29,7 +30,7 @@ pub struct EventLabels {
 /// `{stream, reason}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// pod, ip or subnet.
+    /// The stream's label (`pod`, `ip`, `ippool`...).
     pub stream: String,
     /// Why.
     pub reason: String,
@@ -52,20 +53,14 @@ pub struct Metrics {
     watch_errors: Family<ReasonLabels, Counter>,
     kafka: Family<ResultLabels, Counter>,
     outbox_rows: Gauge,
-    synced: Arc<[AtomicBool; 3]>,
-}
-
-fn slot(stream: Stream) -> usize {
-    match stream {
-        Stream::Pod => 0,
-        Stream::Ip => 1,
-        Stream::Subnet => 2,
-    }
+    watching: Family<StreamLabels, Gauge>,
+    /// One flag per watched stream, fixed at start: readiness waits for exactly these.
+    synced: Arc<HashMap<Stream, AtomicBool>>,
 }
 
 impl Metrics {
-    /// Registers every metric under the `ipaudit` prefix.
-    pub fn new() -> Self {
+    /// Registers every metric under the `ipaudit` prefix, for the streams watched.
+    pub fn new(watched: &[Stream]) -> Self {
         let mut registry = Registry::with_prefix("ipaudit");
         let events = Family::<EventLabels, Counter>::default();
         registry.register(
@@ -103,6 +98,15 @@ impl Metrics {
             "Events in the outbox not yet acknowledged by Kafka",
             outbox_rows.clone(),
         );
+        let watching = Family::<StreamLabels, Gauge>::default();
+        registry.register(
+            "stream_watching",
+            "1 once a watched stream is listed (or resumed) and watching, else 0; one series per watched kind",
+            watching.clone(),
+        );
+        for stream in watched {
+            watching.get_or_create(&stream_labels(*stream)).set(0);
+        }
         Metrics {
             registry: Arc::new(registry),
             events,
@@ -111,11 +115,13 @@ impl Metrics {
             watch_errors,
             kafka,
             outbox_rows,
-            synced: Arc::new([
-                AtomicBool::new(false),
-                AtomicBool::new(false),
-                AtomicBool::new(false),
-            ]),
+            watching,
+            synced: Arc::new(
+                watched
+                    .iter()
+                    .map(|s| (*s, AtomicBool::new(false)))
+                    .collect(),
+            ),
         }
     }
 
@@ -131,11 +137,7 @@ impl Metrics {
 
     /// Counts an object recorded with unusable fields.
     pub fn malformed(&self, stream: Stream) {
-        self.malformed
-            .get_or_create(&StreamLabels {
-                stream: stream.as_str().into(),
-            })
-            .inc();
+        self.malformed.get_or_create(&stream_labels(stream)).inc();
     }
 
     /// Counts a relist.
@@ -172,14 +174,19 @@ impl Metrics {
         self.outbox_rows.set(rows);
     }
 
-    /// Marks a stream as watching (listed or resumed).
+    /// Marks a stream as watching (listed or resumed). A stream that is not watched has
+    /// no flag and changes nothing.
     pub fn set_synced(&self, stream: Stream) {
-        self.synced[slot(stream)].store(true, Ordering::Relaxed);
+        if let Some(flag) = self.synced.get(&stream) {
+            flag.store(true, Ordering::Relaxed);
+            self.watching.get_or_create(&stream_labels(stream)).set(1);
+        }
     }
 
-    /// Whether every stream is watching: the collector is ready.
+    /// Whether every watched stream is watching: the collector is ready. A collector that
+    /// watches nothing is not.
     pub fn all_synced(&self) -> bool {
-        self.synced.iter().all(|s| s.load(Ordering::Relaxed))
+        !self.synced.is_empty() && self.synced.values().all(|s| s.load(Ordering::Relaxed))
     }
 
     /// The text exposition format.
@@ -191,8 +198,38 @@ impl Metrics {
     }
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
+fn stream_labels(stream: Stream) -> StreamLabels {
+    StreamLabels {
+        stream: stream.as_str().into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_once_every_watched_stream_and_only_those_is_synced() {
+        let metrics = Metrics::new(&[Stream::Pod, Stream::IpPool]);
+        assert!(!metrics.all_synced());
+        metrics.set_synced(Stream::Pod);
+        metrics.set_synced(Stream::Ip);
+        assert!(
+            !metrics.all_synced(),
+            "ip is not watched: it does not stand in for ippool"
+        );
+        metrics.set_synced(Stream::IpPool);
+        assert!(metrics.all_synced());
+        let text = metrics.encode();
+        assert!(
+            text.contains("ipaudit_stream_watching{stream=\"ippool\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("stream=\"ip\""), "{text}");
+    }
+
+    #[test]
+    fn a_collector_watching_nothing_is_not_ready() {
+        assert!(!Metrics::new(&[]).all_synced());
     }
 }

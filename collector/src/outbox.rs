@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ipaudit_schemas::{encode, Stream};
+use ipaudit_schemas::{encode, kinds, Stream};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::event::LiveObject;
@@ -132,12 +132,11 @@ impl Outbox {
         sqlite_error(&self.path, context)
     }
 
-    /// Where each stream stopped: resume point, last sequence, live objects.
+    /// Where each stream stopped: resume point, last sequence, live objects. Streams
+    /// never stored are absent (they start with a list); rows of a stream this build does
+    /// not know are ignored.
     pub fn load(&self) -> Result<HashMap<Stream, StreamState>, OutboxError> {
-        let mut states: HashMap<Stream, StreamState> = Stream::ALL
-            .iter()
-            .map(|s| (*s, StreamState::default()))
-            .collect();
+        let mut states: HashMap<Stream, StreamState> = HashMap::new();
         let mut stmt = self
             .conn
             .prepare("SELECT stream, resource_version, sequence FROM stream_state")
@@ -153,7 +152,8 @@ impl Outbox {
             .map_err(self.err("read stream state"))?;
         for row in rows {
             let (stream, rv, sequence) = row.map_err(self.err("read stream state"))?;
-            if let Some(state) = parse_stream(&stream).and_then(|s| states.get_mut(&s)) {
+            if let Some(stream) = kinds::stream_labelled(&stream) {
+                let state = states.entry(stream).or_default();
                 state.resume_from = rv;
                 state.sequence = sequence;
             }
@@ -177,7 +177,8 @@ impl Outbox {
             .map_err(self.err("read live objects"))?;
         for row in rows {
             let (stream, object) = row.map_err(self.err("read live objects"))?;
-            if let Some(state) = parse_stream(&stream).and_then(|s| states.get_mut(&s)) {
+            if let Some(stream) = kinds::stream_labelled(&stream) {
+                let state = states.entry(stream).or_default();
                 state.live.insert(object.uid.clone(), object);
             }
         }
@@ -279,10 +280,6 @@ impl crate::sink::EventSink for Outbox {
     }
 }
 
-fn parse_stream(text: &str) -> Option<Stream> {
-    Stream::ALL.into_iter().find(|s| s.as_str() == text)
-}
-
 /// Maps a SQLite error to this module's error, naming the file and what was being done.
 fn sqlite_error<'a>(
     path: &'a Path,
@@ -344,6 +341,38 @@ mod tests {
         let rows = outbox.read_batch(2).unwrap();
         outbox.delete_through(rows[1].0).unwrap();
         assert_eq!(outbox.pending_rows().unwrap(), 1);
+    }
+
+    #[test]
+    fn every_kind_of_the_table_resumes_and_unknown_streams_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("outbox.db");
+        let outbox = Outbox::open(&path, "c").unwrap();
+        for stream in kinds::streams() {
+            outbox
+                .conn
+                .execute(
+                    "INSERT INTO stream_state (stream, resource_version, sequence) VALUES (?1, '7', 2)",
+                    [stream.as_str()],
+                )
+                .unwrap();
+        }
+        // Written by a newer collector that knows a kind this build does not.
+        outbox
+            .conn
+            .execute(
+                "INSERT INTO stream_state (stream, resource_version, sequence) VALUES ('nodes', '9', 1)",
+                [],
+            )
+            .unwrap();
+        let states = outbox.load().unwrap();
+        assert_eq!(states.len(), kinds::streams().count());
+        assert_eq!(
+            states[&Stream::OverlappingRangeIpReservation]
+                .resume_from
+                .as_deref(),
+            Some("7")
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
-use ipaudit_schemas::{EventType, Stream, WatchEvent};
+use ipaudit_schemas::{EventType, KindSpec, Stream, WatchEvent};
 use kube::api::{ListParams, WatchParams};
 use kube::core::{Request, WatchEvent as KubeEvent};
 use kube::Client;
@@ -78,15 +78,6 @@ impl Default for WatchConfig {
     }
 }
 
-/// The API path of a stream's collection (all namespaces).
-pub fn api_path(stream: Stream) -> &'static str {
-    match stream {
-        Stream::Pod => "/api/v1/pods",
-        Stream::Ip => "/apis/kubeovn.io/v1/ips",
-        Stream::Subnet => "/apis/kubeovn.io/v1/subnets",
-    }
-}
-
 /// Why a watcher stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -106,6 +97,8 @@ enum Next {
 pub struct Watcher {
     client: Client,
     stream: Stream,
+    /// The collection across all namespaces, from the kind's table entry.
+    path: String,
     stamp: Stamp,
     config: WatchConfig,
     state: StreamState,
@@ -114,10 +107,10 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// A watcher that resumes from `state`.
+    /// A watcher of one kind of the table that resumes from `state`.
     pub fn new(
         client: Client,
-        stream: Stream,
+        kind: &'static KindSpec,
         stamp: Stamp,
         config: WatchConfig,
         state: StreamState,
@@ -126,7 +119,8 @@ impl Watcher {
     ) -> Self {
         Watcher {
             client,
-            stream,
+            stream: kind.stream,
+            path: kind.collection_path(),
             stamp,
             config,
             state,
@@ -326,7 +320,7 @@ impl Watcher {
     }
 
     async fn list_page(&self, params: &ListParams) -> Result<Value, kube::Error> {
-        let request = Request::new(api_path(self.stream))
+        let request = Request::new(&self.path)
             .list(params)
             .map_err(kube::Error::BuildRequest)?;
         self.client.request::<Value>(request).await
@@ -341,7 +335,7 @@ impl Watcher {
             .unwrap_or(290)
             .max(1);
         let params = WatchParams::default().timeout(timeout);
-        let request = match Request::new(api_path(self.stream)).watch(&params, rv) {
+        let request = match Request::new(&self.path).watch(&params, rv) {
             Ok(r) => r,
             Err(error) => {
                 warn!(%error, "cannot build watch request");

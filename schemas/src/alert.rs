@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::CleanupAction;
 use crate::event::{EventType, Stream};
 
 /// How urgent an alert is.
@@ -101,4 +102,29 @@ pub struct Alert {
     pub resolved_resource_version: Option<String>,
     /// The events that prove it, in resourceVersion order.
     pub evidence: Vec<Evidence>,
+    /// The cleanup that ends the leak, as a typed value (schema v2).
+    #[serde(default)]
+    pub cleanup: Option<Cleanup>,
+}
+
+/// A cleanup as a typed value: what to change on which exact version of which object.
+/// Cleanup commands are built from it, never from an alert's text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cleanup {
+    /// What to do.
+    pub action: CleanupAction,
+    /// The kind of the target.
+    pub target_stream: Stream,
+    /// Name of the target.
+    pub target_name: String,
+    /// Namespace of the target; `None` for cluster-scoped kinds.
+    pub target_namespace: Option<String>,
+    /// uid the target must still have.
+    pub target_uid: String,
+    /// resourceVersion the target must still have.
+    pub resource_version: String,
+    /// The finalizer to remove.
+    pub finalizer: String,
+    /// The subnet or pool whose absence makes the finalizer unremovable.
+    pub pool: String,
 }

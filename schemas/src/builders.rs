@@ -1,8 +1,12 @@
 //! Builders for events, so that tests, benchmarks and generators read like sentences:
 //! `EventBuilder::ip("vm-1.ns", "subnet-x").rv(12).deleting(t).build(EventType::Modified)`.
 
-use crate::event::{EventType, IpInfo, ObjectMeta, PodInfo, Stream, SubnetInfo, WatchEvent};
-use crate::KUBE_OVN_FINALIZER;
+use crate::event::{
+    EventType, IpInfo, IpPoolAllocation, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus,
+    ObjectMeta, PodInfo, SpiderAllocation, SpiderEndpointAddress, SpiderEndpointInfo,
+    SpiderIpPoolInfo, Stream, SubnetInfo, WatchEvent,
+};
+use crate::{KUBE_OVN_FINALIZER, SPIDERPOOL_FINALIZER};
 
 /// Builds one `WatchEvent` for an object.
 #[derive(Debug, Clone)]
@@ -30,10 +34,10 @@ impl EventBuilder {
         b.meta()
             .labels
             .insert("ovn.kubernetes.io/subnet".into(), subnet.into());
-        b.event.ip = Some(IpInfo {
+        b.event.part = Some(KindPart::Ip(IpInfo {
             subnet: subnet.to_owned(),
             ..IpInfo::default()
-        });
+        }));
         b
     }
 
@@ -41,10 +45,10 @@ impl EventBuilder {
     pub fn subnet(name: &str) -> Self {
         let mut b = Self::object(Stream::Subnet, name);
         b.meta().finalizers.push(KUBE_OVN_FINALIZER.into());
-        b.event.subnet = Some(SubnetInfo {
+        b.event.part = Some(KindPart::Subnet(SubnetInfo {
             v4_using_ips: Some("0".into()),
             ..SubnetInfo::default()
-        });
+        }));
         b
     }
 
@@ -52,10 +56,61 @@ impl EventBuilder {
     pub fn pod(namespace: &str, name: &str) -> Self {
         let mut b = Self::object(Stream::Pod, name);
         b.meta().namespace = Some(namespace.to_owned());
-        b.event.pod = Some(PodInfo {
+        b.event.part = Some(KindPart::Pod(PodInfo {
             phase: "Running".into(),
             ..PodInfo::default()
-        });
+        }));
+        b
+    }
+
+    /// A whereabouts IPPool over `range` (a CIDR), in `namespace`, with no allocations.
+    pub fn ip_pool(namespace: &str, name: &str, range: &str) -> Self {
+        let mut b = Self::object(Stream::IpPool, name);
+        b.meta().namespace = Some(namespace.to_owned());
+        b.event.part = Some(KindPart::IpPool(IpPoolInfo {
+            range: range.to_owned(),
+            allocations: Vec::new(),
+        }));
+        b
+    }
+
+    /// A whereabouts reservation of `address` for pod `podref` (`namespace/name`).
+    pub fn reservation(namespace: &str, address: &str, podref: &str) -> Self {
+        let mut b = Self::object(
+            Stream::OverlappingRangeIpReservation,
+            &address.replace(':', "-"),
+        );
+        b.meta().namespace = Some(namespace.to_owned());
+        b.event.part = Some(KindPart::IpReservation(IpReservationInfo {
+            address: address.to_owned(),
+            podref: podref.to_owned(),
+            ..IpReservationInfo::default()
+        }));
+        b
+    }
+
+    /// A SpiderIPPool on `subnet` (a CIDR), with spiderpool's finalizer and no entries.
+    pub fn spider_pool(name: &str, subnet: &str) -> Self {
+        let mut b = Self::object(Stream::SpiderIpPool, name);
+        b.meta().finalizers.push(SPIDERPOOL_FINALIZER.into());
+        b.event.part = Some(KindPart::SpiderIpPool(SpiderIpPoolInfo {
+            subnet: subnet.to_owned(),
+            ..SpiderIpPoolInfo::default()
+        }));
+        b
+    }
+
+    /// A SpiderEndpoint of pod `namespace/name` with uid `pod_uid`, with spiderpool's
+    /// finalizer, owned by a Deployment.
+    pub fn spider_endpoint(namespace: &str, name: &str, pod_uid: &str) -> Self {
+        let mut b = Self::object(Stream::SpiderEndpoint, name);
+        b.meta().namespace = Some(namespace.to_owned());
+        b.meta().finalizers.push(SPIDERPOOL_FINALIZER.into());
+        b.event.part = Some(KindPart::SpiderEndpoint(SpiderEndpointInfo {
+            pod_uid: pod_uid.to_owned(),
+            owner_controller_type: "Deployment".into(),
+            ..SpiderEndpointInfo::default()
+        }));
         b
     }
 
@@ -111,7 +166,7 @@ impl EventBuilder {
 
     /// Adds attachment subnets to an IP.
     pub fn attach_subnets(mut self, subnets: &[&str]) -> Self {
-        if let Some(ip) = self.event.ip.as_mut() {
+        if let Some(KindPart::Ip(ip)) = self.event.part.as_mut() {
             ip.attach_subnets = subnets.iter().map(|s| (*s).to_owned()).collect();
         }
         self
@@ -125,7 +180,7 @@ impl EventBuilder {
         address: &str,
         pod_type: &str,
     ) -> Self {
-        if let Some(ip) = self.event.ip.as_mut() {
+        if let Some(KindPart::Ip(ip)) = self.event.part.as_mut() {
             ip.pod_namespace = pod_namespace.to_owned();
             ip.pod_name = pod_name.to_owned();
             ip.ip_address = address.to_owned();
@@ -137,8 +192,91 @@ impl EventBuilder {
 
     /// Sets a subnet's used-IP count.
     pub fn using_ips(mut self, count: u64) -> Self {
-        if let Some(subnet) = self.event.subnet.as_mut() {
+        if let Some(KindPart::Subnet(subnet)) = self.event.part.as_mut() {
             subnet.v4_using_ips = Some(count.to_string());
+        }
+        self
+    }
+
+    /// Sets a pod's phase.
+    pub fn phase(mut self, phase: &str) -> Self {
+        if let Some(KindPart::Pod(pod)) = self.event.part.as_mut() {
+            pod.phase = phase.to_owned();
+        }
+        self
+    }
+
+    /// Adds an address on a network to a pod's network-status.
+    pub fn network(mut self, network: &str, address: &str) -> Self {
+        if let Some(KindPart::Pod(pod)) = self.event.part.as_mut() {
+            pod.network_status.push(NetworkStatus {
+                name: network.to_owned(),
+                interface: format!("net{}", pod.network_status.len() + 1),
+                ips: vec![address.to_owned()],
+                ..NetworkStatus::default()
+            });
+        }
+        self
+    }
+
+    /// Adds an owner reference (`kind`, `name`).
+    pub fn owned_by(mut self, kind: &str, name: &str) -> Self {
+        self.meta()
+            .owner_references
+            .push(crate::event::OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+                uid: format!("uid-{name}"),
+                controller: Some(true),
+            });
+        self
+    }
+
+    /// Adds an allocation to a whereabouts IPPool: `offset` in its range, for `podref`.
+    pub fn allocation(mut self, offset: u32, address: &str, podref: &str) -> Self {
+        if let Some(KindPart::IpPool(pool)) = self.event.part.as_mut() {
+            pool.allocations.push(IpPoolAllocation {
+                offset: offset.to_string(),
+                address: address.to_owned(),
+                container_id: format!("c-{offset}"),
+                podref: podref.to_owned(),
+                ifname: "net1".into(),
+            });
+        }
+        self
+    }
+
+    /// Adds an entry to a SpiderIPPool: `address` for pod `pod` (`namespace/name`) with uid.
+    pub fn entry(mut self, address: &str, pod: &str, pod_uid: &str) -> Self {
+        if let Some(KindPart::SpiderIpPool(pool)) = self.event.part.as_mut() {
+            pool.allocations.push(SpiderAllocation {
+                address: address.to_owned(),
+                pod: pod.to_owned(),
+                pod_uid: pod_uid.to_owned(),
+            });
+            pool.allocated_ip_count = Some(pool.allocations.len() as i64);
+        }
+        self
+    }
+
+    /// Adds an address from `pool` to a SpiderEndpoint (`ipv4` with its prefix length).
+    pub fn endpoint_ip(mut self, ipv4: &str, pool: &str) -> Self {
+        if let Some(KindPart::SpiderEndpoint(endpoint)) = self.event.part.as_mut() {
+            endpoint.addresses.push(SpiderEndpointAddress {
+                interface: "eth0".into(),
+                ipv4: ipv4.to_owned(),
+                ipv4_pool: pool.to_owned(),
+                ..SpiderEndpointAddress::default()
+            });
+        }
+        self
+    }
+
+    /// Sets a SpiderEndpoint's owner controller type (`StatefulSet`, `VirtualMachineInstance`).
+    pub fn owner_controller(mut self, kind: &str) -> Self {
+        if let Some(KindPart::SpiderEndpoint(endpoint)) = self.event.part.as_mut() {
+            endpoint.owner_controller_type = kind.to_owned();
         }
         self
     }

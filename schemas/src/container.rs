@@ -19,8 +19,8 @@ pub enum ContainerError {
     /// The file header is missing or corrupt.
     #[error("not a readable Avro container file")]
     Header(#[source] apache_avro::Error),
-    /// The file holds another record type, or a version this build does not know.
-    #[error("container holds records of schema {found}, which is no known version of {expected}")]
+    /// The file holds another record type.
+    #[error("container holds records of schema {found}, not {expected}")]
     UnknownSchema {
         /// The record type expected.
         expected: &'static str,
@@ -157,7 +157,7 @@ pub struct ContainerReader<T: Record, R: Read> {
     records: Records<T, R>,
     count: Arc<AtomicU64>,
     index: u64,
-    writer_version: u32,
+    writer_version: Option<u32>,
     failed: bool,
     _record: PhantomData<T>,
 }
@@ -171,23 +171,32 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
         let current = set.current().schema;
         // No reader schema: apache-avro's serde path panics when one is set.
         let inner = Reader::new(input).map_err(ContainerError::Header)?;
-        let index = set
-            .position_of_schema(inner.writer_schema())
-            .ok_or_else(|| ContainerError::UnknownSchema {
-                expected: T::NAME,
-                found: inner
-                    .writer_schema()
-                    .name()
-                    .map_or_else(|| "(unnamed)".to_owned(), |n| n.fullname(None)),
-            })?;
-        let records = if std::ptr::eq(set.versions()[index].schema, current) {
-            Records::Current(inner.into_deser_iter())
-        } else {
-            Records::Resolving(inner, set)
+        let writer_name = inner
+            .writer_schema()
+            .name()
+            .map_or_else(|| "(unnamed)".to_owned(), |n| n.fullname(None));
+        let (records, writer_version) = match set.position_of_schema(inner.writer_schema()) {
+            Some(index) if std::ptr::eq(set.versions()[index].schema, current) => (
+                Records::Current(inner.into_deser_iter()),
+                Some(set.versions()[index].version),
+            ),
+            Some(index) => (
+                Records::Resolving(inner, set),
+                Some(set.versions()[index].version),
+            ),
+            // A version newer than this build (the file carries its schema): resolved to
+            // today's, with what this build does not know left out or defaulted.
+            None if writer_name == T::NAME => (Records::Resolving(inner, set), None),
+            None => {
+                return Err(ContainerError::UnknownSchema {
+                    expected: T::NAME,
+                    found: writer_name,
+                })
+            }
         };
         Ok(ContainerReader {
             records,
-            writer_version: set.versions()[index].version,
+            writer_version,
             count,
             index: 0,
             failed: false,
@@ -195,8 +204,9 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
         })
     }
 
-    /// The schema version the file was written with.
-    pub fn writer_version(&self) -> u32 {
+    /// The schema version the file was written with; `None` for a version newer than this
+    /// build, read by resolution to today's.
+    pub fn writer_version(&self) -> Option<u32> {
         self.writer_version
     }
 

@@ -5,7 +5,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// The watch stream, one per watched kind.
+/// The watch stream, one per watched kind. What each kind is (API group, plural, IPAM,
+/// converter) lives in one table, [`crate::kinds::KINDS`]; this enum only names them, in
+/// schema order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Stream {
@@ -15,38 +17,33 @@ pub enum Stream {
     Ip,
     /// kubeovn.io/v1 Subnets.
     Subnet,
+    /// whereabouts.cni.cncf.io/v1alpha1 IPPools (schema v4).
+    IpPool,
+    /// whereabouts.cni.cncf.io/v1alpha1 OverlappingRangeIPReservations (schema v4).
+    OverlappingRangeIpReservation,
+    /// spiderpool.spidernet.io/v2beta1 SpiderIPPools (schema v4).
+    SpiderIpPool,
+    /// spiderpool.spidernet.io/v2beta1 SpiderEndpoints (schema v4).
+    SpiderEndpoint,
+    /// A kind this build does not know: written by a newer collector (the Avro enum's
+    /// default from v4 on). Counted and skipped by the analyzer.
+    Unknown,
 }
 
 impl Stream {
-    /// Every stream, in schema order.
-    pub const ALL: [Stream; 3] = [Stream::Pod, Stream::Ip, Stream::Subnet];
+    /// The table entry of the stream's kind; `None` for [`Stream::Unknown`].
+    pub fn spec(self) -> Option<&'static crate::kinds::KindSpec> {
+        crate::kinds::KINDS.iter().find(|k| k.stream == self)
+    }
 
     /// The Kubernetes kind of the stream's objects.
     pub fn kind(self) -> &'static str {
-        match self {
-            Stream::Pod => "Pod",
-            Stream::Ip => "IP",
-            Stream::Subnet => "Subnet",
-        }
-    }
-
-    /// The stream of a Kubernetes kind, if ipaudit watches it.
-    pub fn from_kind(kind: &str) -> Option<Stream> {
-        match kind {
-            "Pod" => Some(Stream::Pod),
-            "IP" => Some(Stream::Ip),
-            "Subnet" => Some(Stream::Subnet),
-            _ => None,
-        }
+        self.spec().map_or("Unknown", |k| k.kind)
     }
 
     /// Lower-case name, as used in metric labels and reports.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Stream::Pod => "pod",
-            Stream::Ip => "ip",
-            Stream::Subnet => "subnet",
-        }
+        self.spec().map_or("unknown", |k| k.label)
     }
 }
 
@@ -238,6 +235,162 @@ pub struct PodInfo {
     pub pod_ips: Vec<String>,
     /// kube-ovn allocations, one per provider.
     pub allocations: Vec<PodAllocation>,
+    /// The `k8s.v1.cni.cncf.io/network-status` annotation: the addresses the pod really
+    /// holds, per network (schema v4). Empty until the CNI reported.
+    #[serde(default)]
+    pub network_status: Vec<NetworkStatus>,
+    /// The `DisruptionTarget` condition is True: the pod is being evicted or its node is
+    /// gone (schema v4).
+    #[serde(default)]
+    pub disruption_target: bool,
+}
+
+/// One entry of a pod's `k8s.v1.cni.cncf.io/network-status` annotation (schema v4).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NetworkStatus {
+    /// The network: `<namespace>/<NetworkAttachmentDefinition>`, or the default network's name.
+    pub name: String,
+    /// The interface in the pod (`eth0`, `net1`).
+    pub interface: String,
+    /// The addresses on that interface, without prefix length.
+    pub ips: Vec<String>,
+    /// The interface's MAC address.
+    pub mac: String,
+    /// Whether this is the pod's default network.
+    pub default: bool,
+}
+
+/// One entry of a whereabouts IPPool's `spec.allocations` (schema v4).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct IpPoolAllocation {
+    /// The map key as written: the decimal offset from the range's network address.
+    pub offset: String,
+    /// The address it stands for; empty when the key or the range does not parse (such
+    /// keys are skipped by whereabouts too).
+    pub address: String,
+    /// `id`: the container (sandbox) id.
+    pub container_id: String,
+    /// `podref`: `<namespace>/<pod name>`.
+    pub podref: String,
+    /// `ifname` (absent in pools written before whereabouts v0.8.0).
+    pub ifname: String,
+}
+
+/// spec of a whereabouts IPPool (schema v4).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct IpPoolInfo {
+    /// spec.range: the CIDR (the node's slice with node slices).
+    pub range: String,
+    /// spec.allocations, in offset order.
+    pub allocations: Vec<IpPoolAllocation>,
+}
+
+/// spec of a whereabouts OverlappingRangeIPReservation: one per allocated address across
+/// overlapping ranges (schema v4).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct IpReservationInfo {
+    /// The address, read from the object's name (`:` written as `-`, optionally after a
+    /// `<network_name>-` prefix); empty when the name holds none.
+    pub address: String,
+    /// spec.podref: `<namespace>/<pod name>`.
+    pub podref: String,
+    /// spec.ifname.
+    pub ifname: String,
+    /// spec.containerid (never written by whereabouts v0.9.4).
+    pub container_id: String,
+}
+
+/// One entry of a SpiderIPPool's `status.allocatedIPs` (schema v4).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SpiderAllocation {
+    /// The address (the map key).
+    pub address: String,
+    /// `pod`: `<namespace>/<name>` (for KubeVirt, the VM's name).
+    pub pod: String,
+    /// `podUid`.
+    pub pod_uid: String,
+}
+
+/// spec and allocations of a spiderpool SpiderIPPool (schema v4).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SpiderIpPoolInfo {
+    /// spec.subnet (CIDR).
+    pub subnet: String,
+    /// spec.ips: ranges (`a-b`) and single addresses.
+    pub ips: Vec<String>,
+    /// status.allocatedIPs (a JSON string in the object), in address order.
+    pub allocations: Vec<SpiderAllocation>,
+    /// status.allocatedIPCount.
+    pub allocated_ip_count: Option<i64>,
+}
+
+/// One interface of a SpiderEndpoint's `status.current.ips` (schema v4).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SpiderEndpointAddress {
+    /// `interface`.
+    pub interface: String,
+    /// `ipv4`, with its prefix length (`172.18.40.10/16`).
+    pub ipv4: String,
+    /// `ipv6`, with its prefix length.
+    pub ipv6: String,
+    /// `ipv4Pool`: the SpiderIPPool it came from.
+    pub ipv4_pool: String,
+    /// `ipv6Pool`.
+    pub ipv6_pool: String,
+}
+
+/// status of a spiderpool SpiderEndpoint, named after its pod (schema v4).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SpiderEndpointInfo {
+    /// status.current.uid: the pod's uid.
+    pub pod_uid: String,
+    /// status.current.node.
+    pub node: String,
+    /// status.current.ips.
+    pub addresses: Vec<SpiderEndpointAddress>,
+    /// status.ownerControllerType (`Deployment`, `StatefulSet`, `VirtualMachineInstance`...).
+    pub owner_controller_type: String,
+    /// status.ownerControllerName.
+    pub owner_controller_name: String,
+}
+
+/// The kind-specific part of an event: what the kind's converter read from the object.
+/// (Avro carries it as one optional field per kind; see the wire structs below.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KindPart {
+    /// A Pod.
+    Pod(PodInfo),
+    /// A kube-ovn IP.
+    Ip(IpInfo),
+    /// A kube-ovn Subnet.
+    Subnet(SubnetInfo),
+    /// A whereabouts IPPool.
+    IpPool(IpPoolInfo),
+    /// A whereabouts OverlappingRangeIPReservation.
+    IpReservation(IpReservationInfo),
+    /// A spiderpool SpiderIPPool.
+    SpiderIpPool(SpiderIpPoolInfo),
+    /// A spiderpool SpiderEndpoint.
+    SpiderEndpoint(SpiderEndpointInfo),
+}
+
+impl KindPart {
+    /// An empty part of the stream's kind (for an object whose part was not recorded);
+    /// `None` for [`Stream::Unknown`].
+    pub fn empty(stream: Stream) -> Option<KindPart> {
+        Some(match stream {
+            Stream::Pod => KindPart::Pod(PodInfo::default()),
+            Stream::Ip => KindPart::Ip(IpInfo::default()),
+            Stream::Subnet => KindPart::Subnet(SubnetInfo::default()),
+            Stream::IpPool => KindPart::IpPool(IpPoolInfo::default()),
+            Stream::OverlappingRangeIpReservation => {
+                KindPart::IpReservation(IpReservationInfo::default())
+            }
+            Stream::SpiderIpPool => KindPart::SpiderIpPool(SpiderIpPoolInfo::default()),
+            Stream::SpiderEndpoint => KindPart::SpiderEndpoint(SpiderEndpointInfo::default()),
+            Stream::Unknown => return None,
+        })
+    }
 }
 
 /// What happened to a cleanup command.
@@ -284,7 +437,7 @@ pub struct Remediation {
 }
 
 /// One watch event (the Avro record `io.ipaudit.WatchEvent`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchEvent {
     /// Cluster the collector watches; the Kafka message key.
     pub cluster_id: String,
@@ -304,17 +457,11 @@ pub struct WatchEvent {
     pub observed_at_ms: Option<i64>,
     /// Object metadata; `None` for BOOKMARK and SYNC markers.
     pub metadata: Option<ObjectMeta>,
-    /// Set when `stream` is IP.
-    pub ip: Option<IpInfo>,
-    /// Set when `stream` is SUBNET.
-    pub subnet: Option<SubnetInfo>,
-    /// Set when `stream` is POD.
-    pub pod: Option<PodInfo>,
+    /// The kind-specific part; `None` for markers.
+    pub part: Option<KindPart>,
     /// The object as JSON, when raw capture is on (schema v2).
-    #[serde(default)]
     pub raw_object: Option<String>,
     /// Set on REMEDIATION events (schema v3).
-    #[serde(default)]
     pub remediation: Option<Remediation>,
 }
 
@@ -331,9 +478,7 @@ impl WatchEvent {
             resource_version_num: parse_resource_version(resource_version),
             observed_at_ms: None,
             metadata: None,
-            ip: None,
-            subnet: None,
-            pod: None,
+            part: None,
             raw_object: None,
             remediation: None,
         }
@@ -376,4 +521,127 @@ impl WatchEvent {
 /// Parses a resourceVersion as the etcd revision it is in every etcd-backed API server.
 pub fn parse_resource_version(rv: &str) -> Option<i64> {
     rv.parse::<i64>().ok().filter(|v| *v >= 0)
+}
+
+/// The record as the schema lays it out: one optional field per kind-specific record (an
+/// Avro union of records does not map onto serde). Only the field of the event's stream is
+/// read; the others are written as null.
+#[derive(Serialize)]
+#[serde(rename = "WatchEvent")]
+struct WireRef<'a> {
+    cluster_id: &'a str,
+    collector_id: &'a str,
+    sequence: i64,
+    stream: Stream,
+    event_type: EventType,
+    resource_version: &'a str,
+    resource_version_num: Option<i64>,
+    observed_at_ms: Option<i64>,
+    metadata: Option<&'a ObjectMeta>,
+    ip: Option<&'a IpInfo>,
+    subnet: Option<&'a SubnetInfo>,
+    pod: Option<&'a PodInfo>,
+    raw_object: Option<&'a str>,
+    remediation: Option<&'a Remediation>,
+    ip_pool: Option<&'a IpPoolInfo>,
+    ip_reservation: Option<&'a IpReservationInfo>,
+    spider_ip_pool: Option<&'a SpiderIpPoolInfo>,
+    spider_endpoint: Option<&'a SpiderEndpointInfo>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "WatchEvent")]
+struct Wire {
+    cluster_id: String,
+    collector_id: String,
+    sequence: i64,
+    stream: Stream,
+    event_type: EventType,
+    resource_version: String,
+    resource_version_num: Option<i64>,
+    observed_at_ms: Option<i64>,
+    metadata: Option<ObjectMeta>,
+    ip: Option<IpInfo>,
+    subnet: Option<SubnetInfo>,
+    pod: Option<PodInfo>,
+    #[serde(default)]
+    raw_object: Option<String>,
+    #[serde(default)]
+    remediation: Option<Remediation>,
+    #[serde(default)]
+    ip_pool: Option<IpPoolInfo>,
+    #[serde(default)]
+    ip_reservation: Option<IpReservationInfo>,
+    #[serde(default)]
+    spider_ip_pool: Option<SpiderIpPoolInfo>,
+    #[serde(default)]
+    spider_endpoint: Option<SpiderEndpointInfo>,
+}
+
+impl Serialize for WatchEvent {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut wire = WireRef {
+            cluster_id: &self.cluster_id,
+            collector_id: &self.collector_id,
+            sequence: self.sequence,
+            stream: self.stream,
+            event_type: self.event_type,
+            resource_version: &self.resource_version,
+            resource_version_num: self.resource_version_num,
+            observed_at_ms: self.observed_at_ms,
+            metadata: self.metadata.as_ref(),
+            ip: None,
+            subnet: None,
+            pod: None,
+            raw_object: self.raw_object.as_deref(),
+            remediation: self.remediation.as_ref(),
+            ip_pool: None,
+            ip_reservation: None,
+            spider_ip_pool: None,
+            spider_endpoint: None,
+        };
+        match &self.part {
+            None => {}
+            Some(KindPart::Pod(p)) => wire.pod = Some(p),
+            Some(KindPart::Ip(p)) => wire.ip = Some(p),
+            Some(KindPart::Subnet(p)) => wire.subnet = Some(p),
+            Some(KindPart::IpPool(p)) => wire.ip_pool = Some(p),
+            Some(KindPart::IpReservation(p)) => wire.ip_reservation = Some(p),
+            Some(KindPart::SpiderIpPool(p)) => wire.spider_ip_pool = Some(p),
+            Some(KindPart::SpiderEndpoint(p)) => wire.spider_endpoint = Some(p),
+        }
+        wire.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for WatchEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = Wire::deserialize(deserializer)?;
+        let part = match wire.stream {
+            Stream::Pod => wire.pod.map(KindPart::Pod),
+            Stream::Ip => wire.ip.map(KindPart::Ip),
+            Stream::Subnet => wire.subnet.map(KindPart::Subnet),
+            Stream::IpPool => wire.ip_pool.map(KindPart::IpPool),
+            Stream::OverlappingRangeIpReservation => {
+                wire.ip_reservation.map(KindPart::IpReservation)
+            }
+            Stream::SpiderIpPool => wire.spider_ip_pool.map(KindPart::SpiderIpPool),
+            Stream::SpiderEndpoint => wire.spider_endpoint.map(KindPart::SpiderEndpoint),
+            Stream::Unknown => None,
+        };
+        Ok(WatchEvent {
+            cluster_id: wire.cluster_id,
+            collector_id: wire.collector_id,
+            sequence: wire.sequence,
+            stream: wire.stream,
+            event_type: wire.event_type,
+            resource_version: wire.resource_version,
+            resource_version_num: wire.resource_version_num,
+            observed_at_ms: wire.observed_at_ms,
+            metadata: wire.metadata,
+            part,
+            raw_object: wire.raw_object,
+            remediation: wire.remediation,
+        })
+    }
 }

@@ -8,10 +8,8 @@ use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use crate::event::{
-    EventType, IpInfo, ObjectMeta, OwnerReference, PodAllocation, PodInfo, Stream, SubnetInfo,
-    WatchEvent,
-};
+use crate::event::{EventType, ObjectMeta, OwnerReference, Stream, WatchEvent};
+use crate::kinds::{self, KindSpec};
 
 /// Why a document could not become an event at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,7 +24,7 @@ pub enum ConvertError {
     #[error("watch ERROR event: {0}")]
     WatchError(String),
     /// The object is of a kind ipaudit does not watch.
-    #[error("object of kind {0:?} is not a Pod, IP or Subnet")]
+    #[error("object of kind {0:?} is none of the kinds ipaudit watches")]
     UnknownKind(String),
 }
 
@@ -77,14 +75,19 @@ pub fn from_watch_document(document: &Value) -> Result<Converted, ConvertError> 
     from_object(event_type, object)
 }
 
-/// Converts one object with the event type it came with; its `kind` names the stream.
+/// Converts one object with the event type it came with; its `apiVersion` and `kind` name
+/// the stream.
 pub fn from_object(event_type: EventType, object: &Value) -> Result<Converted, ConvertError> {
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let stream = Stream::from_kind(kind).ok_or_else(|| ConvertError::UnknownKind(kind.into()))?;
-    from_object_of(stream, event_type, object)
+    let text = |key| object.get(key).and_then(Value::as_str).unwrap_or_default();
+    let (api_version, kind) = (text("apiVersion"), text("kind"));
+    let spec = kinds::of_object(api_version, kind).ok_or_else(|| {
+        ConvertError::UnknownKind(if api_version.is_empty() {
+            kind.to_owned()
+        } else {
+            format!("{api_version} {kind}")
+        })
+    })?;
+    from_object_of(spec.stream, event_type, object)
 }
 
 /// Converts one object of a known stream (list items of built-in kinds carry no `kind`).
@@ -93,6 +96,9 @@ pub fn from_object_of(
     event_type: EventType,
     object: &Value,
 ) -> Result<Converted, ConvertError> {
+    let spec: &KindSpec = stream
+        .spec()
+        .ok_or_else(|| ConvertError::UnknownKind(stream.kind().to_owned()))?;
     let obj = object.as_object().ok_or(ConvertError::NotAWatchEvent(
         "\"object\" is not a JSON object",
     ))?;
@@ -103,16 +109,12 @@ pub fn from_object_of(
     let mut event = WatchEvent::new(stream, event_type, &resource_version);
     if event_type != EventType::Bookmark {
         event.metadata = Some(fields.metadata(meta));
-        let spec = fields.object(obj, "spec").unwrap_or(&empty);
-        let status = fields.object(obj, "status").unwrap_or(&empty);
-        match stream {
-            Stream::Ip => event.ip = Some(fields.ip(spec)),
-            Stream::Subnet => event.subnet = Some(fields.subnet(spec, status)),
-            Stream::Pod => {
-                let annotations = fields.object(meta, "annotations").unwrap_or(&empty);
-                event.pod = Some(fields.pod(spec, status, annotations));
-            }
-        }
+        let parts = ObjectParts {
+            meta,
+            spec: fields.object(obj, "spec").unwrap_or(&empty),
+            status: fields.object(obj, "status").unwrap_or(&empty),
+        };
+        event.part = Some((spec.convert)(&mut fields, &parts));
     }
     Ok(Converted {
         event,
@@ -120,21 +122,42 @@ pub fn from_object_of(
     })
 }
 
+/// The three maps of an object a converter reads.
+pub struct ObjectParts<'a> {
+    /// metadata.
+    pub meta: &'a Map<String, Value>,
+    /// spec.
+    pub spec: &'a Map<String, Value>,
+    /// status.
+    pub status: &'a Map<String, Value>,
+}
+
+impl ObjectParts<'_> {
+    /// metadata.name.
+    pub fn name(&self) -> &str {
+        self.meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+}
+
 /// Picks typed fields out of JSON, noting each one of the wrong type.
 #[derive(Default)]
-struct Fields {
+pub struct Fields {
     problems: Vec<FieldProblem>,
 }
 
 impl Fields {
-    fn problem(&mut self, path: &str, problem: &'static str) {
+    /// Notes a field that was present but unusable.
+    pub fn problem(&mut self, path: &str, problem: &'static str) {
         self.problems.push(FieldProblem {
             path: path.to_owned(),
             problem,
         });
     }
 
-    fn object<'a>(
+    pub(crate) fn object<'a>(
         &mut self,
         parent: &'a Map<String, Value>,
         key: &str,
@@ -149,7 +172,7 @@ impl Fields {
         }
     }
 
-    fn string(&mut self, parent: &Map<String, Value>, path: &str, key: &str) -> String {
+    pub(crate) fn string(&mut self, parent: &Map<String, Value>, path: &str, key: &str) -> String {
         match parent.get(key) {
             None | Some(Value::Null) => String::new(),
             Some(Value::String(s)) => s.clone(),
@@ -160,7 +183,12 @@ impl Fields {
         }
     }
 
-    fn opt_string(&mut self, parent: &Map<String, Value>, path: &str, key: &str) -> Option<String> {
+    pub(crate) fn opt_string(
+        &mut self,
+        parent: &Map<String, Value>,
+        path: &str,
+        key: &str,
+    ) -> Option<String> {
         match parent.get(key) {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.clone()),
@@ -173,7 +201,12 @@ impl Fields {
 
     /// A big integer kept as its decimal text: a bare number (possibly beyond u64, or
     /// written as a float) or a quoted string.
-    fn count(&mut self, parent: &Map<String, Value>, path: &str, key: &str) -> Option<String> {
+    pub(crate) fn count(
+        &mut self,
+        parent: &Map<String, Value>,
+        path: &str,
+        key: &str,
+    ) -> Option<String> {
         match parent.get(key) {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.clone()),
@@ -185,7 +218,12 @@ impl Fields {
         }
     }
 
-    fn strings(&mut self, parent: &Map<String, Value>, path: &str, key: &str) -> Vec<String> {
+    pub(crate) fn strings(
+        &mut self,
+        parent: &Map<String, Value>,
+        path: &str,
+        key: &str,
+    ) -> Vec<String> {
         match parent.get(key) {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(items)) => {
@@ -205,7 +243,7 @@ impl Fields {
         }
     }
 
-    fn string_map(
+    pub(crate) fn string_map(
         &mut self,
         parent: &Map<String, Value>,
         path: &str,
@@ -230,7 +268,12 @@ impl Fields {
         out
     }
 
-    fn timestamp(&mut self, parent: &Map<String, Value>, path: &str, key: &str) -> Option<i64> {
+    pub(crate) fn timestamp(
+        &mut self,
+        parent: &Map<String, Value>,
+        path: &str,
+        key: &str,
+    ) -> Option<i64> {
         let text = self.opt_string(parent, path, key)?;
         match parse_timestamp_ms(&text) {
             Some(ms) => Some(ms),
@@ -316,93 +359,6 @@ impl Fields {
             last_update_ms,
         }
     }
-
-    fn ip(&mut self, spec: &Map<String, Value>) -> IpInfo {
-        IpInfo {
-            subnet: self.string(spec, "spec.subnet", "subnet"),
-            attach_subnets: self.strings(spec, "spec.attachSubnets", "attachSubnets"),
-            pod_name: self.string(spec, "spec.podName", "podName"),
-            pod_namespace: self.string(spec, "spec.namespace", "namespace"),
-            node_name: self.string(spec, "spec.nodeName", "nodeName"),
-            ip_address: self.string(spec, "spec.ipAddress", "ipAddress"),
-            v4_ip_address: self.string(spec, "spec.v4IpAddress", "v4IpAddress"),
-            v6_ip_address: self.string(spec, "spec.v6IpAddress", "v6IpAddress"),
-            attach_ips: self.strings(spec, "spec.attachIps", "attachIps"),
-            mac_address: self.string(spec, "spec.macAddress", "macAddress"),
-            pod_type: self.string(spec, "spec.podType", "podType"),
-        }
-    }
-
-    fn subnet(&mut self, spec: &Map<String, Value>, status: &Map<String, Value>) -> SubnetInfo {
-        SubnetInfo {
-            cidr_block: self.string(spec, "spec.cidrBlock", "cidrBlock"),
-            vpc: self.string(spec, "spec.vpc", "vpc"),
-            provider: self.string(spec, "spec.provider", "provider"),
-            protocol: self.string(spec, "spec.protocol", "protocol"),
-            gateway: self.string(spec, "spec.gateway", "gateway"),
-            v4_using_ips: self.count(status, "status.v4usingIPs", "v4usingIPs"),
-            v4_available_ips: self.count(status, "status.v4availableIPs", "v4availableIPs"),
-            v6_using_ips: self.count(status, "status.v6usingIPs", "v6usingIPs"),
-            v6_available_ips: self.count(status, "status.v6availableIPs", "v6availableIPs"),
-        }
-    }
-
-    fn pod(
-        &mut self,
-        spec: &Map<String, Value>,
-        status: &Map<String, Value>,
-        annotations: &Map<String, Value>,
-    ) -> PodInfo {
-        let pod_ips = match status.get("podIPs") {
-            Some(Value::Array(items)) => items
-                .iter()
-                .filter_map(|i| i.get("ip").and_then(Value::as_str).map(str::to_owned))
-                .collect(),
-            None | Some(Value::Null) => Vec::new(),
-            Some(_) => {
-                self.problem("status.podIPs", "expected an array");
-                Vec::new()
-            }
-        };
-        PodInfo {
-            phase: self.string(status, "status.phase", "phase"),
-            node_name: self.string(spec, "spec.nodeName", "nodeName"),
-            pod_ips,
-            allocations: pod_allocations(annotations),
-        }
-    }
-}
-
-/// kube-ovn's per-provider annotations: `<provider>.kubernetes.io/<field>`, where the
-/// primary network's provider is `ovn`.
-fn pod_allocations(annotations: &Map<String, Value>) -> Vec<PodAllocation> {
-    let mut by_provider: BTreeMap<&str, PodAllocation> = BTreeMap::new();
-    for (key, value) in annotations {
-        let Some((provider, field)) = key.split_once(".kubernetes.io/") else {
-            continue;
-        };
-        let Some(value) = value.as_str() else {
-            continue;
-        };
-        let entry = match field {
-            "allocated" | "ip_address" | "mac_address" | "logical_switch" | "cidr" => by_provider
-                .entry(provider)
-                .or_insert_with(|| PodAllocation {
-                    provider: provider.to_owned(),
-                    ..PodAllocation::default()
-                }),
-            _ => continue,
-        };
-        match field {
-            "allocated" => entry.allocated = value == "true",
-            "ip_address" => entry.ip_address = value.to_owned(),
-            "mac_address" => entry.mac_address = value.to_owned(),
-            "logical_switch" => entry.logical_switch = value.to_owned(),
-            "cidr" => entry.cidr = value.to_owned(),
-            _ => {}
-        }
-    }
-    by_provider.into_values().collect()
 }
 
 /// The annotations kube-ovn and multus write; `kubectl.kubernetes.io/last-applied-configuration`

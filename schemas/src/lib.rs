@@ -13,17 +13,21 @@ pub mod builders;
 pub mod command;
 pub mod container;
 pub mod event;
+pub mod kinds;
 pub mod kubernetes;
 pub mod message;
 pub mod registry;
 
-pub use alert::{Alert, AlertStatus, Evidence, Severity};
+pub use alert::{Alert, AlertStatus, Cleanup, Evidence, Severity};
 pub use command::{CleanupAction, CleanupCommand};
 pub use container::{ContainerError, ContainerReader, ContainerWriter};
 pub use event::{
-    EventType, IpInfo, ObjectMeta, OwnerReference, PodAllocation, PodInfo, Remediation,
-    RemediationOutcome, Stream, SubnetInfo, WatchEvent,
+    EventType, IpInfo, IpPoolAllocation, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus,
+    ObjectMeta, OwnerReference, PodAllocation, PodInfo, Remediation, RemediationOutcome,
+    SpiderAllocation, SpiderEndpointAddress, SpiderEndpointInfo, SpiderIpPoolInfo, Stream,
+    SubnetInfo, WatchEvent,
 };
+pub use kinds::{Ipam, KindSpec, KINDS};
 pub use message::{decode, encode, DecodeError, EncodeError};
 pub use registry::{DatumError, Record, SchemaSet, SchemaVersion};
 
@@ -31,6 +35,9 @@ pub use registry::{DatumError, Record, SchemaSet, SchemaVersion};
 pub const KUBE_OVN_FINALIZER: &str = "kubeovn.io/kube-ovn-controller";
 /// kube-ovn's finalizer before v1.13.0; still found on older clusters.
 pub const KUBE_OVN_LEGACY_FINALIZER: &str = "kube-ovn-controller";
+
+/// spiderpool's finalizer on SpiderIPPools and SpiderEndpoints.
+pub const SPIDERPOOL_FINALIZER: &str = "spiderpool.spidernet.io";
 
 /// Whether a finalizer is kube-ovn's, under either name.
 pub fn is_kube_ovn_finalizer(finalizer: &str) -> bool {

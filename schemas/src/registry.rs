@@ -192,10 +192,15 @@ record!(
     [
         "watch_event.v1.avsc",
         "watch_event.v2.avsc",
-        "watch_event.v3.avsc"
+        "watch_event.v3.avsc",
+        "watch_event.v4.avsc"
     ]
 );
-record!(Alert, "io.ipaudit.Alert", ["alert.v1.avsc"]);
+record!(
+    Alert,
+    "io.ipaudit.Alert",
+    ["alert.v1.avsc", "alert.v2.avsc"]
+);
 record!(
     CleanupCommand,
     "io.ipaudit.CleanupCommand",

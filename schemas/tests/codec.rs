@@ -4,8 +4,8 @@ use apache_avro::{to_value, types::Value, Schema};
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::container::{ContainerReader, ContainerWriter};
 use ipaudit_schemas::{
-    decode, encode, Alert, AlertStatus, CleanupAction, CleanupCommand, ContainerError, DecodeError,
-    EventType, Evidence, OwnerReference, Record, Severity, Stream, WatchEvent,
+    decode, encode, Alert, AlertStatus, Cleanup, CleanupAction, CleanupCommand, ContainerError,
+    DecodeError, EventType, Evidence, OwnerReference, Record, Severity, Stream, WatchEvent,
 };
 use proptest::prelude::*;
 
@@ -58,6 +58,16 @@ fn sample_alert() -> Alert {
             time_ms: None,
             what: "subnet deleted".into(),
         }],
+        cleanup: Some(Cleanup {
+            action: CleanupAction::RemoveFinalizer,
+            target_stream: Stream::Ip,
+            target_name: "vm-1.ns".into(),
+            target_namespace: None,
+            target_uid: "uid-1".into(),
+            resource_version: "12".into(),
+            finalizer: "kubeovn.io/kube-ovn-controller".into(),
+            pool: "subnet-x".into(),
+        }),
     }
 }
 
@@ -102,16 +112,16 @@ fn alert_and_cleanup_command_round_trip_as_messages() {
     );
 }
 
-/// Encodes `event` with WatchEvent schema v1, the way a collector of that version did.
-fn encode_v1(event: &WatchEvent) -> Vec<u8> {
-    let v1 = &WatchEvent::schemas().versions()[0];
+/// Encodes `event` with WatchEvent schema `version`, the way a collector of that version did.
+fn encode_with(version: u32, event: &WatchEvent) -> Vec<u8> {
+    let old = &WatchEvent::schemas().versions()[version as usize - 1];
     let mut value = to_value(event).unwrap();
-    strip_v2_fields(&mut value);
-    let resolved = value.resolve(v1.schema).unwrap();
+    strip_fields_newer_than(version, &mut value);
+    let resolved = value.resolve(old.schema).unwrap();
     let mut out = vec![0xC3, 0x01];
-    out.extend_from_slice(&v1.fingerprint);
+    out.extend_from_slice(&old.fingerprint);
     out.extend(
-        apache_avro::writer::datum::GenericDatumWriter::builder(v1.schema)
+        apache_avro::writer::datum::GenericDatumWriter::builder(old.schema)
             .build()
             .unwrap()
             .write_value_to_vec(resolved)
@@ -120,12 +130,15 @@ fn encode_v1(event: &WatchEvent) -> Vec<u8> {
     out
 }
 
-/// Fields added after each version: v2 added raw_object and last_update_ms, v3 remediation.
+/// Fields added after each version: v2 added raw_object and last_update_ms, v3
+/// remediation, v4 the whereabouts and spiderpool kinds and the pods' network-status.
 fn strip_fields_newer_than(version: u32, value: &mut Value) {
     if let Value::Record(fields) = value {
         fields.retain(|(name, _)| match name.as_str() {
             "raw_object" | "last_update_ms" => version >= 2,
             "remediation" => version >= 3,
+            "ip_pool" | "ip_reservation" | "spider_ip_pool" | "spider_endpoint"
+            | "network_status" | "disruption_target" => version >= 4,
             _ => true,
         });
         for (_, v) in fields.iter_mut() {
@@ -136,14 +149,10 @@ fn strip_fields_newer_than(version: u32, value: &mut Value) {
     }
 }
 
-fn strip_v2_fields(value: &mut Value) {
-    strip_fields_newer_than(1, value);
-}
-
 #[test]
 fn watch_event_written_with_schema_v1_is_read_by_the_current_schema() {
     let event = rich_ip_event();
-    let bytes = encode_v1(&event);
+    let bytes = encode_with(1, &event);
     assert_ne!(
         bytes[2..10],
         encode(&event).unwrap()[2..10],
@@ -156,29 +165,125 @@ fn watch_event_written_with_schema_v1_is_read_by_the_current_schema() {
     assert_eq!(read, expected);
 }
 
-/// Encodes `event` with WatchEvent schema v2, as the collector before remediation did.
-fn encode_v2(event: &WatchEvent) -> Vec<u8> {
-    let v2 = &WatchEvent::schemas().versions()[1];
-    let mut value = to_value(event).unwrap();
-    strip_fields_newer_than(2, &mut value);
-    let resolved = value.resolve(v2.schema).unwrap();
-    let mut out = vec![0xC3, 0x01];
-    out.extend_from_slice(&v2.fingerprint);
-    out.extend(
-        apache_avro::writer::datum::GenericDatumWriter::builder(v2.schema)
-            .build()
-            .unwrap()
-            .write_value_to_vec(resolved)
-            .unwrap(),
-    );
-    out
-}
-
 #[test]
 fn watch_event_written_with_schema_v2_is_read_by_the_current_schema() {
     let event = rich_ip_event();
-    let read = decode::<WatchEvent>(&encode_v2(&event)).unwrap();
+    let read = decode::<WatchEvent>(&encode_with(2, &event)).unwrap();
     assert_eq!(read, event, "v2 had every field of this event");
+}
+
+#[test]
+fn watch_events_written_with_schema_v3_are_read_by_the_current_schema() {
+    let pod = EventBuilder::pod("default", "web-0").rv(7).added();
+    for event in [rich_ip_event(), pod] {
+        let read = decode::<WatchEvent>(&encode_with(3, &event)).unwrap();
+        assert_eq!(read, event, "v3 had every field of this event");
+    }
+}
+
+fn events_of_every_new_kind() -> Vec<WatchEvent> {
+    vec![
+        EventBuilder::ip_pool("kube-system", "10.128.40.0-24", "10.128.40.0/24")
+            .allocation(45, "10.128.40.45", "default/web-0")
+            .allocation(47, "10.128.40.47", "default/web-2")
+            .rv(733533)
+            .modified(),
+        EventBuilder::reservation("kube-system", "fd00::10", "default/web-2")
+            .rv(733534)
+            .added(),
+        EventBuilder::spider_pool("pool-a", "172.18.0.0/16")
+            .entry("172.18.40.10", "default/api-7c9", "p1")
+            .rv(12)
+            .modified(),
+        EventBuilder::spider_endpoint("default", "api-7c9", "p1")
+            .endpoint_ip("172.18.40.10/16", "pool-a")
+            .owner_controller("StatefulSet")
+            .rv(13)
+            .added(),
+        EventBuilder::pod("default", "web-2")
+            .network("default/whereabouts-conf", "10.128.40.47")
+            .phase("Pending")
+            .rv(14)
+            .modified(),
+    ]
+}
+
+#[test]
+fn events_of_every_new_kind_round_trip_as_messages_and_in_containers() {
+    let events = events_of_every_new_kind();
+    for event in &events {
+        assert_eq!(
+            &decode::<WatchEvent>(&encode(event).unwrap()).unwrap(),
+            event
+        );
+    }
+    let mut writer = ContainerWriter::<WatchEvent, _>::new(Vec::new()).unwrap();
+    for event in &events {
+        writer.append(event).unwrap();
+    }
+    let bytes = writer.finish().unwrap();
+    let read: Vec<WatchEvent> = ContainerReader::<WatchEvent, _>::new(&bytes[..])
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(read, events);
+}
+
+/// A schema one version ahead of this build: a kind this build does not know, and a field.
+fn schema_of_a_newer_collector() -> Schema {
+    let mut json: serde_json::Value =
+        serde_json::from_str(WatchEvent::schemas().current().text).unwrap();
+    let fields = json["fields"].as_array_mut().unwrap();
+    let stream = fields.iter_mut().find(|f| f["name"] == "stream").unwrap();
+    stream["type"]["symbols"]
+        .as_array_mut()
+        .unwrap()
+        .push("CALICO_BLOCK".into());
+    fields.push(
+        serde_json::json!({"name": "calico_block", "type": ["null", "string"], "default": null}),
+    );
+    Schema::parse(&json).unwrap()
+}
+
+#[test]
+fn a_recording_by_a_newer_collector_reads_its_known_kinds_and_marks_new_ones_unknown() {
+    let newer = schema_of_a_newer_collector();
+    let mut writer = apache_avro::Writer::new(&newer, Vec::new()).unwrap();
+    let known = rich_ip_event();
+    let mut value = to_value(&known).unwrap();
+    if let Value::Record(fields) = &mut value {
+        fields.push((
+            "calico_block".into(),
+            Value::Union(0, Box::new(Value::Null)),
+        ));
+    }
+    writer
+        .append_value(value.clone().resolve(&newer).unwrap())
+        .unwrap();
+    if let Value::Record(fields) = &mut value {
+        for (name, v) in fields.iter_mut() {
+            match name.as_str() {
+                "stream" => *v = Value::Enum(8, "CALICO_BLOCK".into()),
+                "ip" => *v = Value::Union(0, Box::new(Value::Null)),
+                "calico_block" => *v = Value::Union(1, Box::new(Value::String("b-1".into()))),
+                _ => {}
+            }
+        }
+    }
+    writer.append_value(value.resolve(&newer).unwrap()).unwrap();
+    let bytes = writer.into_inner().unwrap();
+    let mut reader = ContainerReader::<WatchEvent, _>::new(&bytes[..]).unwrap();
+    assert_eq!(
+        reader.writer_version(),
+        None,
+        "a version newer than this build"
+    );
+    assert_eq!(reader.next().unwrap().unwrap(), known);
+    let unknown = reader.next().unwrap().unwrap();
+    assert_eq!(unknown.stream, Stream::Unknown);
+    assert_eq!(unknown.resource_version, known.resource_version);
+    assert!(unknown.part.is_none());
+    assert!(reader.next().is_none());
 }
 
 #[test]
@@ -230,7 +335,7 @@ fn garbage_is_a_typed_error() {
 fn every_truncation_of_a_message_is_an_error() {
     for bytes in [
         encode(&rich_ip_event()).unwrap(),
-        encode_v1(&rich_ip_event()),
+        encode_with(1, &rich_ip_event()),
     ] {
         for cut in 0..bytes.len() {
             assert!(
@@ -280,7 +385,7 @@ fn container_round_trips_many_events() {
     }
     let bytes = writer.finish().unwrap();
     let reader = ContainerReader::<WatchEvent, _>::new(&bytes[..]).unwrap();
-    assert_eq!(reader.writer_version(), 3);
+    assert_eq!(reader.writer_version(), Some(4));
     let read: Vec<WatchEvent> = reader.map(Result::unwrap).collect();
     assert_eq!(read, events);
 }
@@ -291,14 +396,14 @@ fn container_written_with_schema_v1_is_read_by_the_current_schema() {
     let mut writer = apache_avro::Writer::new(v1, Vec::new()).unwrap();
     let event = rich_ip_event();
     let mut value = to_value(&event).unwrap();
-    strip_v2_fields(&mut value);
+    strip_fields_newer_than(1, &mut value);
     writer.append_value(value.resolve(v1).unwrap()).unwrap();
     let bytes = writer.into_inner().unwrap();
     let mut reader = ContainerReader::<WatchEvent, _>::new(&bytes[..]).unwrap();
-    assert_eq!(reader.writer_version(), 1);
+    assert_eq!(reader.writer_version(), Some(1));
     let read = reader.next().unwrap().unwrap();
     assert_eq!(read.metadata.as_ref().unwrap().last_update_ms, None);
-    assert_eq!(read.ip, event.ip);
+    assert_eq!(read.part, event.part);
     assert!(reader.next().is_none());
 }
 
@@ -368,7 +473,7 @@ fn schema_files_are_self_contained_and_fingerprints_match_fastavros() {
         }
     }
     // Computed by fastavro (to_parsing_canonical_form + CRC-64-AVRO) for the .avsc files.
-    let known: [(&[u8; 8], &str); 5] = [
+    let known: [(&[u8; 8], &str); 7] = [
         (
             &WatchEvent::schemas().versions()[0].fingerprint,
             "4276377706f36319",
@@ -381,7 +486,18 @@ fn schema_files_are_self_contained_and_fingerprints_match_fastavros() {
             &WatchEvent::schemas().versions()[2].fingerprint,
             "858366ea9a6bc4a6",
         ),
-        (&Alert::schemas().current().fingerprint, "7c439695d966f1ad"),
+        (
+            &WatchEvent::schemas().versions()[3].fingerprint,
+            "1fa33b5eb5d51d63",
+        ),
+        (
+            &Alert::schemas().versions()[0].fingerprint,
+            "7c439695d966f1ad",
+        ),
+        (
+            &Alert::schemas().versions()[1].fingerprint,
+            "7eaf3ae7b5515569",
+        ),
         (
             &CleanupCommand::schemas().current().fingerprint,
             "5fd0e20d3a4ccfa0",

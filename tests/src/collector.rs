@@ -1,9 +1,12 @@
 //! The collector as a process, the way it runs in a cluster: started with flags, killed
-//! with SIGKILL or stopped with SIGTERM, its `/metrics` scraped.
+//! with SIGKILL or stopped with SIGTERM, its `/metrics` scraped; or as `collector record`
+//! writing an Avro file.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use ipaudit_schemas::{ContainerReader, WatchEvent};
 
 /// A built binary of the workspace (`collector`, `analyzer`), next to the test binary.
 pub fn workspace_binary(name: &str) -> PathBuf {
@@ -20,7 +23,16 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     })
 }
 
-/// A running `collector run`.
+/// Every event of a recording written by `collector record`, in file order.
+pub fn read_recording(path: &Path) -> Vec<WatchEvent> {
+    let file = std::fs::File::open(path).expect("the recording exists");
+    ContainerReader::<WatchEvent, _>::new(std::io::BufReader::new(file))
+        .expect("an Avro container file")
+        .map(|event| event.expect("every record decodes"))
+        .collect()
+}
+
+/// A running `collector run` or `collector record`.
 pub struct CollectorProcess {
     child: Child,
     /// Where /metrics is served.
@@ -50,7 +62,8 @@ impl CollectorProcess {
         let log = setup
             .state_dir
             .join(format!("collector-{metrics_port}.log"));
-        let child = Command::new(workspace_binary("collector"))
+        let mut command = Command::new(workspace_binary("collector"));
+        command
             .arg("run")
             .args(["--kubeconfig", &setup.kubeconfig.display().to_string()])
             .args([
@@ -61,15 +74,35 @@ impl CollectorProcess {
             ])
             .args(["--brokers", setup.brokers, "--topic", setup.topic])
             .args(["--state-dir", &setup.state_dir.display().to_string()])
-            .args(["--listen", &format!("127.0.0.1:{metrics_port}")])
             .args(["--kafka-option", "message.timeout.ms=120000"])
-            .args(extra)
+            .args(extra);
+        Self::spawn(command, metrics_port, log)
+    }
+
+    /// Starts `collector record --out <out>` (cluster `lab`) against `kubeconfig`, logging
+    /// next to `out`, and waits until /readyz says every stream it watches is watching;
+    /// [`CollectorProcess::terminate`] then finishes the file.
+    pub fn record(kubeconfig: &Path, out: &Path, extra: &[&str]) -> CollectorProcess {
+        let metrics_port = crate::broker::free_port();
+        let mut command = Command::new(workspace_binary("collector"));
+        command
+            .arg("record")
+            .args(["--kubeconfig", &kubeconfig.display().to_string()])
+            .args(["--cluster-id", "lab", "--collector-id", "recorder-test"])
+            .args(["--out", &out.display().to_string()])
+            .args(extra);
+        Self::spawn(command, metrics_port, out.with_extension("log"))
+    }
+
+    fn spawn(mut command: Command, metrics_port: u16, log: PathBuf) -> CollectorProcess {
+        let child = command
+            .args(["--listen", &format!("127.0.0.1:{metrics_port}")])
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("collector log"))
             .spawn()
             .expect("start collector");
-        let process = CollectorProcess {
+        let mut process = CollectorProcess {
             child,
             metrics_port,
             log,
@@ -78,12 +111,17 @@ impl CollectorProcess {
         process
     }
 
-    fn wait_ready(&self, timeout: Duration) {
+    fn wait_ready(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
             if http_get(self.metrics_port, "/readyz").is_some_and(|(code, _)| code == 200) {
                 return;
             }
+            assert!(
+                self.is_running(),
+                "collector exited before it was ready; log:\n{}",
+                self.log_text()
+            );
             assert!(
                 Instant::now() < deadline,
                 "collector not ready after {timeout:?}; log:\n{}",

@@ -1,7 +1,7 @@
-//! The seeds' scenarios, played on the simulated API server the way kube-ovn and its users
-//! play them on a real one.
+//! The seeds' scenarios, played on the simulated API server the way the IPAMs (kube-ovn,
+//! whereabouts) and their users play them on a real one.
 
-use kube_sim::{Kind, KubeSim};
+use kube_sim::{Kind, KubeSim, PatchType};
 use serde_json::{json, Value};
 
 /// kube-ovn's finalizer.
@@ -107,5 +107,145 @@ pub fn play_kube_ovn_seed(sim: &KubeSim, healthy: bool) -> Seed {
         // The operator tries `kubectl delete ip ...`: it gets a deletionTimestamp and stays.
         ok(sim.delete(Kind::Ip, "", seed.leaked_ip));
     }
+    seed
+}
+
+/// The namespace whereabouts keeps its IPPools and reservations in.
+pub const WHEREABOUTS_NAMESPACE: &str = "kube-system";
+
+/// The network of the whereabouts seed as multus names it in network-status: the
+/// NetworkAttachmentDefinition `whereabouts-conf` in namespace `default`.
+pub const WHEREABOUTS_NETWORK: &str = "default/whereabouts-conf";
+
+/// A whereabouts IPPool over `range` (a CIDR) with no allocations.
+pub fn ip_pool(name: &str, range: &str) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"range": range, "allocations": {}}})
+}
+
+/// A whereabouts OverlappingRangeIPReservation of `address` for `podref`.
+pub fn reservation(address: &str, podref: &str) -> Value {
+    json!({"metadata": {"name": address.replace(':', "-")},
+        "spec": {"podref": podref, "ifname": "net1"}})
+}
+
+/// A StatefulSet pod just scheduled: Pending, asking multus for the whereabouts network,
+/// no network-status yet.
+pub fn statefulset_pod(name: &str, statefulset: &str) -> Value {
+    json!({"metadata": {"name": name,
+            "annotations": {"k8s.v1.cni.cncf.io/networks": "whereabouts-conf"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": statefulset,
+                "uid": format!("uid-statefulset-{statefulset}"), "controller": true}]},
+        "spec": {"nodeName": "node-1"}, "status": {"phase": "Pending"}})
+}
+
+/// multus' network-status annotation: the cluster network on eth0, and `address` on the
+/// whereabouts network on net1.
+pub fn network_status(cluster_address: &str, address: &str) -> String {
+    json!([
+        {"name": "kindnet", "interface": "eth0", "ips": [cluster_address], "default": true},
+        {"name": WHEREABOUTS_NETWORK, "interface": "net1", "ips": [address], "mac": "0a:58:0a:80:28:01"}
+    ])
+    .to_string()
+}
+
+/// Names in the whereabouts seed.
+pub struct WhereaboutsSeed {
+    /// The IPPool, in [`WHEREABOUTS_NAMESPACE`].
+    pub pool: &'static str,
+    /// The address released while its pod was alive, then handed out again.
+    pub address: &'static str,
+    /// The pod whose allocation the reconciler released while it was Pending.
+    pub released_pod: &'static str,
+    /// The pod that got the same address next.
+    pub second_pod: &'static str,
+}
+
+/// The whereabouts seed (whereabouts #162, the field report): StatefulSet `web` has pods
+/// web-0..2 with 10.128.40.45..47 from pool 10.128.40.0-24. web-2 is still Pending, without
+/// network-status, when the ip-reconciler runs: it reads the pool at the version whereabouts
+/// just wrote, finds no address in web-2's network-status, and removes allocation 47 with a
+/// JSON patch testing that version, then deletes the reservation. 47 is free, so the next
+/// pod, web-3, gets it; both pods then run with 10.128.40.47 on the same network.
+pub fn play_whereabouts_reconciler_race(sim: &KubeSim) -> WhereaboutsSeed {
+    let seed = WhereaboutsSeed {
+        pool: "10.128.40.0-24",
+        address: "10.128.40.47",
+        released_pod: "web-2",
+        second_pod: "web-3",
+    };
+    let ok = |r: Result<Value, kube_sim::ApiError>| {
+        r.expect("the simulated API server accepts the step")
+    };
+    let ns = WHEREABOUTS_NAMESPACE;
+    ok(sim.create(Kind::IpPool, ns, ip_pool(seed.pool, "10.128.40.0/24")));
+    // whereabouts' CNI ADD: add the allocation under a resourceVersion precondition, then
+    // reserve the address across overlapping ranges.
+    let allocate = |offset: u32, pod: &str| {
+        let pool = ok(sim.get(Kind::IpPool, ns, seed.pool));
+        let rv = pool["metadata"]["resourceVersion"].clone();
+        ok(sim.patch(
+            Kind::IpPool,
+            ns,
+            seed.pool,
+            PatchType::Json,
+            &json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+                {"op": "add", "path": format!("/spec/allocations/{offset}"),
+                    "value": {"id": format!("sandbox-{pod}"), "podref": format!("default/{pod}"), "ifname": "net1"}}
+            ]),
+        ));
+        ok(sim.create(
+            Kind::OverlappingRangeIpReservation,
+            ns,
+            reservation(&format!("10.128.40.{offset}"), &format!("default/{pod}")),
+        ));
+    };
+    // multus reports the addresses; the kubelet starts the containers.
+    let running = |pod: &str, cluster_address: &str, address: &str| {
+        ok(sim.update(Kind::Pod, "default", pod, |p| {
+            p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"] =
+                json!(network_status(cluster_address, address));
+            p["status"] = json!({"phase": "Running", "podIPs": [{"ip": cluster_address}]});
+        }));
+    };
+    for (ordinal, offset) in [(0, 45), (1, 46)] {
+        let pod = format!("web-{ordinal}");
+        ok(sim.create(Kind::Pod, "default", statefulset_pod(&pod, "web")));
+        allocate(offset, &pod);
+        running(
+            &pod,
+            &format!("10.244.1.{}", 10 + ordinal),
+            &format!("10.128.40.{offset}"),
+        );
+    }
+    ok(sim.create(
+        Kind::Pod,
+        "default",
+        statefulset_pod(seed.released_pod, "web"),
+    ));
+    allocate(47, seed.released_pod);
+    // The ip-reconciler: the pool as just written; web-2 is Pending with no network-status,
+    // so allocation 47 looks orphaned.
+    let pool = ok(sim.get(Kind::IpPool, ns, seed.pool));
+    let rv = pool["metadata"]["resourceVersion"].clone();
+    ok(sim.patch(
+        Kind::IpPool,
+        ns,
+        seed.pool,
+        PatchType::Json,
+        &json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+            {"op": "remove", "path": "/spec/allocations/47"}
+        ]),
+    ));
+    ok(sim.delete(Kind::OverlappingRangeIpReservation, ns, seed.address));
+    ok(sim.create(
+        Kind::Pod,
+        "default",
+        statefulset_pod(seed.second_pod, "web"),
+    ));
+    allocate(47, seed.second_pod);
+    running(seed.released_pod, "10.244.1.12", seed.address);
+    running(seed.second_pod, "10.244.1.13", seed.address);
     seed
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ipaudit_schemas::{decode, WatchEvent};
-use kube_sim::{KubeSim, SimConfig};
+use kube_sim::{Kind, KubeSim, SimConfig};
 
 use crate::broker::{create_topic, read_topic, shared_broker, Broker};
 use crate::collector::{CollectorProcess, CollectorSetup};
@@ -28,8 +28,18 @@ pub struct World {
 }
 
 impl World {
-    /// A world on the run's shared broker (or a private one), or on `brokers`.
+    /// A world on the run's shared broker (or a private one), or on `brokers`, whose API
+    /// server serves every kind ipaudit knows.
     pub fn new(name: &str, brokers: Option<String>) -> World {
+        Self::with_sim(name, brokers, SimConfig::default())
+    }
+
+    /// A world whose API server serves only `kinds` (a cluster with only whereabouts...).
+    pub fn serving(name: &str, kinds: &[Kind]) -> World {
+        Self::with_sim(name, None, SimConfig::serving(kinds))
+    }
+
+    fn with_sim(name: &str, brokers: Option<String>, config: SimConfig) -> World {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -37,7 +47,7 @@ impl World {
             .expect("runtime");
         let config = SimConfig {
             bookmark_interval: Duration::from_millis(500),
-            ..SimConfig::default()
+            ..config
         };
         let sim = runtime
             .block_on(KubeSim::start(config))

@@ -103,14 +103,18 @@ impl History {
     }
 }
 
-fn ip_builder(i: usize, subnet: usize) -> EventBuilder {
+/// IP `i` on `subnet`: a subnet holds IPs `subnet`, `subnet + subnets`, ..., and the
+/// `i / subnets`-th of them gets host address `i / subnets + 2`: unique in its /24 for up
+/// to 253 IPs per subnet.
+fn ip_builder(i: usize, subnet: usize, subnets: usize) -> EventBuilder {
     let name = format!("pod-{i}.ns-{}", subnet % 500);
+    let host = (i / subnets.max(1)) % 253 + 2;
     EventBuilder::ip(&name, &format!("subnet-{subnet}"))
         .uid(&format!("ip-uid-{i}"))
         .ip_of(
             &format!("ns-{}", subnet % 500),
             &format!("pod-{i}"),
-            &format!("10.{}.{}.{}", subnet / 256 % 256, subnet % 256, i % 250 + 2),
+            &format!("10.{}.{}.{host}", subnet / 256 % 256, subnet % 256),
             "",
         )
 }
@@ -149,7 +153,7 @@ fn generate(
     for i in 0..ips {
         let s = i % subnets;
         h.emit(pod_builder(i, s), EventType::Added)?;
-        h.emit(ip_builder(i, s), EventType::Added)?;
+        h.emit(ip_builder(i, s, subnets), EventType::Added)?;
         let updates = (i + 1) * extra / ips.max(1) - i * extra / ips.max(1);
         for _ in 0..=updates {
             h.emit(pod_builder(i, s), EventType::Modified)?;
@@ -172,10 +176,10 @@ fn generate(
         for &i in &members {
             let t = h.t_ms;
             h.emit(pod_builder(i, s), EventType::Deleted)?;
-            h.emit(ip_builder(i, s).deleting(t), EventType::Modified)?;
+            h.emit(ip_builder(i, s, subnets).deleting(t), EventType::Modified)?;
             if !leaks {
                 h.emit(
-                    ip_builder(i, s).deleting(t).finalizers(&[]),
+                    ip_builder(i, s, subnets).deleting(t).finalizers(&[]),
                     EventType::Deleted,
                 )?;
             }

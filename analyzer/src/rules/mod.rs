@@ -1,145 +1,217 @@
-//! The detections. Each rule looks at the state after an event (or after time passed) and
-//! fires or resolves alerts through the [`AlertBook`]; the rules hold no copy of the
-//! cluster, only their own timers.
+//! The detections. A rule is one file: it implements [`Rule`], owns its (serializable)
+//! state and timers, and fires or resolves alerts through the [`Context`]; the engine only
+//! dispatches every change of the cluster state, and the passing of event time, to every
+//! rule. Rule names are a contract (alerts, Alertmanager labels, dashboards).
+//!
+//! Adding a rule: one file here implementing [`Rule`], and one line in [`all`].
 
+mod allocation_records_disagree;
+mod deadlines;
+mod duplicate_ip;
+mod ip_orphaned;
+mod ip_released_while_pod_alive;
 mod ip_stuck_terminating;
+mod ip_without_pod;
 mod subnet_deleted_before_ip;
 mod subnet_stuck_terminating;
 
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
-use ipaudit_schemas::{Alert, EventType, Evidence, Severity, Stream};
+use ipaudit_schemas::{Alert, EventType, Evidence, Stream};
 use serde::{Deserialize, Serialize};
 
-use crate::alerts::{AlertBook, Finding, Moment};
-use crate::state::{Applied, ClusterState, EventRef, IpRecord, Removed};
+use crate::alerts::{alert_id, AlertBook, Finding, Moment};
+use crate::state::{ClusterState, EventRef, ObjectRecord, RecordKey, Released};
 
-pub use subnet_stuck_terminating::SubnetTimers;
+pub use deadlines::Deadlines;
 
-/// The rules ipaudit knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rule {
-    /// A Subnet's deletion came while IPs still named it.
-    SubnetDeletedBeforeIp,
-    /// An IP is terminating with kube-ovn's finalizer and its subnet is gone.
-    IpStuckTerminating,
-    /// A Subnet has been terminating for longer than the grace period.
-    SubnetStuckTerminating,
+/// Every rule, in the order they see each change.
+pub fn all() -> Vec<Box<dyn Rule>> {
+    vec![
+        Box::new(subnet_deleted_before_ip::SubnetDeletedBeforeIp::default()),
+        Box::new(ip_stuck_terminating::IpStuckTerminating::default()),
+        Box::new(subnet_stuck_terminating::SubnetStuckTerminating::default()),
+        Box::new(ip_orphaned::IpOrphaned),
+        Box::new(ip_without_pod::IpWithoutPod::default()),
+        Box::new(duplicate_ip::DuplicateIp::default()),
+        Box::new(ip_released_while_pod_alive::IpReleasedWhilePodAlive),
+        Box::new(allocation_records_disagree::AllocationRecordsDisagree::default()),
+    ]
 }
 
-impl Rule {
+/// The names of every rule.
+pub fn names() -> Vec<&'static str> {
+    all().iter().map(|r| r.name()).collect()
+}
+
+/// One detection.
+pub trait Rule: Send {
     /// The rule's name, as alerts carry it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Rule::SubnetDeletedBeforeIp => "subnet-deleted-before-ip",
-            Rule::IpStuckTerminating => "ip-stuck-terminating",
-            Rule::SubnetStuckTerminating => "subnet-stuck-terminating",
-        }
+    fn name(&self) -> &'static str;
+
+    /// The cluster state changed (an object appeared, changed or went; a complete list
+    /// of a kind ended).
+    fn on_change(&mut self, ctx: &mut Context<'_>, change: &Change<'_>);
+
+    /// Event time reached `now_ms`: timers that expired fire.
+    fn on_time(&mut self, _ctx: &mut Context<'_>, _now_ms: i64) {}
+
+    /// Whether a timer expired before `now_ms` (so that the engine calls `on_time`).
+    fn has_due(&self, _now_ms: i64) -> bool {
+        false
     }
 
-    /// How urgent its alerts are.
-    pub fn severity(self) -> Severity {
-        match self {
-            Rule::SubnetDeletedBeforeIp | Rule::IpStuckTerminating => Severity::Critical,
-            Rule::SubnetStuckTerminating => Severity::Warning,
-        }
+    /// The rule's own state, for a checkpoint.
+    fn save(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
+    /// Restores what [`Rule::save`] returned.
+    fn restore(&mut self, _saved: serde_json::Value) -> Result<(), serde_json::Error> {
+        Ok(())
     }
 }
 
-/// Settings of the rules.
+/// Settings of the rules; every grace period runs on event time.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct RuleConfig {
-    /// How long a Subnet may be terminating before `subnet-stuck-terminating` fires.
+    /// How long a Subnet or pool may be terminating before `subnet-stuck-terminating`.
     pub subnet_terminating_grace_ms: i64,
+    /// How long an allocation may outlive its pod before `ip-without-pod`, and a
+    /// SpiderEndpoint stay terminating before `ip-stuck-terminating`.
+    pub owner_grace_ms: i64,
+    /// How long the two records of one allocation may disagree before
+    /// `allocation-records-disagree`.
+    pub records_grace_ms: i64,
 }
 
 impl Default for RuleConfig {
     fn default() -> Self {
         RuleConfig {
             subnet_terminating_grace_ms: 10 * 60 * 1_000,
+            owner_grace_ms: 10 * 60 * 1_000,
+            records_grace_ms: 5 * 60 * 1_000,
         }
+    }
+}
+
+/// One change of the cluster state, as rules see it.
+pub struct Change<'a> {
+    /// The event that caused it.
+    pub event: &'a EventRef,
+    /// The record under this name before the event.
+    pub before: Option<&'a ObjectRecord>,
+    /// The record under this name after the event.
+    pub after: Option<&'a ObjectRecord>,
+    /// Holdings the record had before and has no more.
+    pub released: &'a [Released],
+    /// Whether what the record names or holds may have changed (else only its status,
+    /// version or metadata did).
+    pub reindexed: bool,
+}
+
+impl Change<'_> {
+    /// The stream of the change.
+    pub fn stream(&self) -> Stream {
+        self.event.stream
+    }
+
+    /// The record's key.
+    pub fn key(&self) -> RecordKey {
+        (self.event.stream, self.event.name.clone())
+    }
+
+    /// Whether a complete list of the stream just ended.
+    pub fn is_list_end(&self) -> bool {
+        self.event.event_type == EventType::SyncEnd
+    }
+
+    /// The object that went: deleted, or replaced by a new uid under its name.
+    pub fn removed(&self) -> Option<&ObjectRecord> {
+        let before = self.before?;
+        match self.after {
+            Some(after) if after.uid == before.uid => None,
+            _ => Some(before),
+        }
+    }
+
+    /// Whether the change is a deletion event.
+    pub fn is_deletion(&self) -> bool {
+        self.event.event_type.is_deletion()
     }
 }
 
 /// What a rule works with for one step.
 pub struct Context<'a> {
-    /// The state after the event.
+    /// The state after the change.
     pub state: &'a ClusterState,
-    /// The active alerts.
-    pub book: &'a mut AlertBook,
+    /// Rule settings.
+    pub config: &'a RuleConfig,
     /// Cluster the alerts are for.
     pub cluster_id: &'a str,
-    /// Where in history this step is.
-    pub at: Moment,
-    /// Transitions produced.
-    pub out: &'a mut Vec<Alert>,
+    /// Event time of this step.
+    pub now_ms: i64,
+    pub(crate) book: &'a mut AlertBook,
+    pub(crate) at: Moment,
+    pub(crate) out: &'a mut Vec<Alert>,
 }
 
 impl Context<'_> {
-    fn fire(&mut self, finding: Finding) {
+    /// Fires `finding` unless it already fires.
+    pub fn fire(&mut self, finding: Finding) {
         if let Some(alert) = self.book.fire(self.cluster_id, finding, &self.at) {
             self.out.push(alert);
         }
     }
 
-    fn resolve(&mut self, id: &str, healed_by: Evidence) {
+    /// Fires `finding` as of `time_ms` (a deadline that passed before the clock noticed).
+    pub fn fire_at(&mut self, finding: Finding, time_ms: i64) {
+        let noticed_at = self.at.time_ms;
+        self.at.time_ms = time_ms;
+        self.fire(finding);
+        self.at.time_ms = noticed_at;
+    }
+
+    /// Resolves the alert `id` if it fires; `healed_by` ends its evidence.
+    pub fn resolve(&mut self, id: &str, healed_by: Evidence) {
         if let Some(alert) = self.book.resolve(id, healed_by, &self.at) {
             self.out.push(alert);
         }
     }
-}
 
-/// Runs every rule on what one event changed.
-pub fn on_applied(
-    ctx: &mut Context<'_>,
-    timers: &mut SubnetTimers,
-    config: &RuleConfig,
-    event: &EventRef,
-    applied: &Applied,
-) {
-    match &applied.removed {
-        Some(Removed::Ip(ip)) => {
-            subnet_deleted_before_ip::on_ip_gone(ctx, ip, event);
-            ip_stuck_terminating::on_ip_gone(ctx, ip, event);
-        }
-        Some(Removed::Subnet(subnet)) => {
-            timers.on_subnet_gone(ctx, &subnet.uid, &event.name, event);
-        }
-        Some(Removed::Pod(_)) | None => {}
+    /// The id of `rule`'s alert about `subject_uid` in `scope`.
+    pub fn alert_id(&self, rule: &str, subject_uid: &str, scope: Option<&str>) -> String {
+        alert_id(self.cluster_id, rule, subject_uid, scope)
     }
-    if event.event_type.is_deletion() && event.stream == Stream::Subnet {
-        subnet_deleted_before_ip::on_subnet_deleted(ctx, event);
-        for ip in ctx.state.ips_naming(&event.name) {
-            ip_stuck_terminating::check(ctx, &ip, event);
-        }
+
+    /// Whether the alert `id` fires.
+    pub fn is_firing(&self, id: &str) -> bool {
+        self.book.is_firing(id)
     }
-    if event.event_type == EventType::SyncEnd && event.stream == Stream::Subnet {
-        // A complete list of subnets: a terminating IP whose subnet it lacks is stuck,
-        // whichever of the two lists came first.
-        for ip in ctx.state.terminating_ips() {
-            ip_stuck_terminating::check(ctx, &ip, event);
+
+    /// The firing alerts of `rule` about `subject_uid`.
+    pub fn firing_about(&self, rule: &str, subject_uid: &str) -> Vec<Alert> {
+        if !self.book.has_active_for_subject(subject_uid) {
+            return Vec::new();
         }
+        self.book
+            .active_for_subject(subject_uid)
+            .iter()
+            .filter_map(|id| self.book.get(id))
+            .filter(|a| a.rule == rule)
+            .cloned()
+            .collect()
     }
-    if !applied.upserted {
-        return;
-    }
-    match event.stream {
-        Stream::Ip => {
-            subnet_deleted_before_ip::recheck_ip(ctx, &event.name, event);
-            ip_stuck_terminating::check(ctx, &event.name, event);
+
+    /// Resolves every firing alert of `rule` about `subject_uid`.
+    pub fn resolve_all_about(&mut self, rule: &str, subject_uid: &str, healed_by: &Evidence) {
+        for alert in self.firing_about(rule, subject_uid) {
+            self.resolve(&alert.alert_id, healed_by.clone());
         }
-        Stream::Subnet => {
-            for ip in ctx.state.ips_naming(&event.name) {
-                subnet_deleted_before_ip::recheck_ip(ctx, &ip, event);
-                ip_stuck_terminating::check(ctx, &ip, event);
-            }
-            timers.on_subnet_changed(ctx.state, config, &event.name);
-        }
-        Stream::Pod => {}
     }
 }
 
 /// Evidence from an event, with what it shows.
-fn evidence(event: &EventRef, what: String) -> Evidence {
+pub(crate) fn evidence(event: &EventRef, what: String) -> Evidence {
     Evidence {
         stream: event.stream,
         event_type: event.event_type,
@@ -150,48 +222,89 @@ fn evidence(event: &EventRef, what: String) -> Evidence {
     }
 }
 
-/// How an IP is described in evidence and summaries.
-fn describe_ip(ip: &IpRecord) -> String {
-    let mut parts = Vec::new();
-    if !ip.address.is_empty() {
-        parts.push(ip.address.clone());
-    }
-    if !ip.pod.is_empty() {
-        parts.push(format!("pod {}", ip.pod));
-    }
-    if !ip.pod_type.is_empty() {
-        parts.push(ip.pod_type.clone());
-    }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", parts.join(", "))
-    }
+/// "gone (DELETED)" for an event that ended an object.
+pub(crate) fn gone_evidence(event: &EventRef, what: &str) -> Evidence {
+    evidence(event, format!("{what} is gone ({})", event.event_type))
 }
 
-/// The safe manual fix for an IP stuck on kube-ovn's finalizer: a JSON patch that only
-/// applies to this exact version of the object and removes only that finalizer.
+/// The safe manual fix for an object stuck on a finalizer: a JSON patch that only applies
+/// to this exact version of the object and removes only that finalizer.
 pub fn remove_finalizer_command(
-    kind: &str,
-    name: &str,
+    resource: &str,
+    key: &str,
     resource_version: &str,
     index: usize,
     finalizer: &str,
 ) -> String {
+    let target = match key.split_once('/') {
+        Some((namespace, name)) => format!("{resource} -n {namespace} {name}"),
+        None => format!("{resource} {key}"),
+    };
     format!(
-        "kubectl patch {kind} {name} --type=json -p '[{{\"op\":\"test\",\"path\":\"/metadata/resourceVersion\",\"value\":\"{resource_version}\"}},{{\"op\":\"test\",\"path\":\"/metadata/finalizers/{index}\",\"value\":\"{finalizer}\"}},{{\"op\":\"remove\",\"path\":\"/metadata/finalizers/{index}\"}}]'"
+        "kubectl patch {target} --type=json -p '[{{\"op\":\"test\",\"path\":\"/metadata/resourceVersion\",\"value\":\"{resource_version}\"}},{{\"op\":\"test\",\"path\":\"/metadata/finalizers/{index}\",\"value\":\"{finalizer}\"}},{{\"op\":\"remove\",\"path\":\"/metadata/finalizers/{index}\"}}]'"
     )
 }
 
-fn time_text(ms: Option<i64>) -> String {
+/// A time for a person.
+pub(crate) fn time_text(ms: Option<i64>) -> String {
     ms.map_or_else(|| "an unknown time".to_owned(), format_timestamp_ms)
 }
 
 /// A duration for a person: "10 min", "90 s".
-fn duration_text(ms: i64) -> String {
+pub(crate) fn duration_text(ms: i64) -> String {
     if ms >= 60_000 && ms % 60_000 == 0 {
         format!("{} min", ms / 60_000)
     } else {
         format!("{} s", ms / 1_000)
     }
+}
+
+/// Saves a rule's state.
+pub(crate) fn save_state<T: Serialize>(state: &T) -> serde_json::Value {
+    // Rule states are plain data; serializing them cannot fail.
+    serde_json::to_value(state).unwrap_or(serde_json::Value::Null)
+}
+
+/// Restores a rule's state (`null`: a checkpoint from before the rule existed).
+pub(crate) fn restore_state<T: for<'de> Deserialize<'de> + Default>(
+    saved: serde_json::Value,
+) -> Result<T, serde_json::Error> {
+    if saved.is_null() {
+        return Ok(T::default());
+    }
+    serde_json::from_value(saved)
+}
+
+/// Runs events through the whole analyzer core and lists the alert transitions, for the
+/// rules' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use ipaudit_schemas::WatchEvent;
+
+    use crate::engine::{Analyzer, AnalyzerConfig, Output};
+
+    /// `(rule, status, subject)` of every transition, in order, after `finish` at the
+    /// latest event time.
+    pub fn transitions(events: Vec<WatchEvent>) -> Vec<(String, String, String)> {
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        let mut out = Vec::new();
+        for e in events {
+            analyzer.step(e, &mut out);
+        }
+        analyzer.finish(None, &mut out);
+        out.into_iter()
+            .filter_map(|o| match o {
+                Output::Alert(a) => Some((a.rule, a.status.as_str().to_owned(), a.subject_name)),
+                Output::NewEpoch(_) => None,
+            })
+            .collect()
+    }
+
+    /// One transition, for comparisons.
+    pub fn t(rule: &str, status: &str, subject: &str) -> (String, String, String) {
+        (rule.into(), status.into(), subject.into())
+    }
+
+    /// A minute of event time, in ms.
+    pub const MIN: i64 = 60_000;
 }

@@ -1,18 +1,185 @@
-//! Rule 1, `subnet-deleted-before-ip`: a Subnet's deletion comes while IPs still name it
-//! (spec.subnet or an attachment subnet). kube-ovn releases such an IP only through its
-//! subnet, so the address leaks. Resolved when the IP is gone, stops naming the subnet, or
-//! the subnet exists again.
+//! `subnet-deleted-before-ip`: a pool is deleted while allocations still name it.
+//! - kube-ovn: a Subnet's deletion comes while IPs still name it (spec.subnet or an
+//!   attachment subnet). kube-ovn releases such an IP only through its subnet, so the
+//!   address leaks. One alert per IP; resolved when the IP is gone, stops naming the
+//!   subnet, or the subnet exists again.
+//! - whereabouts IPPool, spiderpool SpiderIPPool: the pool's deletion comes while it still
+//!   holds allocations (for spiderpool, only after someone removed its finalizer). The
+//!   pods keep addresses no IPAM tracks any more. One alert per allocation; resolved when
+//!   its pod is gone or the pool exists again.
 
-use super::{describe_ip, evidence, remove_finalizer_command, Context, Rule};
-use crate::alerts::{alert_id, Finding};
-use crate::state::{EventRef, IpRecord};
-use ipaudit_schemas::EventType;
+use std::collections::BTreeMap;
 
-/// The subnet `deletion.name` was just deleted: every live IP naming it leaks.
-pub(super) fn on_subnet_deleted(ctx: &mut Context<'_>, deletion: &EventRef) {
-    let subnet = deletion.name.as_str();
-    for name in ctx.state.ips_naming(subnet) {
-        let Some(ip) = ctx.state.ip(&name) else {
+use ipaudit_schemas::{EventType, Severity, Stream};
+use serde::{Deserialize, Serialize};
+
+use super::{evidence, gone_evidence, remove_finalizer_command, restore_state, save_state};
+use super::{Change, Context, Rule};
+use crate::alerts::Finding;
+use crate::state::holdings::{self, PoolRef};
+use crate::state::{EventRef, ObjectRecord};
+
+const NAME: &str = "subnet-deleted-before-ip";
+
+/// An alert about one allocation of a deleted pool, to resolve when its pod goes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AllocationAlert {
+    pool: PoolRef,
+    owner: String,
+    owner_uid: Option<String>,
+}
+
+/// Rule 1.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SubnetDeletedBeforeIp {
+    /// Firing alerts about allocations of deleted pools, by alert id.
+    allocation_alerts: BTreeMap<String, AllocationAlert>,
+}
+
+impl Rule for SubnetDeletedBeforeIp {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn on_change(&mut self, ctx: &mut Context<'_>, change: &Change<'_>) {
+        let stream = change.stream();
+        if let (Some(removed), true) = (change.removed(), change.after.is_none()) {
+            if holdings::is_pool(stream) {
+                let pool = PoolRef::new(stream, &change.event.name);
+                match stream {
+                    Stream::Subnet => on_subnet_deleted(ctx, &pool, change.event),
+                    _ => self.on_pool_deleted(ctx, &pool, removed, change.event),
+                }
+            }
+        }
+        match stream {
+            Stream::Ip => {
+                if let Some(removed) = change.removed() {
+                    on_ip_gone(ctx, removed, change.event);
+                }
+                if change.after.is_some() {
+                    recheck_ip(ctx, &change.event.name, change.event);
+                }
+            }
+            Stream::Subnet if change.after.is_some() => {
+                let pool = PoolRef::new(Stream::Subnet, &change.event.name);
+                for (_, ip) in ctx.state.naming(&pool) {
+                    recheck_ip(ctx, &ip, change.event);
+                }
+            }
+            Stream::IpPool | Stream::SpiderIpPool if change.after.is_some() => {
+                let pool = PoolRef::new(stream, &change.event.name);
+                self.resolve_where(ctx, change.event, |a| a.pool == pool, "exists again");
+            }
+            Stream::Pod => {
+                if let Some(removed) = change.removed() {
+                    let (name, uid) = (change.event.name.clone(), removed.uid.clone());
+                    self.resolve_where(
+                        ctx,
+                        change.event,
+                        |a| a.owner == name && a.owner_uid.as_ref().is_none_or(|u| *u == uid),
+                        "is gone",
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn save(&self) -> serde_json::Value {
+        save_state(self)
+    }
+
+    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
+        *self = restore_state(saved)?;
+        Ok(())
+    }
+}
+
+impl SubnetDeletedBeforeIp {
+    /// A whereabouts or spiderpool pool went with allocations still in it.
+    fn on_pool_deleted(
+        &mut self,
+        ctx: &mut Context<'_>,
+        pool: &PoolRef,
+        last: &ObjectRecord,
+        deletion: &EventRef,
+    ) {
+        let held = holdings::holdings(&pool.name, last.part(), last.reserved);
+        let kind = pool.stream.kind();
+        for holding in &held {
+            let subject_name = format!("{}/{}", pool.name, holding.address);
+            let subject_uid = format!("{}/{}", last.uid, holding.address);
+            let finding = Finding {
+                rule: NAME,
+                severity: Severity::Critical,
+                subject_kind: "Allocation",
+                subject_name: subject_name.clone(),
+                subject_uid: subject_uid.clone(),
+                scope: Some(pool.name.clone()),
+                subnet: Some(pool.name.clone()),
+                summary: format!(
+                    "{kind} {} was deleted while it still allocated {} to {}: no IPAM tracks this address any more, and it can be handed out twice",
+                    pool.name, holding.address, holding.owner
+                ),
+                fix: Some(format!(
+                    "Recreate {kind} {} with the same range so that the allocation is tracked again, or delete pod {} so that the address is free",
+                    pool.name, holding.owner
+                )),
+                cleanup: None,
+                evidence: vec![
+                    evidence(
+                        &last.last,
+                        format!("{kind} {} allocates {} to {}", pool.name, holding.address, holding.owner),
+                    ),
+                    evidence(
+                        deletion,
+                        format!("{kind} {} deleted with {} allocation(s)", pool.name, held.len()),
+                    ),
+                ],
+            };
+            let id = ctx.alert_id(NAME, &subject_uid, Some(&pool.name));
+            ctx.fire(finding);
+            self.allocation_alerts.insert(
+                id,
+                AllocationAlert {
+                    pool: pool.clone(),
+                    owner: holding.owner.clone(),
+                    owner_uid: holding.owner_uid.clone(),
+                },
+            );
+        }
+    }
+
+    fn resolve_where(
+        &mut self,
+        ctx: &mut Context<'_>,
+        by: &EventRef,
+        matches: impl Fn(&AllocationAlert) -> bool,
+        what: &str,
+    ) {
+        let ids: Vec<String> = self
+            .allocation_alerts
+            .iter()
+            .filter(|(_, a)| matches(a))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            self.allocation_alerts.remove(&id);
+            ctx.resolve(
+                &id,
+                evidence(by, format!("{} {what} ({})", by.name, by.event_type)),
+            );
+        }
+    }
+}
+
+/// The subnet `pool` was just deleted: every live IP naming it leaks.
+fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef) {
+    let subnet = pool.name.as_str();
+    let naming = ctx.state.naming(pool);
+    for (_, name) in &naming {
+        let Some(ip) = ctx.state.get(Stream::Ip, name) else {
             continue;
         };
         let how = if deletion.event_type == EventType::DeletedOnRelist {
@@ -21,26 +188,64 @@ pub(super) fn on_subnet_deleted(ctx: &mut Context<'_>, deletion: &EventRef) {
             "was deleted"
         };
         let finding = Finding {
-            rule: Rule::SubnetDeletedBeforeIp,
+            rule: NAME,
+            severity: Severity::Critical,
             subject_kind: "IP",
             subject_name: name.clone(),
             subject_uid: ip.uid.clone(),
+            scope: Some(subnet.to_owned()),
             subnet: Some(subnet.to_owned()),
             summary: format!(
                 "Subnet {subnet} {how} while IP {name}{} still named it: kube-ovn cannot release this address",
                 describe_ip(ip)
             ),
-            fix: Some(fix_for(ip, &name, subnet)),
+            fix: Some(fix_for(ip, name, subnet)),
+            cleanup: None,
             evidence: vec![
-                evidence(&ip.last, format!("IP {name} on subnet {subnet}{}, finalizers [{}]", describe_ip(ip), ip.finalizers.join(", "))),
-                evidence(deletion, format!("Subnet {subnet} deleted while {} IP(s) still named it", ctx.state.ips_naming(subnet).len())),
+                evidence(
+                    &ip.last,
+                    format!(
+                        "IP {name} on subnet {subnet}{}, finalizers [{}]",
+                        describe_ip(ip),
+                        ip.finalizers.join(", ")
+                    ),
+                ),
+                evidence(
+                    deletion,
+                    format!(
+                        "Subnet {subnet} deleted while {} IP(s) still named it",
+                        naming.len()
+                    ),
+                ),
             ],
         };
         ctx.fire(finding);
     }
 }
 
-fn fix_for(ip: &IpRecord, name: &str, subnet: &str) -> String {
+/// How a kube-ovn IP is described in evidence and summaries: ` (address, pod ns/name, type)`.
+pub(super) fn describe_ip(ip: &ObjectRecord) -> String {
+    let ipaudit_schemas::KindPart::Ip(spec) = ip.part() else {
+        return String::new();
+    };
+    let mut parts = Vec::new();
+    if !spec.ip_address.is_empty() {
+        parts.push(spec.ip_address.clone());
+    }
+    if !spec.pod_name.is_empty() {
+        parts.push(format!("pod {}/{}", spec.pod_namespace, spec.pod_name));
+    }
+    if !spec.pod_type.is_empty() {
+        parts.push(spec.pod_type.clone());
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
+}
+
+fn fix_for(ip: &ObjectRecord, name: &str, subnet: &str) -> String {
     let patch = match ip.kube_ovn_finalizer() {
         Some((index, finalizer)) => format!(
             "; if it then stays terminating, remove kube-ovn's finalizer: {}",
@@ -48,57 +253,114 @@ fn fix_for(ip: &IpRecord, name: &str, subnet: &str) -> String {
         ),
         None => String::new(),
     };
+    let pod = match ip.part() {
+        ipaudit_schemas::KindPart::Ip(spec) if !spec.pod_name.is_empty() => {
+            format!("{}/{}", spec.pod_namespace, spec.pod_name)
+        }
+        _ => "(none)".to_owned(),
+    };
     format!(
-        "Recreate subnet {subnet} so that kube-ovn releases the address, or, if pod {} is gone, delete the IP: kubectl delete ip {name}{patch}",
-        if ip.pod.is_empty() { "(none)" } else { ip.pod.as_str() }
+        "Recreate subnet {subnet} so that kube-ovn releases the address, or, if pod {pod} is gone, delete the IP: kubectl delete ip {name}{patch}"
     )
 }
 
-/// The IP `name` changed: resolve its rule-1 alerts that no longer hold.
-pub(super) fn recheck_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
-    let Some(ip) = ctx.state.ip(name) else { return };
-    if !ctx.book.has_active_for_subject(&ip.uid) {
+/// The IP `name` changed: resolve its alerts that no longer hold.
+fn recheck_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
+    let Some(ip) = ctx.state.get(Stream::Ip, name) else {
+        return;
+    };
+    let alerts = ctx.firing_about(NAME, &ip.uid);
+    if alerts.is_empty() {
         return;
     }
-    let uid = ip.uid.clone();
-    for id in ctx.book.active_for_subject(&uid) {
-        let Some(alert) = ctx.book.get(&id) else {
-            continue;
-        };
-        if alert.rule != Rule::SubnetDeletedBeforeIp.name() {
-            continue;
-        }
+    let named = holdings::pools_named(ip.part());
+    for alert in alerts {
         let subnet = alert.subnet.clone().unwrap_or_default();
-        let still_named = ip.subnets().any(|s| s == subnet);
-        let restored = ctx.state.subnet(&subnet).is_some();
+        let pool = PoolRef::new(Stream::Subnet, &subnet);
+        let still_named = named.contains(&pool);
+        let restored = ctx.state.pool(&pool).is_some();
         if !still_named || restored {
             let what = if restored {
                 format!("Subnet {subnet} exists again")
             } else {
                 format!("IP {name} no longer names subnet {subnet}")
             };
-            ctx.resolve(&id, evidence(cause, what));
+            ctx.resolve(&alert.alert_id, evidence(cause, what));
         }
     }
 }
 
 /// The IP is gone: its leak is over.
-pub(super) fn on_ip_gone(ctx: &mut Context<'_>, ip: &IpRecord, by: &EventRef) {
-    if !ctx.book.has_active_for_subject(&ip.uid) {
-        return;
-    }
-    for subnet in ip.subnets() {
-        let id = alert_id(
-            ctx.cluster_id,
-            Rule::SubnetDeletedBeforeIp,
-            &ip.uid,
-            Some(subnet),
-        );
-        if ctx.book.is_firing(&id) {
-            ctx.resolve(
-                &id,
-                evidence(by, format!("IP {} is gone ({})", by.name, by.event_type)),
-            );
+fn on_ip_gone(ctx: &mut Context<'_>, ip: &ObjectRecord, by: &EventRef) {
+    let healed = gone_evidence(by, &format!("IP {}", by.name));
+    ctx.resolve_all_about(NAME, &ip.uid, &healed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Analyzer, AnalyzerConfig, Output};
+    use ipaudit_schemas::builders::EventBuilder;
+    use ipaudit_schemas::WatchEvent;
+
+    fn run(events: Vec<WatchEvent>) -> (Vec<(String, String, String)>, Analyzer) {
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        let mut out = Vec::new();
+        for e in events {
+            analyzer.step(e, &mut out);
         }
+        analyzer.finish(None, &mut out);
+        let alerts = out
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Alert(a) => Some((a.rule, a.status.as_str().to_owned(), a.subject_name)),
+                Output::NewEpoch(_) => None,
+            })
+            .collect();
+        (alerts, analyzer)
+    }
+
+    #[test]
+    fn a_whereabouts_pool_deleted_with_allocations_leaks_each_until_its_pod_goes() {
+        let pool = || EventBuilder::ip_pool("kube-system", "10.0.0.0-24", "10.0.0.0/24");
+        let (alerts, analyzer) = run(vec![
+            EventBuilder::pod("default", "a")
+                .uid("a-1")
+                .rv(1)
+                .at(1)
+                .added(),
+            pool()
+                .allocation(5, "10.0.0.5", "default/a")
+                .rv(2)
+                .at(2)
+                .added(),
+            pool()
+                .allocation(5, "10.0.0.5", "default/a")
+                .rv(3)
+                .at(3)
+                .deleted(),
+            EventBuilder::pod("default", "a")
+                .uid("a-1")
+                .rv(4)
+                .at(4)
+                .deleted(),
+        ]);
+        assert_eq!(
+            alerts,
+            [
+                (
+                    NAME.into(),
+                    "firing".into(),
+                    "kube-system/10.0.0.0-24/10.0.0.5".into()
+                ),
+                (
+                    NAME.into(),
+                    "resolved".into(),
+                    "kube-system/10.0.0.0-24/10.0.0.5".into()
+                ),
+            ]
+        );
+        let pool = PoolRef::new(Stream::IpPool, "kube-system/10.0.0.0-24");
+        assert!(analyzer.state().pool(&pool).is_none());
     }
 }

@@ -1,138 +1,214 @@
-//! Rule 3, `subnet-stuck-terminating`: a Subnet has had a deletionTimestamp for longer than
-//! a grace period and still exists, with zero used IPs (seed scenario B: the finalizer is
-//! never removed) or with IPs still naming it. Resolved when the subnet is gone.
+//! `subnet-stuck-terminating`: a pool (kube-ovn Subnet, SpiderIPPool, or a whereabouts
+//! IPPool that carries a finalizer) has had a deletionTimestamp for longer than a grace
+//! period and still exists: with nothing using it (kube-ovn seed scenario B: the
+//! finalizer is never removed), or with allocations that keep it (a SpiderIPPool deleted
+//! with entries stays terminating on its finalizer). Resolved when the pool is gone.
 
+use ipaudit_schemas::{is_kube_ovn_finalizer, KindPart, Severity, Stream, SPIDERPOOL_FINALIZER};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, HashMap};
 
 use super::{
-    duration_text, evidence, remove_finalizer_command, time_text, Context, Rule, RuleConfig,
+    duration_text, evidence, gone_evidence, remove_finalizer_command, restore_state, save_state,
+    time_text, Change, Context, Deadlines, Rule,
 };
-use crate::alerts::{alert_id, Finding};
-use crate::state::{ClusterState, EventRef};
+use crate::alerts::Finding;
+use crate::state::holdings::{self, PoolRef};
+use crate::state::{ClusterState, ObjectRecord};
 
-/// Deadlines of the terminating subnets.
+const NAME: &str = "subnet-stuck-terminating";
+
+/// Rule 3.
 #[derive(Debug, Default, Serialize, Deserialize)]
-pub struct SubnetTimers {
-    deadlines: BTreeSet<(i64, String)>,
-    by_subnet: HashMap<String, i64>,
+pub struct SubnetStuckTerminating {
+    /// Terminating pools, due at deletionTimestamp + grace; keys are `<label>/<name>`.
+    deadlines: Deadlines,
 }
 
-impl SubnetTimers {
-    /// No subnet terminating.
-    pub fn new() -> Self {
-        Self::default()
+fn timer_key(pool: &PoolRef) -> String {
+    format!("{}/{}", pool.stream.as_str(), pool.name)
+}
+
+fn pool_of_key(key: &str) -> Option<PoolRef> {
+    let (label, name) = key.split_once('/')?;
+    let stream = ipaudit_schemas::kinds::stream_labelled(label)?;
+    Some(PoolRef::new(stream, name))
+}
+
+impl Rule for SubnetStuckTerminating {
+    fn name(&self) -> &'static str {
+        NAME
     }
 
-    /// The subnet `name` changed: start its timer when it starts terminating.
-    pub(super) fn on_subnet_changed(
-        &mut self,
-        state: &ClusterState,
-        config: &RuleConfig,
-        name: &str,
-    ) {
-        let Some(deleting_since) = state.subnet(name).and_then(|s| s.deletion_ms) else {
+    fn on_change(&mut self, ctx: &mut Context<'_>, change: &Change<'_>) {
+        if !holdings::is_pool(change.stream()) || change.is_list_end() {
             return;
-        };
-        if !self.by_subnet.contains_key(name) {
-            let deadline = deleting_since.saturating_add(config.subnet_terminating_grace_ms);
-            self.by_subnet.insert(name.to_owned(), deadline);
-            self.deadlines.insert((deadline, name.to_owned()));
+        }
+        let pool = PoolRef::new(change.stream(), &change.event.name);
+        if let Some(removed) = change.removed() {
+            self.deadlines.cancel(&timer_key(&pool));
+            let what = format!("{} {}", pool.stream.kind(), pool.name);
+            let id = ctx.alert_id(NAME, &removed.uid, Some(&pool.name));
+            ctx.resolve(&id, gone_evidence(change.event, &what));
+        }
+        if let Some(deleting_since) = change.after.and_then(|p| p.deletion_ms) {
+            let deadline = deleting_since.saturating_add(ctx.config.subnet_terminating_grace_ms);
+            self.deadlines.set_if_absent(&timer_key(&pool), deadline);
         }
     }
 
-    /// The subnet is gone: stop its timer and resolve its alert.
-    pub(super) fn on_subnet_gone(
-        &mut self,
-        ctx: &mut Context<'_>,
-        uid: &str,
-        name: &str,
-        by: &EventRef,
-    ) {
-        if let Some(deadline) = self.by_subnet.remove(name) {
-            self.deadlines.remove(&(deadline, name.to_owned()));
-        }
-        let id = alert_id(
-            ctx.cluster_id,
-            Rule::SubnetStuckTerminating,
-            uid,
-            Some(name),
-        );
-        if ctx.book.is_firing(&id) {
-            ctx.resolve(
-                &id,
-                evidence(by, format!("Subnet {name} is gone ({})", by.event_type)),
-            );
-        }
-    }
-
-    /// Time is `now_ms`: fire for every subnet past its deadline.
-    pub fn on_time(&mut self, ctx: &mut Context<'_>, config: &RuleConfig, now_ms: i64) {
-        while let Some((deadline, name)) = self.deadlines.first().cloned() {
-            if deadline >= now_ms {
-                break;
-            }
-            self.deadlines.pop_first();
-            self.by_subnet.remove(&name);
-            let Some(subnet) = ctx.state.subnet(&name) else {
+    fn on_time(&mut self, ctx: &mut Context<'_>, now_ms: i64) {
+        for (deadline, key) in self.deadlines.take_due(now_ms) {
+            let Some(pool) = pool_of_key(&key) else {
                 continue;
             };
-            let ips = ctx.state.ips_naming(&name);
-            let used = subnet.v4_using_ips.as_deref().unwrap_or("unknown");
-            let requested = subnet.deletion_requested.as_ref().unwrap_or(&subnet.last);
-            let mut proof = vec![evidence(
-                requested,
-                format!(
-                    "Subnet {name} marked for deletion at {}",
-                    time_text(subnet.deletion_ms)
-                ),
-            )];
-            if subnet.last.rv != requested.rv {
-                proof.push(evidence(
-                    &subnet.last,
-                    format!("Subnet {name} still there, v4usingIPs={used}"),
-                ));
-            }
-            let why = if ips.is_empty() {
-                format!("no IP names it (v4usingIPs={used}) yet its finalizer was never removed")
-            } else {
-                format!(
-                    "{} IP(s) still name it: {}",
-                    ips.len(),
-                    ips.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
-                )
+            let Some(record) = ctx.state.pool(&pool) else {
+                continue;
             };
-            let finalizer = subnet
-                .finalizers
-                .iter()
-                .enumerate()
-                .find(|(_, f)| ipaudit_schemas::is_kube_ovn_finalizer(f));
-            let fix = if let (true, Some((index, finalizer))) = (ips.is_empty(), finalizer) {
-                format!(
-                    "Restart kube-ovn-controller (kube-ovn #6092) or, as a last resort, remove its finalizer: {}",
-                    remove_finalizer_command("subnet", &name, &subnet.resource_version, index, finalizer)
-                )
-            } else {
-                format!("Delete the pods and IPs that still use subnet {name}: kubectl get ips -l ovn.kubernetes.io/subnet={name}")
-            };
-            let finding = Finding {
-                rule: Rule::SubnetStuckTerminating,
-                subject_kind: "Subnet",
-                subject_name: name.clone(),
-                subject_uid: subnet.uid.clone(),
-                subnet: Some(name.clone()),
-                summary: format!(
-                    "Subnet {name} has been terminating for more than {}: {why}",
-                    duration_text(config.subnet_terminating_grace_ms)
-                ),
-                fix: Some(fix),
-                evidence: proof,
-            };
+            let finding = finding(
+                ctx.state,
+                ctx.config.subnet_terminating_grace_ms,
+                &pool,
+                record,
+            );
             // It has been stuck since the deadline, whenever the clock noticed.
-            let noticed_at = ctx.at.time_ms;
-            ctx.at.time_ms = deadline;
-            ctx.fire(finding);
-            ctx.at.time_ms = noticed_at;
+            ctx.fire_at(finding, deadline);
         }
+    }
+
+    fn has_due(&self, now_ms: i64) -> bool {
+        self.deadlines.any_due(now_ms)
+    }
+
+    fn save(&self) -> serde_json::Value {
+        save_state(self)
+    }
+
+    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
+        *self = restore_state(saved)?;
+        Ok(())
+    }
+}
+
+fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectRecord) -> Finding {
+    let name = pool.name.as_str();
+    let kind = pool.stream.kind();
+    // Who still uses it: records naming it (kube-ovn IPs, SpiderEndpoints), or its own
+    // allocations (pool entries).
+    let users: Vec<String> = match record.part() {
+        KindPart::SpiderIpPool(_) | KindPart::IpPool(_) => {
+            holdings::holdings(name, record.part(), record.reserved)
+                .into_iter()
+                .map(|h| format!("{} ({})", h.address, h.owner))
+                .collect()
+        }
+        _ => state.naming(pool).into_iter().map(|(_, n)| n).collect(),
+    };
+    let used = match record.part() {
+        KindPart::Subnet(s) => format!(
+            "v4usingIPs={}",
+            s.v4_using_ips.as_deref().unwrap_or("unknown")
+        ),
+        KindPart::SpiderIpPool(p) => format!(
+            "allocatedIPCount={}",
+            p.allocated_ip_count
+                .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
+        ),
+        _ => format!("{} allocation(s)", users.len()),
+    };
+    let requested = record.deletion_requested.as_deref().unwrap_or(&record.last);
+    let mut proof = vec![evidence(
+        requested,
+        format!(
+            "{kind} {name} marked for deletion at {}",
+            time_text(record.deletion_ms)
+        ),
+    )];
+    if record.last.rv != requested.rv {
+        proof.push(evidence(
+            &record.last,
+            format!("{kind} {name} still there, {used}"),
+        ));
+    }
+    let why = if users.is_empty() {
+        format!("nothing uses it ({used}) yet its finalizer was never removed")
+    } else {
+        let noun = if pool.stream == Stream::Subnet {
+            "IP(s) still name it"
+        } else {
+            "allocation(s) keep it"
+        };
+        format!(
+            "{} {noun}: {}",
+            users.len(),
+            users.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+        )
+    };
+    let fix = match (pool.stream, users.is_empty()) {
+        (Stream::Subnet, true) => match record.kube_ovn_finalizer() {
+            Some((index, finalizer)) => format!(
+                "Restart kube-ovn-controller (kube-ovn #6092) or, as a last resort, remove its finalizer: {}",
+                remove_finalizer_command("subnet", name, record.resource_version(), index, finalizer)
+            ),
+            None => "Check kube-ovn-controller's logs for this subnet".to_owned(),
+        },
+        (Stream::Subnet, false) => format!(
+            "Delete the pods and IPs that still use subnet {name}: kubectl get ips -l ovn.kubernetes.io/subnet={name}"
+        ),
+        (_, false) => format!(
+            "Delete or move the pods that still hold addresses of {kind} {name}; spiderpool removes its finalizer once no address is allocated"
+        ),
+        (_, true) => match record.finalizer_where(|f| f == SPIDERPOOL_FINALIZER || is_kube_ovn_finalizer(f)) {
+            Some((index, finalizer)) => format!(
+                "Check the IPAM controller's logs; as a last resort remove the finalizer: {}",
+                remove_finalizer_command(
+                    &pool.stream.spec().map_or_else(String::new, |k| k.resource()),
+                    name,
+                    record.resource_version(),
+                    index,
+                    finalizer,
+                )
+            ),
+            None => "Check the IPAM controller's logs for this pool".to_owned(),
+        },
+    };
+    Finding {
+        rule: NAME,
+        severity: Severity::Warning,
+        subject_kind: kind,
+        subject_name: name.to_owned(),
+        subject_uid: record.uid.clone(),
+        scope: Some(name.to_owned()),
+        subnet: Some(name.to_owned()),
+        summary: format!(
+            "{kind} {name} has been terminating for more than {}: {why}",
+            duration_text(grace_ms)
+        ),
+        fix: Some(fix),
+        cleanup: None,
+        evidence: proof,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{t, transitions, MIN};
+    use super::NAME;
+    use ipaudit_schemas::builders::EventBuilder;
+
+    #[test]
+    fn a_spiderpool_pool_deleted_with_entries_stays_terminating_and_is_reported() {
+        let pool = || {
+            EventBuilder::spider_pool("pool-a", "172.18.0.0/16").entry(
+                "172.18.40.10",
+                "default/api",
+                "p1",
+            )
+        };
+        let got = transitions(vec![
+            pool().rv(1).at(0).added(),
+            pool().deleting(MIN).rv(2).at(MIN).modified(),
+            EventBuilder::pod("default", "x").rv(3).at(12 * MIN).added(),
+        ]);
+        assert_eq!(got, [t(NAME, "firing", "pool-a")]);
     }
 }

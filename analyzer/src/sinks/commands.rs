@@ -1,45 +1,36 @@
-//! Cleanup commands: each firing `ip-stuck-terminating` alert becomes a `CleanupCommand`
-//! (remove kube-ovn's finalizer from that IP, at that uid and resourceVersion, while its
-//! subnet is absent) on the commands topic, keyed by cluster id. The analyzer never talks
-//! to the cluster; the collector of that cluster decides and acts.
+//! Cleanup commands: each firing alert that carries a typed cleanup (today
+//! `ip-stuck-terminating`: remove the finalizer from that IP or SpiderEndpoint, at that uid
+//! and resourceVersion) becomes a `CleanupCommand` on the commands topic, keyed by cluster
+//! id. The analyzer never talks to the cluster; the collector of that cluster decides and
+//! acts.
 
-use ipaudit_schemas::{encode, Alert, AlertStatus, CleanupAction, CleanupCommand, Stream};
+use ipaudit_schemas::{encode, Alert, AlertStatus, CleanupCommand};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::FutureProducer;
 
 use super::kafka::{idempotent_producer, send};
 use super::SinkError;
-use crate::rules::Rule;
 
-/// The command a transition asks for, if any.
+/// The command a transition asks for, if any: a firing alert's typed cleanup, which names
+/// the exact version of the object it may act on.
 pub fn command_for(alert: &Alert, issued_at_ms: i64) -> Option<CleanupCommand> {
-    if alert.rule != Rule::IpStuckTerminating.name() || alert.status != AlertStatus::Firing {
+    if alert.status != AlertStatus::Firing {
         return None;
     }
-    // The IP's latest version the alert saw is the version the command may act on.
-    let expected = alert
-        .evidence
-        .iter()
-        .filter(|e| e.stream == Stream::Ip && e.name == alert.subject_name)
-        .filter_map(|e| {
-            e.resource_version
-                .parse::<i64>()
-                .ok()
-                .map(|rv| (rv, &e.resource_version))
-        })
-        .max()?
-        .1
-        .clone();
+    let cleanup = alert.cleanup.as_ref()?;
     Some(CleanupCommand {
         command_id: format!("{}/{}", alert.alert_id, alert.fired_resource_version),
         cluster_id: alert.cluster_id.clone(),
-        action: CleanupAction::RemoveFinalizer,
-        target_kind: "IP".into(),
-        target_name: alert.subject_name.clone(),
-        target_uid: alert.subject_uid.clone(),
-        expected_resource_version: expected,
-        finalizer: None,
-        subnet: alert.subnet.clone().unwrap_or_default(),
+        action: cleanup.action,
+        target_kind: cleanup.target_stream.kind().to_owned(),
+        target_name: match &cleanup.target_namespace {
+            Some(namespace) => format!("{namespace}/{}", cleanup.target_name),
+            None => cleanup.target_name.clone(),
+        },
+        target_uid: cleanup.target_uid.clone(),
+        expected_resource_version: cleanup.resource_version.clone(),
+        finalizer: Some(cleanup.finalizer.clone()),
+        subnet: cleanup.pool.clone(),
         reason_alert_id: alert.alert_id.clone(),
         issued_at_ms,
     })
@@ -87,21 +78,13 @@ impl CommandSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipaudit_schemas::{EventType, Evidence, Severity};
+    use ipaudit_schemas::{Cleanup, CleanupAction, Severity, Stream};
 
-    fn alert(rule: &str, status: AlertStatus) -> Alert {
-        let evidence = |stream, name: &str, rv: &str| Evidence {
-            stream,
-            event_type: EventType::Modified,
-            name: name.into(),
-            resource_version: rv.into(),
-            time_ms: None,
-            what: String::new(),
-        };
+    fn alert(status: AlertStatus, cleanup: Option<Cleanup>) -> Alert {
         Alert {
             alert_id: "a1".into(),
             cluster_id: "prod".into(),
-            rule: rule.into(),
+            rule: "ip-stuck-terminating".into(),
             severity: Severity::Critical,
             status,
             subject_kind: "IP".into(),
@@ -109,33 +92,49 @@ mod tests {
             subject_uid: "u1".into(),
             subnet: Some("net".into()),
             summary: String::new(),
-            fix: None,
+            // Text for a person; a command must never be read out of it.
+            fix: Some("kubectl patch ip vm.ns ... \"value\":\"99\"".into()),
             epoch: 0,
             fired_at_ms: 0,
             resolved_at_ms: None,
             fired_resource_version: "120".into(),
             resolved_resource_version: None,
-            evidence: vec![
-                evidence(Stream::Subnet, "net", "130"),
-                evidence(Stream::Ip, "vm.ns", "99"),
-                evidence(Stream::Ip, "vm.ns", "118"),
-            ],
+            evidence: Vec::new(),
+            cleanup,
+        }
+    }
+
+    fn cleanup() -> Cleanup {
+        Cleanup {
+            action: CleanupAction::RemoveFinalizer,
+            target_stream: Stream::Ip,
+            target_name: "vm.ns".into(),
+            target_namespace: None,
+            target_uid: "u1".into(),
+            resource_version: "118".into(),
+            finalizer: "kubeovn.io/kube-ovn-controller".into(),
+            pool: "net".into(),
         }
     }
 
     #[test]
-    fn a_stuck_ip_gets_a_command_at_its_latest_version() {
-        let command = command_for(&alert("ip-stuck-terminating", AlertStatus::Firing), 5).unwrap();
+    fn a_firing_alert_with_a_cleanup_gets_a_command_for_exactly_that_version() {
+        let command = command_for(&alert(AlertStatus::Firing, Some(cleanup())), 5).unwrap();
+        assert_eq!(command.target_kind, "IP");
         assert_eq!(command.target_uid, "u1");
         assert_eq!(command.expected_resource_version, "118");
+        assert_eq!(
+            command.finalizer.as_deref(),
+            Some("kubeovn.io/kube-ovn-controller")
+        );
         assert_eq!(command.subnet, "net");
         assert_eq!(command.cluster_id, "prod");
         assert_eq!(command.command_id, "a1/120");
     }
 
     #[test]
-    fn other_rules_and_resolutions_get_no_command() {
-        assert!(command_for(&alert("subnet-deleted-before-ip", AlertStatus::Firing), 5).is_none());
-        assert!(command_for(&alert("ip-stuck-terminating", AlertStatus::Resolved), 5).is_none());
+    fn alerts_without_a_cleanup_and_resolutions_get_no_command() {
+        assert!(command_for(&alert(AlertStatus::Firing, None), 5).is_none());
+        assert!(command_for(&alert(AlertStatus::Resolved, Some(cleanup())), 5).is_none());
     }
 }

@@ -8,6 +8,7 @@
 //! collector frames a list, so that the analyzer knows the list was complete. The file is read whole (kubectl recordings are incident-sized;
 //! long recordings belong in Avro) and handed on merged in resourceVersion order.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -134,7 +135,7 @@ impl KubectlJsonSource {
     /// Parses the whole text.
     pub fn new(path: PathBuf, text: &[u8]) -> Self {
         let mut problems = Vec::new();
-        let mut per_stream: [Vec<(WatchEvent, u64)>; 3] = Default::default();
+        let mut per_stream: BTreeMap<Stream, Vec<(WatchEvent, u64)>> = BTreeMap::new();
         for doc in split_documents(text) {
             let problem = |message: String, skipped: bool| Problem {
                 path: path.clone(),
@@ -158,22 +159,20 @@ impl KubectlJsonSource {
                     if !converted.problems.is_empty() {
                         problems.push(problem(describe(&converted.problems), false));
                     }
-                    let slot = match converted.event.stream {
-                        Stream::Pod => 0,
-                        Stream::Ip => 1,
-                        Stream::Subnet => 2,
-                    };
-                    per_stream[slot].push((converted.event, doc.range.end as u64));
+                    per_stream
+                        .entry(converted.event.stream)
+                        .or_default()
+                        .push((converted.event, doc.range.end as u64));
                 }
                 Err(e) => problems.push(problem(e.to_string(), true)),
             }
         }
-        for events in &mut per_stream {
+        for events in per_stream.values_mut() {
             frame_initial_list(events);
         }
         let mut items: Vec<SourceItem> = problems.into_iter().map(SourceItem::Problem).collect();
         let mut done_bytes = vec![0; items.len()];
-        for (event, end) in merge_by_version(per_stream) {
+        for (event, end) in merge_by_version(per_stream.into_values().collect()) {
             items.push(SourceItem::Event(event));
             done_bytes.push(end);
         }
@@ -229,7 +228,7 @@ fn describe(problems: &[FieldProblem]) -> String {
 }
 
 /// Merges per-stream ordered lists into one list ordered by resourceVersion.
-fn merge_by_version(streams: [Vec<(WatchEvent, u64)>; 3]) -> Vec<(WatchEvent, u64)> {
+fn merge_by_version(streams: Vec<Vec<(WatchEvent, u64)>>) -> Vec<(WatchEvent, u64)> {
     let total = streams.iter().map(Vec::len).sum();
     let mut iters: Vec<_> = streams
         .into_iter()

@@ -1,13 +1,17 @@
 //! A simulated Kubernetes API server for ipaudit's tests: real HTTP on 127.0.0.1, list and
-//! watch of `pods` (core/v1) and kube-ovn `ips` and `subnets` (kubeovn.io/v1), one
-//! resourceVersion counter for all kinds, bookmarks, in-stream 410 Gone for expired
-//! versions, finalizer and deletionTimestamp semantics, get, patch (merge, and JSON patch
-//! with `test`), replace and delete, and enough discovery for kube-rs and kubectl.
+//! watch of every kind of ipaudit's table (`ipaudit_schemas::KINDS`: Pods, kube-ovn IPs and
+//! Subnets, whereabouts IPPools and OverlappingRangeIPReservations, spiderpool
+//! SpiderIPPools and SpiderEndpoints), or only some of them ([`SimConfig::kinds`]: "a
+//! cluster with only whereabouts"), one resourceVersion counter for all kinds, bookmarks,
+//! in-stream 410 Gone for expired versions, finalizer and deletionTimestamp semantics,
+//! get, patch (merge, and JSON patch with `test`), replace and delete, and the discovery
+//! endpoints kube-rs and kubectl read, listing only the kinds served.
 //!
 //! Tests drive the cluster through [`KubeSim`] (as controllers and users would) and break it
-//! on purpose: [`KubeSim::cut_watches`], [`KubeSim::expire_history`].
+//! on purpose: [`KubeSim::cut_watches`], [`KubeSim::expire_history`]. A kind is named by
+//! its stream ([`Kind`]); calls about a kind the server does not serve answer 404.
 
-mod kinds;
+pub mod kinds;
 mod server;
 mod store;
 
@@ -17,7 +21,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use kinds::Kind;
+pub use kinds::{Kind, Served};
 pub use server::SimConfig;
 pub use store::{ApiError, Mutation, PatchType};
 
@@ -67,14 +71,27 @@ impl KubeSim {
         self.shared.store().resource_version()
     }
 
+    /// The kinds served, in table order.
+    pub fn served(&self) -> &Served {
+        &self.shared.served
+    }
+
     /// Creates an object, as `kubectl create` would.
     pub fn create(&self, kind: Kind, namespace: &str, object: Value) -> Result<Value, ApiError> {
+        let kind = self.shared.spec(kind)?;
         self.shared.store().create(kind, namespace, object)
     }
 
     /// Stores JSON as an object without any validation (malformed objects).
-    pub fn put_raw(&self, kind: Kind, namespace: &str, name: &str, object: Value) -> Value {
-        self.shared.store().put_raw(kind, namespace, name, object)
+    pub fn put_raw(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        object: Value,
+    ) -> Result<Value, ApiError> {
+        let kind = self.shared.spec(kind)?;
+        Ok(self.shared.store().put_raw(kind, namespace, name, object))
     }
 
     /// Changes an object in place, as a controller's update would.
@@ -85,6 +102,7 @@ impl KubeSim {
         name: &str,
         change: impl FnOnce(&mut Value),
     ) -> Result<Value, ApiError> {
+        let kind = self.shared.spec(kind)?;
         self.shared.store().update(kind, namespace, name, change)
     }
 
@@ -97,6 +115,7 @@ impl KubeSim {
         patch_type: PatchType,
         body: &Value,
     ) -> Result<Value, ApiError> {
+        let kind = self.shared.spec(kind)?;
         self.shared
             .store()
             .patch(kind, namespace, name, patch_type, body)
@@ -104,6 +123,7 @@ impl KubeSim {
 
     /// Deletes an object (with finalizers: marks it with a deletionTimestamp).
     pub fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        let kind = self.shared.spec(kind)?;
         self.shared.store().delete(kind, namespace, name)
     }
 
@@ -123,12 +143,16 @@ impl KubeSim {
 
     /// One object.
     pub fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        let kind = self.shared.spec(kind)?;
         self.shared.store().get(kind, namespace, name)
     }
 
-    /// Every object of a kind.
+    /// Every object of a kind (none for a kind not served).
     pub fn list(&self, kind: Kind) -> Vec<Value> {
-        self.shared.store().list(kind, None).0
+        match self.shared.spec(kind) {
+            Ok(kind) => self.shared.store().list(kind, None).0,
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Ends every open watch connection (clients must re-watch).

@@ -1,6 +1,11 @@
 //! The HTTP face of the simulated API server: discovery, list (with paging), watch (with
 //! bookmarks and in-stream 410 Gone), get, create, replace, patch and delete, answering
 //! as kube-apiserver does so that kube-rs and kubectl work against it unchanged.
+//!
+//! Every path is read from the kinds the server serves (see [`crate::kinds`]), the way
+//! kube-apiserver reads a request: `/api/v1` or `/apis/<group>/<version>`, then
+//! `[namespaces/<ns>/]<plural>[/<name>[/status]]`. A kind that is not served answers 404
+//! everywhere, discovery included, as on a cluster without its CRD.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -9,16 +14,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use ipaudit_schemas::{kinds as table, KindSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, watch};
 
-use crate::kinds::Kind;
+use crate::kinds::{list_kind, singular, Kind, Served};
 use crate::store::{name_of, ApiError, Change, PatchType, Store};
 
 /// How the simulated API server behaves.
@@ -30,6 +36,9 @@ pub struct SimConfig {
     pub bookmark_interval: Duration,
     /// The first resourceVersion is this plus one.
     pub starting_rv: u64,
+    /// The kinds served (discovery, list, watch, writes); the others answer 404, as on a
+    /// cluster without their CRDs. Default: every kind of ipaudit's table.
+    pub kinds: Vec<Kind>,
 }
 
 impl Default for SimConfig {
@@ -38,6 +47,17 @@ impl Default for SimConfig {
             history_window: 100_000,
             bookmark_interval: Duration::from_secs(1),
             starting_rv: 1_000,
+            kinds: table::streams().collect(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// The default configuration, serving only `kinds` (e.g. Pods and whereabouts' kinds).
+    pub fn serving(kinds: &[Kind]) -> Self {
+        SimConfig {
+            kinds: kinds.to_vec(),
+            ..SimConfig::default()
         }
     }
 }
@@ -48,6 +68,7 @@ pub(crate) struct Shared {
     pub(crate) watches_paused: std::sync::atomic::AtomicBool,
     pub(crate) cut: watch::Sender<u64>,
     pub(crate) config: SimConfig,
+    pub(crate) served: Served,
     lists: Mutex<HashMap<String, (Vec<Value>, u64)>>,
 }
 
@@ -58,6 +79,7 @@ impl Shared {
             store: Mutex::new(Store::new(config.history_window, config.starting_rv)),
             watches_paused: std::sync::atomic::AtomicBool::new(false),
             cut,
+            served: Served::only(&config.kinds),
             config,
             lists: Mutex::new(HashMap::new()),
         }
@@ -67,52 +89,179 @@ impl Shared {
         // A panic while holding the lock is a bug in a test; the data is still usable.
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The table entry of a served kind; 404 for a kind not served.
+    pub(crate) fn spec(&self, kind: Kind) -> Result<&'static KindSpec, ApiError> {
+        self.served.spec(kind).ok_or_else(|| {
+            ApiError::not_served(
+                &kind
+                    .spec()
+                    .map_or_else(|| kind.to_string(), |k| k.resource()),
+            )
+        })
+    }
 }
 
 type Sim = Arc<Shared>;
 
-/// The routes.
+/// The routes: `/version`, then everything under `/api` and `/apis` read from the kinds.
 pub(crate) fn router(shared: Sim) -> Router {
     Router::new()
         .route("/version", get(version))
-        .route("/api", get(api_versions))
-        .route("/api/v1", get(core_resources))
-        .route("/apis", get(api_groups))
-        .route("/apis/kubeovn.io", get(kubeovn_group))
-        .route("/apis/kubeovn.io/v1", get(kubeovn_resources))
-        .route("/api/v1/pods", get(all_pods))
-        .route(
-            "/api/v1/namespaces/{ns}/pods",
-            get(ns_pods).post(create_pod),
-        )
-        .route(
-            "/api/v1/namespaces/{ns}/pods/{name}",
-            get(get_pod)
-                .put(put_pod)
-                .patch(patch_pod)
-                .delete(delete_pod),
-        )
-        .route(
-            "/apis/kubeovn.io/v1/{plural}",
-            get(crd_collection).post(create_crd),
-        )
-        .route(
-            "/apis/kubeovn.io/v1/{plural}/{name}",
-            get(get_crd)
-                .put(put_crd)
-                .patch(patch_crd)
-                .delete(delete_crd),
-        )
-        .fallback(not_found)
+        .fallback(dispatch)
         .with_state(shared)
 }
 
-async fn not_found(method: Method, uri: axum::http::Uri) -> Response {
-    error(ApiError {
-        code: 404,
-        reason: "NotFound",
-        message: format!("the server could not find the requested resource ({method} {uri})"),
-    })
+/// What a request path addresses.
+#[derive(Debug)]
+enum Target<'p> {
+    /// `/api`.
+    CoreVersions,
+    /// `/apis`.
+    Groups,
+    /// `/apis/<group>`.
+    Group(&'p str),
+    /// `/api/v1`, `/apis/<group>/<version>`.
+    Resources { group: &'p str, version: &'p str },
+    /// `[namespaces/<ns>/]<plural>`: `namespace` `None` across all namespaces.
+    Collection {
+        kind: &'static KindSpec,
+        namespace: Option<&'p str>,
+    },
+    /// `[namespaces/<ns>/]<plural>/<name>[/status]`; `namespace` "" for cluster-scoped.
+    Object {
+        kind: &'static KindSpec,
+        namespace: &'p str,
+        name: &'p str,
+    },
+}
+
+/// Reads a path as kube-apiserver's request-info parser does; `None` for anything the
+/// server does not serve (a kind not served, a cluster-scoped kind under a namespace...).
+fn target<'p>(served: &Served, path: &'p str) -> Option<Target<'p>> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segments.as_slice() {
+        ["api"] => return Some(Target::CoreVersions),
+        ["apis"] => return Some(Target::Groups),
+        ["apis", group] => return Some(Target::Group(group)),
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return None,
+    };
+    let kind = |plural: &str| served.at(group, version, plural);
+    match rest {
+        [] => Some(Target::Resources { group, version }),
+        [plural] => Some(Target::Collection {
+            kind: kind(plural)?,
+            namespace: None,
+        }),
+        [plural, name] | [plural, name, "status"] => {
+            let kind = kind(plural).filter(|k| !k.namespaced)?;
+            Some(Target::Object {
+                kind,
+                namespace: "",
+                name,
+            })
+        }
+        ["namespaces", ns, plural] => Some(Target::Collection {
+            kind: kind(plural).filter(|k| k.namespaced)?,
+            namespace: Some(ns),
+        }),
+        ["namespaces", ns, plural, name] | ["namespaces", ns, plural, name, "status"] => {
+            Some(Target::Object {
+                kind: kind(plural).filter(|k| k.namespaced)?,
+                namespace: ns,
+                name,
+            })
+        }
+        _ => None,
+    }
+}
+
+async fn dispatch(
+    State(sim): State<Sim>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(target) = target(&sim.served, uri.path()) else {
+        return not_found(&method, &uri);
+    };
+    let not_allowed = || {
+        error(ApiError {
+            code: 405,
+            reason: "MethodNotAllowed",
+            message: format!(
+                "the server does not allow this method on the requested resource ({method} {uri})"
+            ),
+        })
+    };
+    match (target, &method) {
+        (Target::CoreVersions, &Method::GET) => core_versions(),
+        (Target::Groups, &Method::GET) => api_groups(&sim.served),
+        (Target::Group(group), &Method::GET) => api_group(&sim.served, group)
+            .map_or_else(|| not_found(&method, &uri), |g| Json(g).into_response()),
+        (Target::Resources { group, version }, &Method::GET) => {
+            resources(&sim.served, group, version)
+                .map_or_else(|| not_found(&method, &uri), |r| Json(r).into_response())
+        }
+        (Target::Collection { kind, namespace }, &Method::GET) => {
+            match Query::<ListQuery>::try_from_uri(&uri) {
+                Ok(Query(q)) => list_or_watch(sim, kind, namespace.map(str::to_owned), q),
+                Err(e) => error(ApiError::bad_request(format!("invalid query: {e}"))),
+            }
+        }
+        (Target::Collection { kind, namespace }, &Method::POST)
+            if kind.namespaced == namespace.is_some() =>
+        {
+            respond(
+                json_body(&body)
+                    .and_then(|object| sim.store().create(kind, namespace.unwrap_or(""), object)),
+                true,
+            )
+        }
+        (
+            Target::Object {
+                kind,
+                namespace,
+                name,
+            },
+            &Method::GET,
+        ) => respond(sim.store().get(kind, namespace, name), false),
+        (
+            Target::Object {
+                kind,
+                namespace,
+                name,
+            },
+            &Method::PUT,
+        ) => respond(
+            json_body(&body).and_then(|object| replace(&sim, kind, namespace, name, object)),
+            false,
+        ),
+        (
+            Target::Object {
+                kind,
+                namespace,
+                name,
+            },
+            &Method::PATCH,
+        ) => respond(patch(&sim, kind, namespace, name, &headers, &body), false),
+        (
+            Target::Object {
+                kind,
+                namespace,
+                name,
+            },
+            &Method::DELETE,
+        ) => respond(sim.store().delete(kind, namespace, name), false),
+        _ => not_allowed(),
+    }
+}
+
+fn not_found(method: &Method, uri: &Uri) -> Response {
+    error(ApiError::not_served(&format!("{method} {uri}")))
 }
 
 fn error(e: ApiError) -> Response {
@@ -128,49 +277,79 @@ fn respond(result: Result<Value, ApiError>, created: bool) -> Response {
     }
 }
 
+fn json_body(body: &Bytes) -> Result<Value, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not a JSON object: {e}")))
+}
+
 async fn version() -> Json<Value> {
     Json(
         json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-ipaudit-sim", "platform": "linux/amd64"}),
     )
 }
 
-async fn api_versions() -> Json<Value> {
+fn core_versions() -> Response {
     Json(json!({"kind": "APIVersions", "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}))
+    .into_response()
 }
 
-fn resource(kind: Kind, short: &[&str]) -> Value {
-    json!({"name": kind.plural(), "singularName": kind.singular(), "namespaced": kind.namespaced(),
-        "kind": kind.name(), "shortNames": short,
-        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]})
+/// One resource (and its status subresource) of an `APIResourceList`. Every kind gets a
+/// `status` subresource here: the simulator does not split spec from status, so writes
+/// through it change the object as a whole.
+fn resource_entries(kind: &KindSpec) -> [Value; 2] {
+    [
+        json!({"name": kind.plural, "singularName": singular(kind), "namespaced": kind.namespaced,
+            "kind": kind.kind, "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}),
+        json!({"name": format!("{}/status", kind.plural), "singularName": "", "namespaced": kind.namespaced,
+            "kind": kind.kind, "verbs": ["get", "patch", "update"]}),
+    ]
 }
 
-async fn core_resources() -> Json<Value> {
-    Json(json!({"kind": "APIResourceList", "groupVersion": "v1",
-        "resources": [resource(Kind::Pod, &["po"])]}))
-}
-
-fn kubeovn_group_value() -> Value {
-    json!({"name": "kubeovn.io", "versions": [{"groupVersion": "kubeovn.io/v1", "version": "v1"}],
-        "preferredVersion": {"groupVersion": "kubeovn.io/v1", "version": "v1"}})
-}
-
-async fn api_groups() -> Json<Value> {
-    Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [kubeovn_group_value()]}))
-}
-
-async fn kubeovn_group() -> Json<Value> {
-    let mut group = kubeovn_group_value();
-    group["kind"] = json!("APIGroup");
-    group["apiVersion"] = json!("v1");
-    Json(group)
-}
-
-async fn kubeovn_resources() -> Json<Value> {
-    Json(
-        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "kubeovn.io/v1",
-        "resources": [resource(Kind::Ip, &["ip"]), resource(Kind::Subnet, &["subnet"])]}),
+/// The `APIResourceList` of a served group/version (`group` "" for `/api/v1`, which is
+/// always there, possibly empty); `None` when nothing of it is served.
+fn resources(served: &Served, group: &str, version: &str) -> Option<Value> {
+    let kinds = served.in_version(group, version);
+    if kinds.is_empty() && !(group.is_empty() && version == "v1") {
+        return None;
+    }
+    let group_version = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    let entries: Vec<Value> = kinds.iter().flat_map(|k| resource_entries(k)).collect();
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+        "resources": entries}),
     )
+}
+
+fn group_value(group: &str, versions: &[&str]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    json!({"name": group, "preferredVersion": versions.first().cloned().unwrap_or(Value::Null),
+        "versions": versions})
+}
+
+fn api_groups(served: &Served) -> Response {
+    let groups: Vec<Value> = served
+        .groups()
+        .iter()
+        .map(|(group, versions)| group_value(group, versions))
+        .collect();
+    Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})).into_response()
+}
+
+fn api_group(served: &Served, group: &str) -> Option<Value> {
+    let groups = served.groups();
+    let versions = groups.get(group)?;
+    let mut value = group_value(group, versions);
+    value["kind"] = json!("APIGroup");
+    value["apiVersion"] = json!("v1");
+    Some(value)
 }
 
 /// The query parameters of list and watch requests.
@@ -190,40 +369,12 @@ fn truthy(v: &Option<String>) -> bool {
     matches!(v.as_deref(), Some("true" | "1"))
 }
 
-fn crd_kind(plural: &str) -> Result<Kind, ApiError> {
-    Kind::from_plural(plural)
-        .filter(|k| !k.namespaced())
-        .ok_or_else(|| ApiError {
-            code: 404,
-            reason: "NotFound",
-            message: format!("the server could not find the requested resource ({plural})"),
-        })
-}
-
-async fn all_pods(State(sim): State<Sim>, Query(q): Query<ListQuery>) -> Response {
-    list_or_watch(sim, Kind::Pod, None, q)
-}
-
-async fn ns_pods(
-    State(sim): State<Sim>,
-    Path(ns): Path<String>,
-    Query(q): Query<ListQuery>,
+fn list_or_watch(
+    sim: Sim,
+    kind: &'static KindSpec,
+    namespace: Option<String>,
+    q: ListQuery,
 ) -> Response {
-    list_or_watch(sim, Kind::Pod, Some(ns), q)
-}
-
-async fn crd_collection(
-    State(sim): State<Sim>,
-    Path(plural): Path<String>,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    match crd_kind(&plural) {
-        Ok(kind) => list_or_watch(sim, kind, None, q),
-        Err(e) => error(e),
-    }
-}
-
-fn list_or_watch(sim: Sim, kind: Kind, namespace: Option<String>, q: ListQuery) -> Response {
     // Subscribe to cuts before looking at the pause flag: `pause` sets the flag, then cuts,
     // so a watch either sees the flag or is cut.
     let cut = sim.cut.subscribe();
@@ -253,8 +404,9 @@ fn list_or_watch(sim: Sim, kind: Kind, namespace: Option<String>, q: ListQuery) 
         };
     }
     let (mut items, rv) = sim.store().list(kind, namespace.as_deref());
-    if kind.namespaced() {
-        // kube-apiserver leaves kind and apiVersion off the items of built-in lists.
+    if kind.group.is_empty() {
+        // kube-apiserver leaves kind and apiVersion off the items of built-in lists (not
+        // off those of custom resources).
         for item in &mut items {
             if let Some(map) = item.as_object_mut() {
                 map.remove("kind");
@@ -267,7 +419,7 @@ fn list_or_watch(sim: Sim, kind: Kind, namespace: Option<String>, q: ListQuery) 
 
 fn list_page(
     sim: &Sim,
-    kind: Kind,
+    kind: &KindSpec,
     mut items: Vec<Value>,
     rv: u64,
     limit: Option<usize>,
@@ -275,7 +427,7 @@ fn list_page(
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(limit) = limit.filter(|l| *l > 0 && items.len() > *l) {
         let rest = items.split_off(limit);
-        let token = format!("{rv}-{}-{}", kind.plural(), rest.len());
+        let token = format!("{rv}-{}-{}", kind.plural, rest.len());
         metadata["continue"] = json!(token);
         metadata["remainingItemCount"] = json!(rest.len());
         sim.lists
@@ -283,7 +435,7 @@ fn list_page(
             .unwrap_or_else(|e| e.into_inner())
             .insert(token, (rest, rv));
     }
-    Json(json!({"kind": kind.list_kind(), "apiVersion": kind.api_version(), "metadata": metadata, "items": items}))
+    Json(json!({"kind": list_kind(kind), "apiVersion": kind.api_version(), "metadata": metadata, "items": items}))
         .into_response()
 }
 
@@ -295,7 +447,7 @@ fn line(event_type: &str, object: &Value) -> Bytes {
 
 fn watch_response(
     sim: Sim,
-    kind: Kind,
+    kind: &'static KindSpec,
     namespace: Option<String>,
     q: ListQuery,
     cut: watch::Receiver<u64>,
@@ -346,6 +498,7 @@ fn watch_response(
                 stream.run(tx, initial, changes, rv, cut).await;
             }
             Err(rv) => {
+                // The in-stream form, as kube-apiserver sends it: HTTP 200, then an ERROR event.
                 let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                     "message": format!("too old resource version: {rv}"), "reason": "Expired", "code": 410});
                 let _ = tx.send(line("ERROR", &status)).await;
@@ -365,7 +518,7 @@ fn watch_response(
 }
 
 struct WatchStream {
-    kind: Kind,
+    kind: &'static KindSpec,
     namespace: Option<String>,
     bookmarks: bool,
     interval: Duration,
@@ -402,7 +555,7 @@ impl WatchStream {
                 _ = cut.changed() => return,
                 change = changes.recv() => match change {
                     Ok(change) => {
-                        if change.rv <= rv || change.kind != self.kind
+                        if change.rv <= rv || change.kind != self.kind.stream
                             || self.namespace.as_deref().is_some_and(|n| n != change.namespace) {
                             continue;
                         }
@@ -416,7 +569,7 @@ impl WatchStream {
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = ticker.tick(), if self.bookmarks => {
-                    let bookmark = json!({"kind": self.kind.name(), "apiVersion": self.kind.api_version(),
+                    let bookmark = json!({"kind": self.kind.kind, "apiVersion": self.kind.api_version(),
                         "metadata": {"resourceVersion": rv.to_string()}});
                     if tx.send(line("BOOKMARK", &bookmark)).await.is_err() {
                         return;
@@ -429,56 +582,13 @@ impl WatchStream {
     }
 }
 
-async fn create_pod(
-    State(sim): State<Sim>,
-    Path(ns): Path<String>,
-    Json(body): Json<Value>,
-) -> Response {
-    respond(sim.store().create(Kind::Pod, &ns, body), true)
-}
-
-async fn create_crd(
-    State(sim): State<Sim>,
-    Path(plural): Path<String>,
-    Json(body): Json<Value>,
-) -> Response {
-    match crd_kind(&plural) {
-        Ok(kind) => respond(sim.store().create(kind, "", body), true),
-        Err(e) => error(e),
-    }
-}
-
-async fn get_pod(State(sim): State<Sim>, Path((ns, name)): Path<(String, String)>) -> Response {
-    respond(sim.store().get(Kind::Pod, &ns, &name), false)
-}
-
-async fn get_crd(State(sim): State<Sim>, Path((plural, name)): Path<(String, String)>) -> Response {
-    match crd_kind(&plural) {
-        Ok(kind) => respond(sim.store().get(kind, "", &name), false),
-        Err(e) => error(e),
-    }
-}
-
-async fn put_pod(
-    State(sim): State<Sim>,
-    Path((ns, name)): Path<(String, String)>,
-    Json(body): Json<Value>,
-) -> Response {
-    respond(replace(&sim, Kind::Pod, &ns, &name, body), false)
-}
-
-async fn put_crd(
-    State(sim): State<Sim>,
-    Path((plural, name)): Path<(String, String)>,
-    Json(body): Json<Value>,
-) -> Response {
-    match crd_kind(&plural) {
-        Ok(kind) => respond(replace(&sim, kind, "", &name, body), false),
-        Err(e) => error(e),
-    }
-}
-
-fn replace(sim: &Sim, kind: Kind, ns: &str, name: &str, body: Value) -> Result<Value, ApiError> {
+fn replace(
+    sim: &Sim,
+    kind: &'static KindSpec,
+    ns: &str,
+    name: &str,
+    body: Value,
+) -> Result<Value, ApiError> {
     if name_of(&body).is_some_and(|n| n != name) {
         return Err(ApiError::bad_request(
             "the name in the body does not match the URL",
@@ -505,7 +615,7 @@ fn patch_type(headers: &HeaderMap) -> Result<PatchType, ApiError> {
 
 fn patch(
     sim: &Sim,
-    kind: Kind,
+    kind: &'static KindSpec,
     ns: &str,
     name: &str,
     headers: &HeaderMap,
@@ -515,41 +625,6 @@ fn patch(
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid patch body: {e}")))?;
     sim.store().patch(kind, ns, name, patch_type, &body)
-}
-
-async fn patch_pod(
-    State(sim): State<Sim>,
-    Path((ns, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    respond(patch(&sim, Kind::Pod, &ns, &name, &headers, &body), false)
-}
-
-async fn patch_crd(
-    State(sim): State<Sim>,
-    Path((plural, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    match crd_kind(&plural) {
-        Ok(kind) => respond(patch(&sim, kind, "", &name, &headers, &body), false),
-        Err(e) => error(e),
-    }
-}
-
-async fn delete_pod(State(sim): State<Sim>, Path((ns, name)): Path<(String, String)>) -> Response {
-    respond(sim.store().delete(Kind::Pod, &ns, &name), false)
-}
-
-async fn delete_crd(
-    State(sim): State<Sim>,
-    Path((plural, name)): Path<(String, String)>,
-) -> Response {
-    match crd_kind(&plural) {
-        Ok(kind) => respond(sim.store().delete(kind, "", &name), false),
-        Err(e) => error(e),
-    }
 }
 
 /// Binds the server on `addr` and serves until the returned sender is dropped or fired.
@@ -569,4 +644,83 @@ pub(crate) async fn serve(
             .await;
     });
     Ok((local, stop))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plural(
+        target: Option<Target<'_>>,
+    ) -> Option<(&'static str, Option<String>, Option<String>)> {
+        match target? {
+            Target::Collection { kind, namespace } => {
+                Some((kind.plural, namespace.map(str::to_owned), None))
+            }
+            Target::Object {
+                kind,
+                namespace,
+                name,
+            } => Some((
+                kind.plural,
+                Some(namespace.to_owned()),
+                Some(name.to_owned()),
+            )),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn paths_are_read_from_the_served_kinds_and_their_scope() {
+        let all = Served::all();
+        let whereabouts = "/apis/whereabouts.cni.cncf.io/v1alpha1";
+        assert_eq!(
+            plural(target(
+                &all,
+                &format!("{whereabouts}/namespaces/kube-system/ippools/10.128.40.0-24")
+            )),
+            Some((
+                "ippools",
+                Some("kube-system".into()),
+                Some("10.128.40.0-24".into())
+            ))
+        );
+        assert_eq!(
+            plural(target(&all, &format!("{whereabouts}/ippools"))),
+            Some(("ippools", None, None)),
+            "a namespaced kind is listed across namespaces"
+        );
+        assert_eq!(
+            plural(target(
+                &all,
+                "/apis/spiderpool.spidernet.io/v2beta1/spiderippools/pool-a/status"
+            )),
+            Some(("spiderippools", Some(String::new()), Some("pool-a".into())))
+        );
+        assert!(
+            target(&all, &format!("{whereabouts}/ippools/10.128.40.0-24")).is_none(),
+            "a namespaced object needs its namespace"
+        );
+        assert!(
+            target(&all, "/apis/kubeovn.io/v1/namespaces/x/ips").is_none(),
+            "a cluster-scoped kind has no namespaces"
+        );
+        assert_eq!(
+            plural(target(&all, "/api/v1/namespaces/default/pods/web-0")),
+            Some(("pods", Some("default".into()), Some("web-0".into())))
+        );
+        let only_whereabouts = Served::only(&[Kind::Pod, Kind::IpPool]);
+        assert!(target(&only_whereabouts, "/apis/kubeovn.io/v1/ips").is_none());
+        assert!(resources(&only_whereabouts, "kubeovn.io", "v1").is_none());
+        assert!(api_group(&only_whereabouts, "kubeovn.io").is_none());
+        let listed =
+            resources(&only_whereabouts, "whereabouts.cni.cncf.io", "v1alpha1").expect("served");
+        let names: Vec<&str> = listed["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        assert_eq!(names, ["ippools", "ippools/status"]);
+    }
 }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use ipaudit_schemas::KindSpec;
 use serde_json::{json, Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -42,11 +43,20 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn not_found(kind: Kind, name: &str) -> Self {
+    fn not_found(kind: &KindSpec, name: &str) -> Self {
         ApiError {
             code: 404,
             reason: "NotFound",
-            message: format!("{}.{} \"{name}\" not found", kind.plural(), group_of(kind)),
+            message: format!("{} \"{name}\" not found", kind.resource()),
+        }
+    }
+
+    /// 404 for a kind the server does not serve (its CRD is not installed).
+    pub fn not_served(resource: &str) -> Self {
+        ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("the server could not find the requested resource ({resource})"),
         }
     }
 
@@ -72,13 +82,6 @@ impl ApiError {
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": self.message, "reason": self.reason, "code": self.code,
         })
-    }
-}
-
-fn group_of(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Pod => "",
-        Kind::Ip | Kind::Subnet => "kubeovn.io",
     }
 }
 
@@ -154,20 +157,25 @@ impl Store {
     }
 
     /// Objects of a kind, optionally in one namespace, with the list's version.
-    pub fn list(&self, kind: Kind, namespace: Option<&str>) -> (Vec<Value>, u64) {
+    pub fn list(&self, kind: &'static KindSpec, namespace: Option<&str>) -> (Vec<Value>, u64) {
         let items = self
             .objects
             .iter()
-            .filter(|((k, ns, _), _)| *k == kind && namespace.is_none_or(|n| n == ns))
+            .filter(|((k, ns, _), _)| *k == kind.stream && namespace.is_none_or(|n| n == ns))
             .map(|(_, v)| v.clone())
             .collect();
         (items, self.rv)
     }
 
     /// One object.
-    pub fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, ApiError> {
+    pub fn get(
+        &self,
+        kind: &'static KindSpec,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         self.objects
-            .get(&(kind, namespace.to_owned(), name.to_owned()))
+            .get(&(kind.stream, namespace.to_owned(), name.to_owned()))
             .cloned()
             .ok_or_else(|| ApiError::not_found(kind, name))
     }
@@ -176,7 +184,7 @@ impl Store {
     /// ones, taken together so that nothing falls between; `None` when `rv` has expired.
     pub fn watch_from(
         &self,
-        kind: Kind,
+        kind: &'static KindSpec,
         namespace: Option<&str>,
         rv: u64,
     ) -> Option<(Vec<Arc<Change>>, Subscription)> {
@@ -186,7 +194,9 @@ impl Store {
         let backlog = self
             .history
             .iter()
-            .filter(|c| c.rv > rv && c.kind == kind && namespace.is_none_or(|n| n == c.namespace))
+            .filter(|c| {
+                c.rv > rv && c.kind == kind.stream && namespace.is_none_or(|n| n == c.namespace)
+            })
             .cloned()
             .collect();
         Some((backlog, self.changes.subscribe()))
@@ -200,18 +210,28 @@ impl Store {
     /// Creates an object (POST): uid, creationTimestamp, generation and version are set.
     pub fn create(
         &mut self,
-        kind: Kind,
+        kind: &'static KindSpec,
         namespace: &str,
         mut object: Value,
     ) -> Result<Value, ApiError> {
         let name =
             name_of(&object).ok_or_else(|| ApiError::bad_request("metadata.name is required"))?;
-        let key = (kind, namespace.to_owned(), name.clone());
+        if kind.namespaced == namespace.is_empty() {
+            return Err(ApiError::bad_request(if kind.namespaced {
+                format!(
+                    "{} are namespaced: a namespace is required",
+                    kind.resource()
+                )
+            } else {
+                format!("{} are cluster-scoped: no namespace", kind.resource())
+            }));
+        }
+        let key = (kind.stream, namespace.to_owned(), name.clone());
         if self.objects.contains_key(&key) {
             return Err(ApiError {
                 code: 409,
                 reason: "AlreadyExists",
-                message: format!("{} \"{name}\" already exists", kind.plural()),
+                message: format!("{} \"{name}\" already exists", kind.resource()),
             });
         }
         self.uids += 1;
@@ -220,7 +240,7 @@ impl Store {
         meta.entry("uid").or_insert_with(|| Value::String(uid));
         meta.insert("creationTimestamp".into(), Value::String(now()));
         meta.insert("generation".into(), json!(1));
-        if kind.namespaced() {
+        if kind.namespaced {
             meta.insert("namespace".into(), Value::String(namespace.to_owned()));
         }
         set_type(&mut object, kind);
@@ -229,8 +249,14 @@ impl Store {
 
     /// Stores any JSON as the object, without validation (for malformed objects): only
     /// the resourceVersion is set. ADDED if new, else MODIFIED.
-    pub fn put_raw(&mut self, kind: Kind, namespace: &str, name: &str, object: Value) -> Value {
-        let key = (kind, namespace.to_owned(), name.to_owned());
+    pub fn put_raw(
+        &mut self,
+        kind: &'static KindSpec,
+        namespace: &str,
+        name: &str,
+        object: Value,
+    ) -> Value {
+        let key = (kind.stream, namespace.to_owned(), name.to_owned());
         let event_type = if self.objects.contains_key(&key) {
             "MODIFIED"
         } else {
@@ -242,7 +268,7 @@ impl Store {
     /// Replaces an object (PUT), honouring a resourceVersion precondition.
     pub fn replace(
         &mut self,
-        kind: Kind,
+        kind: &'static KindSpec,
         namespace: &str,
         name: &str,
         mut object: Value,
@@ -256,7 +282,7 @@ impl Store {
     /// Patches an object.
     pub fn patch(
         &mut self,
-        kind: Kind,
+        kind: &'static KindSpec,
         namespace: &str,
         name: &str,
         patch_type: PatchType,
@@ -289,7 +315,7 @@ impl Store {
     /// Updates an object in place (for tests), as a controller would.
     pub fn update(
         &mut self,
-        kind: Kind,
+        kind: &'static KindSpec,
         namespace: &str,
         name: &str,
         change: impl FnOnce(&mut Value),
@@ -302,7 +328,12 @@ impl Store {
     }
 
     /// Deletes an object: with finalizers it only gets a deletionTimestamp.
-    pub fn delete(&mut self, kind: Kind, namespace: &str, name: &str) -> Result<Value, ApiError> {
+    pub fn delete(
+        &mut self,
+        kind: &'static KindSpec,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         let mut object = self.get(kind, namespace, name)?;
         if finalizers_of(&object) == 0 {
             return Ok(self.remove(kind, namespace, name, object));
@@ -314,7 +345,7 @@ impl Store {
         meta.insert("deletionTimestamp".into(), Value::String(now()));
         meta.insert("deletionGracePeriodSeconds".into(), json!(0));
         Ok(self.commit(
-            (kind, namespace.to_owned(), name.to_owned()),
+            (kind.stream, namespace.to_owned(), name.to_owned()),
             object,
             "MODIFIED",
         ))
@@ -322,7 +353,7 @@ impl Store {
 
     fn after_write(
         &mut self,
-        kind: Kind,
+        kind: &'static KindSpec,
         namespace: &str,
         name: &str,
         object: Value,
@@ -334,14 +365,20 @@ impl Store {
             return Ok(self.remove(kind, namespace, name, object));
         }
         Ok(self.commit(
-            (kind, namespace.to_owned(), name.to_owned()),
+            (kind.stream, namespace.to_owned(), name.to_owned()),
             object,
             "MODIFIED",
         ))
     }
 
-    fn remove(&mut self, kind: Kind, namespace: &str, name: &str, object: Value) -> Value {
-        let key = (kind, namespace.to_owned(), name.to_owned());
+    fn remove(
+        &mut self,
+        kind: &'static KindSpec,
+        namespace: &str,
+        name: &str,
+        object: Value,
+    ) -> Value {
+        let key = (kind.stream, namespace.to_owned(), name.to_owned());
         let last = self.commit(key.clone(), object, "DELETED");
         self.objects.remove(&key);
         last
@@ -404,7 +441,7 @@ fn check_precondition(current: &Value, incoming: &Value) -> Result<(), ApiError>
 }
 
 /// Keeps what a client cannot change: kind, name, namespace, uid, creation time.
-fn carry_identity(current: &Value, object: &mut Value, kind: Kind) {
+fn carry_identity(current: &Value, object: &mut Value, kind: &KindSpec) {
     set_type(object, kind);
     for field in ["name", "namespace", "uid", "creationTimestamp"] {
         if let Some(v) = current.pointer(&format!("/metadata/{field}")) {
@@ -420,13 +457,10 @@ fn carry_identity(current: &Value, object: &mut Value, kind: Kind) {
     }
 }
 
-fn set_type(object: &mut Value, kind: Kind) {
+fn set_type(object: &mut Value, kind: &KindSpec) {
     if let Some(map) = object.as_object_mut() {
-        map.insert(
-            "apiVersion".into(),
-            Value::String(kind.api_version().into()),
-        );
-        map.insert("kind".into(), Value::String(kind.name().into()));
+        map.insert("apiVersion".into(), Value::String(kind.api_version()));
+        map.insert("kind".into(), Value::String(kind.kind.into()));
     }
 }
 
@@ -469,6 +503,14 @@ fn now() -> String {
 mod tests {
     use super::*;
 
+    fn ip_kind() -> &'static KindSpec {
+        Kind::Ip.spec().expect("in the table")
+    }
+
+    fn subnet_kind() -> &'static KindSpec {
+        Kind::Subnet.spec().expect("in the table")
+    }
+
     fn ip(name: &str, finalizers: &[&str]) -> Value {
         json!({"metadata": {"name": name, "finalizers": finalizers}, "spec": {"subnet": "s"}})
     }
@@ -477,59 +519,82 @@ mod tests {
     fn one_counter_orders_every_kind() {
         let mut store = Store::new(100, 10);
         let a = store
-            .create(Kind::Subnet, "", json!({"metadata": {"name": "s"}}))
+            .create(subnet_kind(), "", json!({"metadata": {"name": "s"}}))
             .unwrap();
-        let b = store.create(Kind::Ip, "", ip("a", &[])).unwrap();
+        let b = store.create(ip_kind(), "", ip("a", &[])).unwrap();
         assert_eq!(a["metadata"]["resourceVersion"], "11");
         assert_eq!(b["metadata"]["resourceVersion"], "12");
         assert_eq!(b["kind"], "IP");
     }
 
     #[test]
+    fn an_object_is_created_in_a_namespace_exactly_when_its_kind_is_namespaced() {
+        let mut store = Store::new(100, 0);
+        let pool = Kind::IpPool.spec().expect("in the table");
+        let object =
+            json!({"metadata": {"name": "10.128.40.0-24"}, "spec": {"range": "10.128.40.0/24"}});
+        assert_eq!(
+            store.create(pool, "", object.clone()).unwrap_err().code,
+            400
+        );
+        assert_eq!(
+            store
+                .create(ip_kind(), "ns", ip("a", &[]))
+                .unwrap_err()
+                .code,
+            400
+        );
+        let created = store.create(pool, "kube-system", object).unwrap();
+        assert_eq!(created["metadata"]["namespace"], "kube-system");
+        assert_eq!(created["kind"], "IPPool");
+        assert_eq!(created["apiVersion"], "whereabouts.cni.cncf.io/v1alpha1");
+    }
+
+    #[test]
     fn deleting_an_object_with_finalizers_only_marks_it() {
         let mut store = Store::new(100, 0);
         store
-            .create(Kind::Ip, "", ip("a", &["kubeovn.io/kube-ovn-controller"]))
+            .create(ip_kind(), "", ip("a", &["kubeovn.io/kube-ovn-controller"]))
             .unwrap();
-        let marked = store.delete(Kind::Ip, "", "a").unwrap();
+        let marked = store.delete(ip_kind(), "", "a").unwrap();
         assert!(marked["metadata"]["deletionTimestamp"].is_string());
-        assert!(store.get(Kind::Ip, "", "a").is_ok());
+        assert!(store.get(ip_kind(), "", "a").is_ok());
         let patch = json!([{"op": "remove", "path": "/metadata/finalizers/0"}]);
         store
-            .patch(Kind::Ip, "", "a", PatchType::Json, &patch)
+            .patch(ip_kind(), "", "a", PatchType::Json, &patch)
             .unwrap();
-        assert_eq!(store.get(Kind::Ip, "", "a").unwrap_err().code, 404);
+        assert_eq!(store.get(ip_kind(), "", "a").unwrap_err().code, 404);
     }
 
     #[test]
     fn a_json_patch_testing_an_old_version_is_refused() {
         let mut store = Store::new(100, 0);
-        store.create(Kind::Ip, "", ip("a", &["f"])).unwrap();
+        store.create(ip_kind(), "", ip("a", &["f"])).unwrap();
         let patch = json!([
             {"op": "test", "path": "/metadata/resourceVersion", "value": "0"},
             {"op": "remove", "path": "/metadata/finalizers/0"}
         ]);
         let err = store
-            .patch(Kind::Ip, "", "a", PatchType::Json, &patch)
+            .patch(ip_kind(), "", "a", PatchType::Json, &patch)
             .unwrap_err();
         assert_eq!(err.code, 422);
-        assert_eq!(finalizers_of(&store.get(Kind::Ip, "", "a").unwrap()), 1);
+        assert_eq!(finalizers_of(&store.get(ip_kind(), "", "a").unwrap()), 1);
     }
 
     #[test]
     fn watches_from_expired_versions_are_refused() {
         let mut store = Store::new(2, 0);
         for name in ["a", "b", "c"] {
-            store.create(Kind::Ip, "", ip(name, &[])).unwrap();
+            store.create(ip_kind(), "", ip(name, &[])).unwrap();
         }
         assert!(
-            store.watch_from(Kind::Ip, None, 0).is_none(),
+            store.watch_from(ip_kind(), None, 0).is_none(),
             "rv 1 fell out of the window"
         );
-        let (backlog, _) = store.watch_from(Kind::Ip, None, 1).unwrap();
+        let (backlog, _) = store.watch_from(ip_kind(), None, 1).unwrap();
         assert_eq!(backlog.len(), 2);
         store.expire_history();
-        assert!(store.watch_from(Kind::Ip, None, 2).is_none());
-        assert!(store.watch_from(Kind::Ip, None, 3).is_some());
+        assert!(store.watch_from(ip_kind(), None, 2).is_none());
+        assert!(store.watch_from(ip_kind(), None, 3).is_some());
     }
 }

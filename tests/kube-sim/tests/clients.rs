@@ -129,3 +129,152 @@ async fn watching_from_an_expired_version_gets_an_in_stream_410() {
     assert_eq!(event["object"]["code"], 410);
     assert_eq!(event["object"]["reason"], "Expired");
 }
+
+/// Pods and whereabouts' kinds only: a cluster where whereabouts is the only IPAM.
+fn whereabouts_only() -> SimConfig {
+    SimConfig::serving(&[Kind::Pod, Kind::IpPool, Kind::OverlappingRangeIpReservation])
+}
+
+fn ip_pool(allocations: Value) -> Value {
+    json!({"metadata": {"name": "10.128.40.0-24"},
+        "spec": {"range": "10.128.40.0/24", "allocations": allocations}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_on_a_whereabouts_only_cluster_sees_and_patches_only_whereabouts_kinds() {
+    let sim = KubeSim::start(whereabouts_only()).await.unwrap();
+    let pool = sim
+        .create(
+            Kind::IpPool,
+            "kube-system",
+            ip_pool(json!({"47": {"id": "c-47", "podref": "default/web-2", "ifname": "net1"}})),
+        )
+        .unwrap();
+    assert_eq!(pool["apiVersion"], "whereabouts.cni.cncf.io/v1alpha1");
+    assert_eq!(pool["metadata"]["namespace"], "kube-system");
+    assert_eq!(
+        sim.create(Kind::Ip, "", ip("vm-1.ns")).unwrap_err().code,
+        404,
+        "kube-ovn's IP is not served"
+    );
+    let sim = std::sync::Arc::new(sim);
+    let s = sim.clone();
+    tokio::task::spawn_blocking(move || {
+        let (ok, out, err) = kubectl(&s, &["api-resources", "-o", "name"]);
+        assert!(ok, "{err}");
+        let mut names: Vec<&str> = out.lines().collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "ippools.whereabouts.cni.cncf.io",
+                "overlappingrangeipreservations.whereabouts.cni.cncf.io",
+                "pods"
+            ]
+        );
+        let (ok, _, err) = kubectl(&s, &["get", "ips"]);
+        assert!(!ok && err.contains("the server doesn't have a resource type"), "{err}");
+        let (ok, out, err) = kubectl(&s, &["get", "ippools", "-n", "kube-system", "-o", "json"]);
+        assert!(ok, "{err}");
+        let list: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(list["items"][0]["spec"]["allocations"]["47"]["podref"], "default/web-2");
+        let (ok, out, err) = kubectl(&s, &["get", "ippools", "-A", "-o", "json"]);
+        assert!(ok, "{err}");
+        assert!(out.contains("10.128.40.0-24"), "listed across namespaces");
+        // whereabouts' reconciler: test the version it read, then remove the allocation.
+        let rv = list["items"][0]["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+        let release = |rv: &str| {
+            format!(
+                r#"[{{"op":"test","path":"/metadata/resourceVersion","value":"{rv}"}},{{"op":"remove","path":"/spec/allocations/47"}}]"#
+            )
+        };
+        let args = |p: &str| {
+            ["patch", "ippools.whereabouts.cni.cncf.io", "10.128.40.0-24", "-n", "kube-system", "--type=json", "-p"]
+                .iter()
+                .map(|a| (*a).to_owned())
+                .chain([p.to_owned()])
+                .collect::<Vec<String>>()
+        };
+        let stale = args(&release("1"));
+        let (ok, _, err) = kubectl(&s, &stale.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(!ok && err.contains("could not be applied"), "{err}");
+        let fresh = args(&release(&rv));
+        let (ok, _, err) = kubectl(&s, &fresh.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(ok, "{err}");
+    })
+    .await
+    .unwrap();
+    let pool = sim
+        .get(Kind::IpPool, "kube-system", "10.128.40.0-24")
+        .unwrap();
+    assert_eq!(pool["spec"]["allocations"], json!({}));
+}
+
+#[tokio::test]
+async fn kube_rs_discovers_lists_and_watches_only_the_served_kinds() {
+    use futures::StreamExt as _;
+    use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
+    use kube::discovery::Discovery;
+
+    let sim = KubeSim::start(SimConfig {
+        bookmark_interval: std::time::Duration::from_millis(100),
+        ..SimConfig::serving(&[Kind::Pod, Kind::SpiderIpPool, Kind::SpiderEndpoint])
+    })
+    .await
+    .unwrap();
+    let config = kube::Config::new(sim.url().parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let discovery = Discovery::new(client.clone()).run().await.unwrap();
+    let mut groups: Vec<&str> = discovery.groups().map(|g| g.name()).collect();
+    groups.sort_unstable();
+    assert_eq!(groups, ["", "spiderpool.spidernet.io"]);
+    let not_served = client.list_api_group_resources("kubeovn.io/v1").await;
+    assert!(
+        matches!(&not_served, Err(kube::Error::Api(s)) if s.code == 404),
+        "{not_served:?}"
+    );
+    let (pools, caps) = discovery
+        .get("spiderpool.spidernet.io")
+        .and_then(|g| {
+            g.recommended_resources()
+                .into_iter()
+                .find(|(r, _)| r.plural == "spiderippools")
+        })
+        .expect("spiderippools discovered");
+    assert_eq!(caps.scope, kube::discovery::Scope::Cluster);
+    sim.create(
+        Kind::SpiderIpPool,
+        "",
+        json!({"metadata": {"name": "pool-a", "finalizers": ["spiderpool.spidernet.io"]},
+            "spec": {"subnet": "172.18.0.0/16", "ips": ["172.18.40.10-172.18.40.20"]}}),
+    )
+    .unwrap();
+    let api: Api<DynamicObject> = Api::all_with(client, &pools);
+    let list = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let rv = list.metadata.resource_version.unwrap();
+    let events = api.watch(&WatchParams::default(), &rv).await.unwrap();
+    let mut events = std::pin::pin!(events);
+    sim.delete(Kind::SpiderIpPool, "", "pool-a").unwrap();
+    let (mut modified, mut bookmarks) = (false, 0);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !(modified && bookmarks > 0) {
+        let event = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .expect("a MODIFIED and a BOOKMARK within 5s");
+        match event {
+            Some(Ok(WatchEvent::Modified(o))) => {
+                assert!(
+                    o.metadata.deletion_timestamp.is_some(),
+                    "the finalizer keeps it"
+                );
+                modified = true;
+            }
+            Some(Ok(WatchEvent::Bookmark(b))) => {
+                assert!(!b.metadata.resource_version.is_empty());
+                bookmarks += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

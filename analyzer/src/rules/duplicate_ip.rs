@@ -1,0 +1,227 @@
+//! `duplicate-ip`: one address held by two distinct live owners at once within one scope:
+//! one kube-ovn subnet (two IP objects), one whereabouts pool, one spiderpool pool (its
+//! entries and endpoints), or one network of pods' network-status (two live pods showing
+//! the address on the same network). The same address in two subnets, VPCs or networks is
+//! not a duplicate. A terminating pod's network-status does not count: its CNI may have
+//! released the address already. Resolved when fewer than two owners hold it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipaudit_schemas::{Severity, Stream};
+use serde::{Deserialize, Serialize};
+
+use super::{evidence, restore_state, save_state, Change, Context, Rule};
+use crate::alerts::Finding;
+use crate::state::holdings;
+use crate::state::{ClusterState, EventRef, RecordKey};
+
+const NAME: &str = "duplicate-ip";
+
+/// Rule 6.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct DuplicateIp {
+    /// Firing duplicates: `(scope, address)` -> alert id.
+    firing: BTreeMap<(String, String), String>,
+}
+
+impl Rule for DuplicateIp {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn on_change(&mut self, ctx: &mut Context<'_>, change: &Change<'_>) {
+        if change.is_list_end() || change.stream() == Stream::Subnet {
+            return;
+        }
+        let termination_changed =
+            change.before.map(|b| b.is_terminating()) != change.after.map(|a| a.is_terminating());
+        if !change.reindexed && !termination_changed && change.after.is_some() {
+            return;
+        }
+        let name = &change.event.name;
+        let mut addresses: BTreeSet<String> = BTreeSet::new();
+        for record in [change.before, change.after].into_iter().flatten() {
+            for holding in holdings::holdings(name, record.part(), record.reserved) {
+                addresses.insert(holding.address);
+            }
+        }
+        for address in addresses {
+            self.evaluate(ctx, &address, change.event);
+        }
+    }
+
+    fn save(&self) -> serde_json::Value {
+        save_state(self)
+    }
+
+    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
+        *self = restore_state(saved)?;
+        Ok(())
+    }
+}
+
+/// Who holds `address`, per scope: owner -> the records or pods that say so.
+fn owners_by_scope(
+    state: &ClusterState,
+    address: &str,
+) -> BTreeMap<String, BTreeMap<String, Vec<RecordKey>>> {
+    let mut scopes: BTreeMap<String, BTreeMap<String, Vec<RecordKey>>> = BTreeMap::new();
+    for key in state.holders_of(address) {
+        let Some(record) = state.get(key.0, &key.1) else {
+            continue;
+        };
+        if key.0 == Stream::Pod && (!record.is_live_pod() || record.is_terminating()) {
+            continue;
+        }
+        for holding in state.holdings_of(&key) {
+            if holding.address == address {
+                scopes
+                    .entry(holding.scope)
+                    .or_default()
+                    .entry(holding.owner)
+                    .or_default()
+                    .push(key.clone());
+            }
+        }
+    }
+    scopes
+}
+
+impl DuplicateIp {
+    fn evaluate(&mut self, ctx: &mut Context<'_>, address: &str, cause: &EventRef) {
+        let scopes = owners_by_scope(ctx.state, address);
+        for (scope, owners) in &scopes {
+            let key = (scope.clone(), address.to_owned());
+            if owners.len() < 2 || self.firing.contains_key(&key) {
+                continue;
+            }
+            let place = scope.split_once('/').map_or(scope.as_str(), |(_, p)| p);
+            let what = match scope.split_once('/').map(|(k, _)| k) {
+                Some("network") => "network",
+                Some("subnet") => "subnet",
+                _ => "pool",
+            };
+            let names: Vec<&str> = owners.keys().map(String::as_str).collect();
+            let mut proof = Vec::new();
+            for (owner, records) in owners {
+                for record in records {
+                    if let Some(r) = ctx.state.get(record.0, &record.1) {
+                        let who = if record.0 == Stream::Pod {
+                            format!("Pod {owner} shows {address} on {what} {place}")
+                        } else {
+                            format!(
+                                "{} {} holds {address} for {owner}",
+                                record.0.kind(),
+                                record.1
+                            )
+                        };
+                        proof.push(evidence(&r.last, who));
+                    }
+                }
+            }
+            let subject_uid = format!("{scope}/{address}");
+            let id = ctx.alert_id(NAME, &subject_uid, None);
+            ctx.fire(Finding {
+                rule: NAME,
+                severity: Severity::Critical,
+                subject_kind: "Address",
+                subject_name: address.to_owned(),
+                subject_uid,
+                scope: None,
+                subnet: Some(place.to_owned()),
+                summary: format!(
+                    "{address} is held by {} owners at once on {what} {place}: {}",
+                    names.len(),
+                    names.join(", ")
+                ),
+                fix: Some(format!(
+                    "Delete the pod that got {address} last so that it is given a free address; then check the IPAM's records of {address}"
+                )),
+                cleanup: None,
+                evidence: proof,
+            });
+            self.firing.insert(key, id);
+        }
+        let healed: Vec<(String, String)> = self
+            .firing
+            .keys()
+            .filter(|(scope, a)| a == address && scopes.get(scope).is_none_or(|o| o.len() < 2))
+            .cloned()
+            .collect();
+        for key in healed {
+            if let Some(id) = self.firing.remove(&key) {
+                let what = format!("{address} has at most one owner on {} again", key.0);
+                ctx.resolve(&id, evidence(cause, what));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{t, transitions};
+    use super::NAME;
+    use ipaudit_schemas::builders::EventBuilder;
+
+    #[test]
+    fn two_live_pods_showing_one_address_on_one_network_are_a_duplicate_until_one_goes() {
+        let got = transitions(vec![
+            EventBuilder::pod("default", "web-2")
+                .network("default/net", "10.0.0.47")
+                .rv(1)
+                .added(),
+            EventBuilder::pod("default", "web-3")
+                .network("default/net", "10.0.0.47")
+                .rv(2)
+                .added(),
+            EventBuilder::pod("default", "web-3")
+                .network("default/net", "10.0.0.47")
+                .rv(3)
+                .deleted(),
+        ]);
+        assert_eq!(
+            got,
+            [
+                t(NAME, "firing", "10.0.0.47"),
+                t(NAME, "resolved", "10.0.0.47")
+            ]
+        );
+    }
+
+    #[test]
+    fn the_same_address_on_two_networks_or_on_a_terminating_pod_is_no_duplicate() {
+        let got = transitions(vec![
+            EventBuilder::pod("default", "a")
+                .network("default/net-1", "10.0.0.5")
+                .rv(1)
+                .added(),
+            EventBuilder::pod("default", "b")
+                .network("default/net-2", "10.0.0.5")
+                .rv(2)
+                .added(),
+            EventBuilder::pod("default", "c")
+                .network("default/net-1", "10.0.0.6")
+                .deleting(1)
+                .rv(3)
+                .added(),
+            EventBuilder::pod("default", "d")
+                .network("default/net-1", "10.0.0.6")
+                .rv(4)
+                .added(),
+        ]);
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn two_kube_ovn_ips_with_one_address_in_one_subnet_are_a_duplicate() {
+        let ip = |name: &str, pod: &str, subnet: &str| {
+            EventBuilder::ip(name, subnet).ip_of("ns", pod, "10.16.0.9", "")
+        };
+        let got = transitions(vec![
+            ip("a.ns", "a", "s1").rv(1).added(),
+            ip("b.ns", "b", "s2").rv(2).added(),
+            ip("c.ns", "c", "s1").rv(3).added(),
+        ]);
+        assert_eq!(got, [t(NAME, "firing", "10.16.0.9")]);
+    }
+}

@@ -1,0 +1,168 @@
+//! `ip-released-while-pod-alive`: an allocation is removed — a whereabouts pool
+//! allocation or reservation, a spiderpool pool entry — while its pod still exists with
+//! the same uid, is not terminating and has not finished (a Pending pod is alive). The
+//! whereabouts reconciler race (#162): the next pod gets the same address. Resolved when
+//! the pod is gone.
+
+use ipaudit_schemas::{Severity, Stream};
+
+use super::{evidence, gone_evidence, Change, Context, Rule};
+use crate::alerts::Finding;
+use crate::state::holdings;
+
+const NAME: &str = "ip-released-while-pod-alive";
+
+/// Rule 7 (no state of its own: the state says whose an allocation was).
+#[derive(Debug, Default)]
+pub struct IpReleasedWhilePodAlive;
+
+impl Rule for IpReleasedWhilePodAlive {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn on_change(&mut self, ctx: &mut Context<'_>, change: &Change<'_>) {
+        let stream = change.stream();
+        if stream == Stream::Pod {
+            if let Some(removed) = change.removed() {
+                let healed = gone_evidence(change.event, &format!("Pod {}", change.event.name));
+                ctx.resolve_all_about(NAME, &removed.uid, &healed);
+            }
+            return;
+        }
+        if !matches!(
+            stream,
+            Stream::IpPool | Stream::OverlappingRangeIpReservation | Stream::SpiderIpPool
+        ) || change.released.is_empty()
+        {
+            return;
+        }
+        if holdings::is_pool(stream) && change.after.is_none() {
+            // The pool itself went: that is subnet-deleted-before-ip.
+            return;
+        }
+        let kind = stream.kind();
+        for released in change.released {
+            let holding = &released.holding;
+            let Some(pod) = ctx.state.pod(&holding.owner) else {
+                continue;
+            };
+            let Some(uid) = released.owner_uid.as_deref() else {
+                continue;
+            };
+            if pod.uid != uid || pod.is_terminating() || !pod.is_live_pod() {
+                continue;
+            }
+            let phase = pod.phase().unwrap_or("unknown");
+            let pool = holding
+                .scope
+                .split_once('/')
+                .map_or(change.event.name.as_str(), |(_, p)| p)
+                .to_owned();
+            let mut proof = Vec::new();
+            if let Some(before) = change.before {
+                proof.push(evidence(
+                    &before.last,
+                    format!(
+                        "{kind} {} allocates {} to {}",
+                        change.event.name, holding.address, holding.owner
+                    ),
+                ));
+            }
+            proof.push(evidence(
+                change.event,
+                format!(
+                    "{kind} {} releases {} of {}",
+                    change.event.name, holding.address, holding.owner
+                ),
+            ));
+            proof.push(evidence(
+                &pod.last,
+                format!(
+                    "Pod {} (uid {uid}) is {phase}, not terminating",
+                    holding.owner
+                ),
+            ));
+            ctx.fire(Finding {
+                rule: NAME,
+                severity: Severity::Critical,
+                subject_kind: "Pod",
+                subject_name: holding.owner.clone(),
+                subject_uid: uid.to_owned(),
+                scope: Some(holding.address.clone()),
+                subnet: Some(pool),
+                summary: format!(
+                    "{} was released from {kind} {} while pod {} still lives ({phase}): the address can be given to a second pod",
+                    holding.address, change.event.name, holding.owner
+                ),
+                fix: Some(format!(
+                    "Restart pod {} so that it gets an address its IPAM records, and check which other pod got {}",
+                    holding.owner, holding.address
+                )),
+                cleanup: None,
+                evidence: proof,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{t, transitions};
+    use super::NAME;
+    use ipaudit_schemas::builders::EventBuilder;
+
+    fn pool() -> EventBuilder {
+        EventBuilder::ip_pool("kube-system", "10.0.0.0-24", "10.0.0.0/24")
+    }
+
+    #[test]
+    fn an_allocation_removed_while_its_pending_pod_lives_is_reported_until_the_pod_goes() {
+        let got = transitions(vec![
+            EventBuilder::pod("default", "web-2")
+                .uid("w2")
+                .phase("Pending")
+                .rv(1)
+                .added(),
+            pool()
+                .allocation(47, "10.0.0.47", "default/web-2")
+                .rv(2)
+                .added(),
+            pool().rv(3).modified(),
+            EventBuilder::pod("default", "web-2")
+                .uid("w2")
+                .rv(4)
+                .deleted(),
+        ]);
+        assert_eq!(
+            got,
+            [
+                t(NAME, "firing", "default/web-2"),
+                t(NAME, "resolved", "default/web-2")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_release_after_the_pod_started_terminating_or_of_another_uid_is_healthy() {
+        let got = transitions(vec![
+            EventBuilder::pod("default", "a").uid("a1").rv(1).added(),
+            pool().allocation(5, "10.0.0.5", "default/a").rv(2).added(),
+            EventBuilder::pod("default", "a")
+                .uid("a1")
+                .deleting(3)
+                .rv(3)
+                .modified(),
+            pool().rv(4).modified(),
+            // A StatefulSet pod re-created under the same name: the old uid's allocation goes.
+            EventBuilder::pod("default", "b").uid("b1").rv(5).added(),
+            pool()
+                .allocation(6, "10.0.0.6", "default/b")
+                .rv(6)
+                .modified(),
+            EventBuilder::pod("default", "b").uid("b2").rv(7).added(),
+            pool().rv(8).modified(),
+        ]);
+        assert!(got.is_empty(), "{got:?}");
+    }
+}

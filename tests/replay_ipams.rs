@@ -1,0 +1,289 @@
+//! The recorded incidents of every IPAM, replayed: the whereabouts reconciler race, the
+//! spiderpool reclaim failures, the addresses kept on purpose, healthy churn, and kube-ovn
+//! recordings that begin after the subnet went. Each folder of `fixtures/incidents/` is a
+//! set of kubectl watch recordings (one file per kind, written by `make_fixtures.py`, whose
+//! docstrings tell each story); each test replays one with the default grace periods and
+//! asserts exactly the alerts it raises (rule, status, subject) and the resourceVersions
+//! that carry the story.
+
+use std::collections::HashMap;
+
+use ipaudit_analyzer::replay::{replay, ReplayOptions, ReplayOutcome};
+use ipaudit_analyzer::report::{AlertHistory, Findings};
+use ipaudit_schemas::{EventType, Stream};
+use ipaudit_tests::{incident_files, kubectl_events};
+
+/// The folders this file replays.
+const INCIDENTS: &[&str] = &[
+    "whereabouts-reconciler-race",
+    "spiderpool-pod-gone-node-down",
+    "spiderpool-pool-deleted-with-entries",
+    "whereabouts-statefulset-recreated",
+    "spiderpool-statefulset-recreated",
+    "kubevirt-launcher-replaced",
+    "whereabouts-healthy-churn",
+    "spiderpool-healthy-churn",
+    "kube-ovn-starts-after-subnet-gone",
+    "kube-ovn-ip-added-after-subnet-deleted",
+];
+
+/// (rule, status, subject name).
+type Found = (String, String, String);
+
+fn replayed(files: &[std::path::PathBuf]) -> Findings {
+    let outcome: ReplayOutcome = replay(files, &ReplayOptions::default()).expect("replay");
+    let problems: Vec<String> = outcome.problems.iter().map(ToString::to_string).collect();
+    assert!(
+        problems.is_empty(),
+        "the recording reads cleanly: {problems:?}"
+    );
+    Findings::from_outputs(&outcome.outputs)
+}
+
+fn replay_incident(incident: &str) -> Findings {
+    replayed(&incident_files(incident))
+}
+
+fn found(findings: &Findings) -> Vec<Found> {
+    findings
+        .alerts
+        .iter()
+        .map(|h| {
+            let a = h.latest();
+            (
+                a.rule.clone(),
+                a.status.as_str().to_owned(),
+                a.subject_name.clone(),
+            )
+        })
+        .collect()
+}
+
+fn firing(rule: &str, subject: &str) -> Found {
+    (rule.to_owned(), "firing".to_owned(), subject.to_owned())
+}
+
+/// The one alert of `rule` about `subject`.
+fn alert<'a>(findings: &'a Findings, rule: &str, subject: &str) -> &'a AlertHistory {
+    let mut matching = findings
+        .alerts
+        .iter()
+        .filter(|h| h.fired.rule == rule && h.fired.subject_name == subject);
+    let history = matching
+        .next()
+        .unwrap_or_else(|| panic!("{rule} about {subject}: {:?}", found(findings)));
+    assert!(matching.next().is_none(), "one {rule} about {subject}");
+    history
+}
+
+/// Whether the alert's evidence holds the event of `stream` and `event_type` at `rv`.
+fn cites(history: &AlertHistory, stream: Stream, event_type: EventType, rv: &str) -> bool {
+    history
+        .latest()
+        .evidence
+        .iter()
+        .any(|e| e.stream == stream && e.event_type == event_type && e.resource_version == rv)
+}
+
+fn assert_cites(history: &AlertHistory, stream: Stream, event_type: EventType, rv: &str) {
+    assert!(
+        cites(history, stream, event_type, rv),
+        "{} about {} cites {stream:?} {event_type:?} at {rv}: {:?}",
+        history.fired.rule,
+        history.fired.subject_name,
+        history
+            .latest()
+            .evidence
+            .iter()
+            .map(|e| (e.stream, e.event_type, e.resource_version.as_str()))
+            .collect::<Vec<_>>()
+    );
+}
+
+// whereabouts#162, as its log tells it: allocation 47 written for web-2 at 733533, removed
+// by the ip-reconciler at the next version (its patch tested 733533) while web-2 is
+// Pending, then handed to web-3, whose network-status shows it at 733549.
+const RACE_RELEASED: &str = "733534";
+const RACE_WEB_3_SHOWS_47: &str = "733549";
+
+fn race_alerts() -> Vec<Found> {
+    vec![
+        firing("ip-released-while-pod-alive", "default/web-2"),
+        firing("duplicate-ip", "10.128.40.47"),
+    ]
+}
+
+#[test]
+fn whereabouts_reconciler_race_is_a_release_while_the_pod_lives_and_a_duplicate() {
+    let findings = replay_incident("whereabouts-reconciler-race");
+    assert_eq!(found(&findings), race_alerts());
+
+    let released = alert(&findings, "ip-released-while-pod-alive", "default/web-2");
+    assert_eq!(released.fired.fired_resource_version, RACE_RELEASED);
+    assert_cites(released, Stream::IpPool, EventType::Modified, RACE_RELEASED);
+
+    let duplicate = alert(&findings, "duplicate-ip", "10.128.40.47");
+    assert_eq!(duplicate.fired.fired_resource_version, RACE_WEB_3_SHOWS_47);
+    assert_cites(
+        duplicate,
+        Stream::Pod,
+        EventType::Modified,
+        RACE_WEB_3_SHOWS_47,
+    );
+}
+
+#[test]
+fn the_race_gives_the_same_alerts_from_one_concatenated_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let joined = dir.path().join("all.json");
+    let text: Vec<u8> = incident_files("whereabouts-reconciler-race")
+        .iter()
+        .rev()
+        .flat_map(|f| std::fs::read(f).unwrap())
+        .collect();
+    std::fs::write(&joined, text).unwrap();
+    assert_eq!(found(&replayed(&[joined])), race_alerts());
+}
+
+#[test]
+fn a_spiderpool_pod_force_deleted_from_a_down_node_leaves_its_entry_and_a_stuck_endpoint() {
+    const POD_DELETED: &str = "5120492";
+    const ENDPOINT_COLLECTED: &str = "5120494";
+    let findings = replay_incident("spiderpool-pod-gone-node-down");
+    let mut seen = found(&findings);
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            firing("ip-stuck-terminating", "shop/checkout-6d9f7c8b5d-x2k9p"),
+            firing("ip-without-pod", "underlay-v4/172.18.40.11"),
+        ]
+    );
+    let entry = alert(&findings, "ip-without-pod", "underlay-v4/172.18.40.11");
+    assert_cites(entry, Stream::Pod, EventType::Deleted, POD_DELETED);
+    let endpoint = alert(
+        &findings,
+        "ip-stuck-terminating",
+        "shop/checkout-6d9f7c8b5d-x2k9p",
+    );
+    assert_cites(
+        endpoint,
+        Stream::SpiderEndpoint,
+        EventType::Modified,
+        ENDPOINT_COLLECTED,
+    );
+}
+
+#[test]
+fn a_spiderpool_pool_deleted_with_live_entries_is_stuck_terminating() {
+    const POOL_DELETED: &str = "6230135";
+    let findings = replay_incident("spiderpool-pool-deleted-with-entries");
+    assert_eq!(
+        found(&findings),
+        [firing("subnet-stuck-terminating", "tenant-a-v4")]
+    );
+    let stuck = alert(&findings, "subnet-stuck-terminating", "tenant-a-v4");
+    assert_cites(
+        stuck,
+        Stream::SpiderIpPool,
+        EventType::Modified,
+        POOL_DELETED,
+    );
+}
+
+#[test]
+fn a_statefulset_pod_recreated_under_its_name_keeps_its_whereabouts_address_silently() {
+    let findings = replay_incident("whereabouts-statefulset-recreated");
+    assert_eq!(found(&findings), Vec::<Found>::new());
+}
+
+#[test]
+fn a_statefulset_pod_recreated_under_its_name_keeps_its_spiderpool_address_silently() {
+    let findings = replay_incident("spiderpool-statefulset-recreated");
+    assert_eq!(found(&findings), Vec::<Found>::new());
+}
+
+#[test]
+fn a_kubevirt_launcher_replaced_keeps_the_vm_address_silently() {
+    let findings = replay_incident("kubevirt-launcher-replaced");
+    assert_eq!(found(&findings), Vec::<Found>::new());
+}
+
+#[test]
+fn healthy_whereabouts_churn_raises_nothing() {
+    let findings = replay_incident("whereabouts-healthy-churn");
+    assert_eq!(found(&findings), Vec::<Found>::new());
+}
+
+#[test]
+fn healthy_spiderpool_churn_raises_nothing() {
+    let findings = replay_incident("spiderpool-healthy-churn");
+    assert_eq!(found(&findings), Vec::<Found>::new());
+}
+
+const DANGLING_IP: &str =
+    "test-vm-1.kube-ovn-dangling-ips.kube-ovn-dangling-ips-control-net.kube-ovn-dangling-ips.ovn";
+
+#[test]
+fn a_kube_ovn_recording_started_after_the_subnet_went_finds_the_orphaned_ip() {
+    let findings = replay_incident("kube-ovn-starts-after-subnet-gone");
+    assert_eq!(found(&findings), [firing("ip-orphaned", DANGLING_IP)]);
+    let orphan = alert(&findings, "ip-orphaned", DANGLING_IP);
+    assert_eq!(
+        orphan.fired.subnet.as_deref(),
+        Some("kube-ovn-dangling-ips-control-net")
+    );
+    assert_cites(orphan, Stream::Ip, EventType::Added, "1032");
+}
+
+#[test]
+fn a_kube_ovn_ip_added_after_its_subnet_was_deleted_is_orphaned_not_deleted_before_ip() {
+    const SUBNET_DELETED: &str = "3405";
+    const IP_ADDED: &str = "3407";
+    let findings = replay_incident("kube-ovn-ip-added-after-subnet-deleted");
+    let ip = "app-5d8c7b9f6-qwz4r.tenant-b";
+    assert_eq!(found(&findings), [firing("ip-orphaned", ip)]);
+    let orphan = alert(&findings, "ip-orphaned", ip);
+    assert_eq!(orphan.fired.subnet.as_deref(), Some("tenant-b-net"));
+    assert_eq!(orphan.fired.fired_resource_version, IP_ADDED);
+    assert_cites(orphan, Stream::Subnet, EventType::Deleted, SUBNET_DELETED);
+    assert_cites(orphan, Stream::Ip, EventType::Added, IP_ADDED);
+}
+
+/// What the tests above rely on, checked without the analyzer: every file converts, opens
+/// with its initial list (ADDED events at versions below every watch event after it), its
+/// watch events go up, and the files of one incident share one counter (no version twice).
+#[test]
+fn every_ipam_recording_is_kubectl_output_on_one_version_counter() {
+    for incident in INCIDENTS {
+        let files = incident_files(incident);
+        assert!(files.len() >= 2, "{incident}: one file per kind");
+        let mut versions: HashMap<i64, String> = HashMap::new();
+        for file in &files {
+            let name = file.display().to_string();
+            let events = kubectl_events(file);
+            let listed = events
+                .iter()
+                .take_while(|e| e.event_type == EventType::Added)
+                .count();
+            assert!(listed > 0, "{name} opens with its initial list");
+            let rvs: Vec<i64> = events
+                .iter()
+                .map(|e| e.resource_version_num.expect("numeric version"))
+                .collect();
+            let (list, watch) = rvs.split_at(listed);
+            if let (Some(highest), Some(first)) = (list.iter().max(), watch.first()) {
+                assert!(highest < first, "{name}: list below the watch");
+            }
+            assert!(
+                watch.windows(2).all(|w| w[0] < w[1]),
+                "{name}: watch versions go up"
+            );
+            for rv in rvs {
+                if let Some(other) = versions.insert(rv, name.clone()) {
+                    panic!("{incident}: version {rv} twice ({other}, {name})");
+                }
+            }
+        }
+    }
+}
