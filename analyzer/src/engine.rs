@@ -282,24 +282,29 @@ impl Analyzer {
             return;
         }
         let at = self.moment(event_ref.time_ms);
-        let mut ctx = Context {
-            state: &self.state,
-            config: &self.config.rules,
-            cluster_id: &self.cluster_id,
-            now_ms: at.time_ms,
-            book: &mut self.book,
-            at,
-            out: &mut self.alerts,
-        };
-        let change = Change {
-            event: &event_ref,
-            before: applied.before.as_ref(),
-            after: ctx.state.get(event_ref.stream, &event_ref.name),
-            released: &applied.released,
-            reindexed: applied.reindexed,
-        };
-        for rule in &mut self.rules {
-            rule.on_change(&mut ctx, &change);
+        {
+            let mut ctx = Context {
+                state: &self.state,
+                config: &self.config.rules,
+                cluster_id: &self.cluster_id,
+                now_ms: at.time_ms,
+                book: &mut self.book,
+                at,
+                out: &mut self.alerts,
+            };
+            let change = Change {
+                event: &event_ref,
+                record: applied.key.as_ref(),
+                before: applied.before.as_ref(),
+                after: ctx.state.get(event_ref.stream, &event_ref.name),
+                released: &applied.released,
+                reindexed: applied.reindexed,
+                held_before: Default::default(),
+                held_after: Default::default(),
+            };
+            for rule in &mut self.rules {
+                rule.on_change(&mut ctx, &change);
+            }
         }
         out.extend(self.alerts.drain(..).map(Output::Alert));
         self.run_timers(out);

@@ -34,10 +34,10 @@ impl EventBuilder {
         b.meta()
             .labels
             .insert("ovn.kubernetes.io/subnet".into(), subnet.into());
-        b.event.part = Some(KindPart::Ip(IpInfo {
+        b.event.part = Some(KindPart::Ip(Box::new(IpInfo {
             subnet: subnet.to_owned(),
             ..IpInfo::default()
-        }));
+        })));
         b
     }
 
@@ -45,10 +45,10 @@ impl EventBuilder {
     pub fn subnet(name: &str) -> Self {
         let mut b = Self::object(Stream::Subnet, name);
         b.meta().finalizers.push(KUBE_OVN_FINALIZER.into());
-        b.event.part = Some(KindPart::Subnet(SubnetInfo {
+        b.event.part = Some(KindPart::Subnet(Box::new(SubnetInfo {
             v4_using_ips: Some("0".into()),
             ..SubnetInfo::default()
-        }));
+        })));
         b
     }
 
@@ -56,10 +56,10 @@ impl EventBuilder {
     pub fn pod(namespace: &str, name: &str) -> Self {
         let mut b = Self::object(Stream::Pod, name);
         b.meta().namespace = Some(namespace.to_owned());
-        b.event.part = Some(KindPart::Pod(PodInfo {
+        b.event.part = Some(KindPart::Pod(Box::new(PodInfo {
             phase: "Running".into(),
             ..PodInfo::default()
-        }));
+        })));
         b
     }
 
@@ -67,10 +67,10 @@ impl EventBuilder {
     pub fn ip_pool(namespace: &str, name: &str, range: &str) -> Self {
         let mut b = Self::object(Stream::IpPool, name);
         b.meta().namespace = Some(namespace.to_owned());
-        b.event.part = Some(KindPart::IpPool(IpPoolInfo {
+        b.event.part = Some(KindPart::IpPool(Box::new(IpPoolInfo {
             range: range.to_owned(),
             allocations: Vec::new(),
-        }));
+        })));
         b
     }
 
@@ -81,11 +81,11 @@ impl EventBuilder {
             &address.replace(':', "-"),
         );
         b.meta().namespace = Some(namespace.to_owned());
-        b.event.part = Some(KindPart::IpReservation(IpReservationInfo {
+        b.event.part = Some(KindPart::IpReservation(Box::new(IpReservationInfo {
             address: address.to_owned(),
             podref: podref.to_owned(),
             ..IpReservationInfo::default()
-        }));
+        })));
         b
     }
 
@@ -93,10 +93,10 @@ impl EventBuilder {
     pub fn spider_pool(name: &str, subnet: &str) -> Self {
         let mut b = Self::object(Stream::SpiderIpPool, name);
         b.meta().finalizers.push(SPIDERPOOL_FINALIZER.into());
-        b.event.part = Some(KindPart::SpiderIpPool(SpiderIpPoolInfo {
+        b.event.part = Some(KindPart::SpiderIpPool(Box::new(SpiderIpPoolInfo {
             subnet: subnet.to_owned(),
             ..SpiderIpPoolInfo::default()
-        }));
+        })));
         b
     }
 
@@ -106,11 +106,11 @@ impl EventBuilder {
         let mut b = Self::object(Stream::SpiderEndpoint, name);
         b.meta().namespace = Some(namespace.to_owned());
         b.meta().finalizers.push(SPIDERPOOL_FINALIZER.into());
-        b.event.part = Some(KindPart::SpiderEndpoint(SpiderEndpointInfo {
+        b.event.part = Some(KindPart::SpiderEndpoint(Box::new(SpiderEndpointInfo {
             pod_uid: pod_uid.to_owned(),
             owner_controller_type: "Deployment".into(),
             ..SpiderEndpointInfo::default()
-        }));
+        })));
         b
     }
 

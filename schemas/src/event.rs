@@ -355,23 +355,24 @@ pub struct SpiderEndpointInfo {
 }
 
 /// The kind-specific part of an event: what the kind's converter read from the object.
-/// (Avro carries it as one optional field per kind; see the wire structs below.)
+/// (Avro carries it as one optional field per kind; see the wire structs below.) Each
+/// variant is boxed: parts differ tenfold in size, and hundreds of thousands are held.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KindPart {
     /// A Pod.
-    Pod(PodInfo),
+    Pod(Box<PodInfo>),
     /// A kube-ovn IP.
-    Ip(IpInfo),
+    Ip(Box<IpInfo>),
     /// A kube-ovn Subnet.
-    Subnet(SubnetInfo),
+    Subnet(Box<SubnetInfo>),
     /// A whereabouts IPPool.
-    IpPool(IpPoolInfo),
+    IpPool(Box<IpPoolInfo>),
     /// A whereabouts OverlappingRangeIPReservation.
-    IpReservation(IpReservationInfo),
+    IpReservation(Box<IpReservationInfo>),
     /// A spiderpool SpiderIPPool.
-    SpiderIpPool(SpiderIpPoolInfo),
+    SpiderIpPool(Box<SpiderIpPoolInfo>),
     /// A spiderpool SpiderEndpoint.
-    SpiderEndpoint(SpiderEndpointInfo),
+    SpiderEndpoint(Box<SpiderEndpointInfo>),
 }
 
 impl KindPart {
@@ -379,15 +380,13 @@ impl KindPart {
     /// `None` for [`Stream::Unknown`].
     pub fn empty(stream: Stream) -> Option<KindPart> {
         Some(match stream {
-            Stream::Pod => KindPart::Pod(PodInfo::default()),
-            Stream::Ip => KindPart::Ip(IpInfo::default()),
-            Stream::Subnet => KindPart::Subnet(SubnetInfo::default()),
-            Stream::IpPool => KindPart::IpPool(IpPoolInfo::default()),
-            Stream::OverlappingRangeIpReservation => {
-                KindPart::IpReservation(IpReservationInfo::default())
-            }
-            Stream::SpiderIpPool => KindPart::SpiderIpPool(SpiderIpPoolInfo::default()),
-            Stream::SpiderEndpoint => KindPart::SpiderEndpoint(SpiderEndpointInfo::default()),
+            Stream::Pod => KindPart::Pod(Box::default()),
+            Stream::Ip => KindPart::Ip(Box::default()),
+            Stream::Subnet => KindPart::Subnet(Box::default()),
+            Stream::IpPool => KindPart::IpPool(Box::default()),
+            Stream::OverlappingRangeIpReservation => KindPart::IpReservation(Box::default()),
+            Stream::SpiderIpPool => KindPart::SpiderIpPool(Box::default()),
+            Stream::SpiderEndpoint => KindPart::SpiderEndpoint(Box::default()),
             Stream::Unknown => return None,
         })
     }
@@ -618,15 +617,19 @@ impl<'de> Deserialize<'de> for WatchEvent {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let wire = Wire::deserialize(deserializer)?;
         let part = match wire.stream {
-            Stream::Pod => wire.pod.map(KindPart::Pod),
-            Stream::Ip => wire.ip.map(KindPart::Ip),
-            Stream::Subnet => wire.subnet.map(KindPart::Subnet),
-            Stream::IpPool => wire.ip_pool.map(KindPart::IpPool),
-            Stream::OverlappingRangeIpReservation => {
-                wire.ip_reservation.map(KindPart::IpReservation)
-            }
-            Stream::SpiderIpPool => wire.spider_ip_pool.map(KindPart::SpiderIpPool),
-            Stream::SpiderEndpoint => wire.spider_endpoint.map(KindPart::SpiderEndpoint),
+            Stream::Pod => wire.pod.map(|p| KindPart::Pod(Box::new(p))),
+            Stream::Ip => wire.ip.map(|p| KindPart::Ip(Box::new(p))),
+            Stream::Subnet => wire.subnet.map(|p| KindPart::Subnet(Box::new(p))),
+            Stream::IpPool => wire.ip_pool.map(|p| KindPart::IpPool(Box::new(p))),
+            Stream::OverlappingRangeIpReservation => wire
+                .ip_reservation
+                .map(|p| KindPart::IpReservation(Box::new(p))),
+            Stream::SpiderIpPool => wire
+                .spider_ip_pool
+                .map(|p| KindPart::SpiderIpPool(Box::new(p))),
+            Stream::SpiderEndpoint => wire
+                .spider_endpoint
+                .map(|p| KindPart::SpiderEndpoint(Box::new(p))),
             Stream::Unknown => None,
         };
         Ok(WatchEvent {

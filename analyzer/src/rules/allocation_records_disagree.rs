@@ -10,10 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use ipaudit_schemas::{Severity, Stream};
 use serde::{Deserialize, Serialize};
 
-use super::{duration_text, evidence, restore_state, save_state, Change, Context, Deadlines, Rule};
+use super::{duration_text, evidence, Change, Context, Deadlines, Rule};
 use crate::alerts::Finding;
 use crate::state::holdings;
-use crate::state::{ClusterState, EventRef};
+use crate::state::{ClusterState, EventRef, Scope};
 
 const NAME: &str = "allocation-records-disagree";
 
@@ -81,11 +81,11 @@ fn sides(state: &ClusterState, pair: Pair, scope: &str, address: &str) -> Sides 
             continue;
         };
         for holding in state.holdings_of(&key) {
-            if holding.address != address || (pair == Pair::Spiderpool && holding.scope != scope) {
+            if holding.address != address || unit_of(pair, &holding.scope, address).0 != scope {
                 continue;
             }
             let owner = match pair {
-                Pair::Whereabouts => holding.owner.clone(),
+                Pair::Whereabouts => holding.owner.to_string(),
                 Pair::Spiderpool => state.owner_uid(&key, &holding).unwrap_or("").to_owned(),
             };
             if key.0 == first_stream {
@@ -135,8 +135,8 @@ impl Rule for AllocationRecordsDisagree {
             let mut units = BTreeSet::new();
             for stream in [a, b] {
                 for (name, record) in ctx.state.records(stream) {
-                    for h in holdings::holdings(name, record.part(), record.reserved) {
-                        units.insert(unit_of(pair, &h.scope, &h.address));
+                    for h in holdings::holdings(name, record) {
+                        units.insert(unit_of(pair, &h.scope, h.address));
                     }
                 }
             }
@@ -150,8 +150,8 @@ impl Rule for AllocationRecordsDisagree {
         }
         let mut units = BTreeSet::new();
         for record in [change.before, change.after].into_iter().flatten() {
-            for h in holdings::holdings(&change.event.name, record.part(), record.reserved) {
-                units.insert(unit_of(pair, &h.scope, &h.address));
+            for h in holdings::holdings(&change.event.name, record) {
+                units.insert(unit_of(pair, &h.scope, h.address));
             }
         }
         for (scope, address) in units {
@@ -174,22 +174,15 @@ impl Rule for AllocationRecordsDisagree {
         self.wake.any_due(now_ms)
     }
 
-    fn save(&self) -> serde_json::Value {
-        save_state(self)
-    }
-
-    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
-        *self = restore_state(saved)?;
-        Ok(())
-    }
+    state_is_self!();
 }
 
 /// The scope two records of `pair` share for an address: any whereabouts pool agrees
 /// with the cluster-wide reservation; spiderpool records agree within one pool.
-fn unit_of(pair: Pair, scope: &str, address: &str) -> (String, String) {
+fn unit_of(pair: Pair, scope: &Scope<'_>, address: &str) -> (String, String) {
     match pair {
         Pair::Whereabouts => ("whereabouts".to_owned(), address.to_owned()),
-        Pair::Spiderpool => (scope.to_owned(), address.to_owned()),
+        Pair::Spiderpool => (scope.to_string(), address.to_owned()),
     }
 }
 

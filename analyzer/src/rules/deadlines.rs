@@ -35,6 +35,22 @@ impl Deadlines {
         }
     }
 
+    /// Whether some key starting with `prefix` has a deadline.
+    pub fn has_key_prefix(&self, prefix: &str) -> bool {
+        self.by_key
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(prefix))
+    }
+
+    /// Whether no deadline is set.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
     /// The deadline of `key`.
     pub fn get(&self, key: &str) -> Option<i64> {
         self.by_key.get(key).copied()

@@ -5,14 +5,14 @@
 //! not a duplicate. A terminating pod's network-status does not count: its CNI may have
 //! released the address already. Resolved when fewer than two owners hold it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use ipaudit_schemas::{Severity, Stream};
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
-use super::{evidence, restore_state, save_state, Change, Context, Rule};
+use super::{evidence, Change, Context, Rule};
 use crate::alerts::Finding;
-use crate::state::holdings;
 use crate::state::{ClusterState, EventRef, RecordKey};
 
 const NAME: &str = "duplicate-ip";
@@ -20,8 +20,8 @@ const NAME: &str = "duplicate-ip";
 /// Rule 6.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct DuplicateIp {
-    /// Firing duplicates: `(scope, address)` -> alert id.
-    firing: BTreeMap<(String, String), String>,
+    /// Firing duplicates: address -> scope -> alert id.
+    firing: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Rule for DuplicateIp {
@@ -38,34 +38,28 @@ impl Rule for DuplicateIp {
         if !change.reindexed && !termination_changed && change.after.is_some() {
             return;
         }
-        let name = &change.event.name;
-        let mut addresses: BTreeSet<String> = BTreeSet::new();
-        for record in [change.before, change.after].into_iter().flatten() {
-            for holding in holdings::holdings(name, record.part(), record.reserved) {
-                addresses.insert(holding.address);
+        let mut addresses: SmallVec<[&str; 4]> = SmallVec::new();
+        for holding in change.held_before().iter().chain(change.held_after()) {
+            if !addresses.contains(&holding.address) {
+                addresses.push(holding.address);
             }
         }
         for address in addresses {
-            self.evaluate(ctx, &address, change.event);
+            // The common case: one holder, nothing firing: no duplicate to find or heal.
+            if ctx.state.holder_count(address) > 1 || self.firing.contains_key(address) {
+                self.evaluate(ctx, address, change.event);
+            }
         }
     }
 
-    fn save(&self) -> serde_json::Value {
-        save_state(self)
-    }
-
-    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
-        *self = restore_state(saved)?;
-        Ok(())
-    }
+    state_is_self!();
 }
 
 /// Who holds `address`, per scope: owner -> the records or pods that say so.
-fn owners_by_scope(
-    state: &ClusterState,
-    address: &str,
-) -> BTreeMap<String, BTreeMap<String, Vec<RecordKey>>> {
-    let mut scopes: BTreeMap<String, BTreeMap<String, Vec<RecordKey>>> = BTreeMap::new();
+type Owners = BTreeMap<String, BTreeMap<String, Vec<RecordKey>>>;
+
+fn owners_by_scope(state: &ClusterState, address: &str) -> Owners {
+    let mut scopes = Owners::new();
     for key in state.holders_of(address) {
         let Some(record) = state.get(key.0, &key.1) else {
             continue;
@@ -76,9 +70,9 @@ fn owners_by_scope(
         for holding in state.holdings_of(&key) {
             if holding.address == address {
                 scopes
-                    .entry(holding.scope)
+                    .entry(holding.scope.to_string())
                     .or_default()
-                    .entry(holding.owner)
+                    .entry(holding.owner.into_owned())
                     .or_default()
                     .push(key.clone());
             }
@@ -91,14 +85,16 @@ impl DuplicateIp {
     fn evaluate(&mut self, ctx: &mut Context<'_>, address: &str, cause: &EventRef) {
         let scopes = owners_by_scope(ctx.state, address);
         for (scope, owners) in &scopes {
-            let key = (scope.clone(), address.to_owned());
-            if owners.len() < 2 || self.firing.contains_key(&key) {
+            let firing = self
+                .firing
+                .get(address)
+                .is_some_and(|f| f.contains_key(scope));
+            if owners.len() < 2 || firing {
                 continue;
             }
-            let place = scope.split_once('/').map_or(scope.as_str(), |(_, p)| p);
-            let what = match scope.split_once('/').map(|(k, _)| k) {
-                Some("network") => "network",
-                Some("subnet") => "subnet",
+            let (what, place) = scope.split_once('/').unwrap_or(("pool", scope.as_str()));
+            let what = match what {
+                "network" | "subnet" => what,
                 _ => "pool",
             };
             let names: Vec<&str> = owners.keys().map(String::as_str).collect();
@@ -140,19 +136,27 @@ impl DuplicateIp {
                 cleanup: None,
                 evidence: proof,
             });
-            self.firing.insert(key, id);
+            self.firing
+                .entry(address.to_owned())
+                .or_default()
+                .insert(scope.clone(), id);
         }
-        let healed: Vec<(String, String)> = self
-            .firing
+        let Some(firing) = self.firing.get_mut(address) else {
+            return;
+        };
+        let healed: Vec<String> = firing
             .keys()
-            .filter(|(scope, a)| a == address && scopes.get(scope).is_none_or(|o| o.len() < 2))
+            .filter(|scope| scopes.get(*scope).is_none_or(|o| o.len() < 2))
             .cloned()
             .collect();
-        for key in healed {
-            if let Some(id) = self.firing.remove(&key) {
-                let what = format!("{address} has at most one owner on {} again", key.0);
+        for scope in healed {
+            if let Some(id) = firing.remove(&scope) {
+                let what = format!("{address} has at most one owner on {scope} again");
                 ctx.resolve(&id, evidence(cause, what));
             }
+        }
+        if firing.is_empty() {
+            self.firing.remove(address);
         }
     }
 }

@@ -72,65 +72,72 @@ impl Rule for IpOrphaned {
 
 /// Fires or resolves the rule for one record after `cause`.
 fn check(ctx: &mut Context<'_>, key: &RecordKey, cause: &EventRef) {
-    let Some(record) = ctx.state.get(key.0, &key.1) else {
+    let state = ctx.state;
+    let Some(record) = state.get(key.0, &key.1) else {
         return;
     };
-    let named = holdings::pools_named(record.part());
+    let named = holdings::pool_names(record.part());
+    let has_alert = !ctx.firing_about(NAME, &record.uid).is_empty();
+    // The common case: every pool it names exists and nothing fires about it.
+    if !has_alert
+        && named
+            .iter()
+            .all(|(stream, name)| state.get(*stream, name).is_some())
+    {
+        return;
+    }
     // A deletion seen while the record existed is subnet-deleted-before-ip's.
-    let deleted_while_it_existed = |pool: &PoolRef| {
-        ctx.state
-            .pool_deletion(pool)
+    let deleted_while_it_existed = |stream: Stream, name: &str| {
+        state
+            .pool_deletion(stream, name)
             .is_some_and(|deleted| deleted.rv >= record.first_rv)
     };
-    let orphaned_by: Vec<&PoolRef> = if record.is_terminating() {
+    let orphaned_by: Vec<(Stream, &str)> = if record.is_terminating() {
         Vec::new()
     } else {
         named
             .iter()
-            .filter(|pool| ctx.state.pool_known_gone(pool) && !deleted_while_it_existed(pool))
+            .copied()
+            .filter(|(stream, name)| {
+                state.pool_known_gone(*stream, name) && !deleted_while_it_existed(*stream, name)
+            })
             .collect()
     };
-    for pool in &orphaned_by {
+    for (pool_stream, pool_name) in &orphaned_by {
         let what = match key.0 {
             Stream::Ip => format!("IP {}{}", key.1, describe_ip(record)),
             _ => format!("{} {}", key.0.kind(), key.1),
         };
-        let pool_kind = pool.stream.kind();
-        let (how, proof_of_absence) = match ctx.state.pool_deletion(pool) {
+        let pool_kind = pool_stream.kind();
+        let (how, proof_of_absence) = match state.pool_deletion(*pool_stream, pool_name) {
             Some(deleted) => (
-                format!("was created after {pool_kind} {} was deleted", pool.name),
-                evidence(deleted, format!("{pool_kind} {} deleted", pool.name)),
+                format!("was created after {pool_kind} {pool_name} was deleted"),
+                evidence(deleted, format!("{pool_kind} {pool_name} deleted")),
             ),
             None => {
-                let listed = ctx
-                    .state
-                    .listed(pool.stream)
+                let listed = state
+                    .listed(*pool_stream)
                     .cloned()
                     .unwrap_or_else(|| cause.clone());
                 (
                     format!(
-                        "names {pool_kind} {}, which a complete list shows does not exist",
-                        pool.name
+                        "names {pool_kind} {pool_name}, which a complete list shows does not exist"
                     ),
                     evidence(
                         &listed,
-                        format!(
-                            "complete list of {} without {}",
-                            pool.stream.kind(),
-                            pool.name
-                        ),
+                        format!("complete list of {pool_kind} without {pool_name}"),
                     ),
                 )
             }
         };
         let fix = match key.0 {
             Stream::Ip => format!(
-                "Recreate subnet {} so that kube-ovn can release the address, or delete the IP if its pod is gone: kubectl delete ip {}",
-                pool.name, key.1
+                "Recreate subnet {pool_name} so that kube-ovn can release the address, or delete the IP if its pod is gone: kubectl delete ip {}",
+                key.1
             ),
             _ => format!(
-                "Recreate {pool_kind} {} or delete the pod of {} so that spiderpool releases it",
-                pool.name, key.1
+                "Recreate {pool_kind} {pool_name} or delete the pod of {} so that spiderpool releases it",
+                key.1
             ),
         };
         ctx.fire(Finding {
@@ -141,10 +148,10 @@ fn check(ctx: &mut Context<'_>, key: &RecordKey, cause: &EventRef) {
             } else {
                 "SpiderEndpoint"
             },
-            subject_name: key.1.clone(),
+            subject_name: key.1.to_string(),
             subject_uid: record.uid.clone(),
-            scope: Some(pool.name.clone()),
-            subnet: Some(pool.name.clone()),
+            scope: Some((*pool_name).to_owned()),
+            subnet: Some((*pool_name).to_owned()),
             summary: format!("{what} {how}: no IPAM can release this address"),
             fix: Some(fix),
             cleanup: None,
@@ -152,19 +159,22 @@ fn check(ctx: &mut Context<'_>, key: &RecordKey, cause: &EventRef) {
                 proof_of_absence,
                 evidence(
                     &record.last,
-                    format!("{what} names {pool_kind} {}", pool.name),
+                    format!("{what} names {pool_kind} {pool_name}"),
                 ),
             ],
         });
     }
+    if !has_alert {
+        return;
+    }
     for alert in ctx.firing_about(NAME, &record.uid) {
         let pool_name = alert.subnet.clone().unwrap_or_default();
-        if orphaned_by.iter().any(|p| p.name == pool_name) {
+        if orphaned_by.iter().any(|(_, p)| *p == pool_name) {
             continue;
         }
         let what = if record.is_terminating() {
             format!("{} is terminating", key.1)
-        } else if named.iter().any(|p| p.name == pool_name) {
+        } else if named.iter().any(|(_, p)| *p == pool_name) {
             format!("{pool_name} exists again")
         } else {
             format!("{} no longer names {pool_name}", key.1)

@@ -42,23 +42,18 @@ impl Rule for IpReleasedWhilePodAlive {
             return;
         }
         let kind = stream.kind();
-        for released in change.released {
-            let holding = &released.holding;
+        for holding in change.released {
             let Some(pod) = ctx.state.pod(&holding.owner) else {
                 continue;
             };
-            let Some(uid) = released.owner_uid.as_deref() else {
+            let Some(uid) = holding.owner_uid.as_deref() else {
                 continue;
             };
             if pod.uid != uid || pod.is_terminating() || !pod.is_live_pod() {
                 continue;
             }
             let phase = pod.phase().unwrap_or("unknown");
-            let pool = holding
-                .scope
-                .split_once('/')
-                .map_or(change.event.name.as_str(), |(_, p)| p)
-                .to_owned();
+            let pool = holding.place.clone();
             let mut proof = Vec::new();
             if let Some(before) = change.before {
                 proof.push(evidence(

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::subnet_deleted_before_ip::describe_ip;
 use super::{
-    duration_text, evidence, gone_evidence, remove_finalizer_command, restore_state, save_state,
-    time_text, Change, Context, Deadlines, Rule,
+    duration_text, evidence, gone_evidence, remove_finalizer_command, time_text, Change, Context,
+    Deadlines, Rule,
 };
 use crate::alerts::Finding;
 use crate::state::holdings::PoolRef;
@@ -58,7 +58,7 @@ impl Rule for IpStuckTerminating {
                         .state
                         .records(Stream::Ip)
                         .filter(|(_, ip)| ip.is_terminating())
-                        .map(|(name, _)| name.clone())
+                        .map(|(name, _)| name.to_string())
                         .collect();
                     let mut terminating = terminating;
                     terminating.sort();
@@ -119,14 +119,7 @@ impl Rule for IpStuckTerminating {
         self.wake.any_due(now_ms)
     }
 
-    fn save(&self) -> serde_json::Value {
-        save_state(self)
-    }
-
-    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
-        *self = restore_state(saved)?;
-        Ok(())
-    }
+    state_is_self!();
 }
 
 fn holds_spiderpool_finalizer(record: &ObjectRecord) -> bool {
@@ -237,11 +230,10 @@ fn check_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
     let KindPart::Ip(spec) = ip.part() else {
         return;
     };
-    let pool = PoolRef::new(Stream::Subnet, &spec.subnet);
     let stuck = ip.is_terminating()
         && ip.kube_ovn_finalizer().is_some()
         && !spec.subnet.is_empty()
-        && ctx.state.pool_known_gone(&pool);
+        && ctx.state.pool_known_gone(Stream::Subnet, &spec.subnet);
     let firing = ctx.firing_about(NAME, &ip.uid);
     if stuck && firing.is_empty() {
         let finding = ip_finding(ctx, ip, name, &spec.subnet);
@@ -261,10 +253,7 @@ fn check_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
 fn ip_finding(ctx: &Context<'_>, ip: &ObjectRecord, name: &str, subnet: &str) -> Finding {
     let (index, finalizer) = ip.kube_ovn_finalizer().unwrap_or((0, ""));
     let mut proof = Vec::new();
-    if let Some(deleted) = ctx
-        .state
-        .pool_deletion(&PoolRef::new(Stream::Subnet, subnet))
-    {
+    if let Some(deleted) = ctx.state.pool_deletion(Stream::Subnet, subnet) {
         proof.push(evidence(deleted, format!("Subnet {subnet} deleted")));
     }
     let requested = ip.deletion_requested.as_deref().unwrap_or(&ip.last);

@@ -7,12 +7,14 @@
 //! pods; the grace runs on event time from then (or from the allocation's first sighting,
 //! if later). Resolved when the allocation is gone or its pod is back.
 
-use std::collections::BTreeSet;
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
 
-use ipaudit_schemas::{KindPart, Severity, Stream};
+use ipaudit_schemas::{KindPart, NetworkStatus, Severity, Stream};
 use serde::{Deserialize, Serialize};
 
-use super::{duration_text, evidence, restore_state, save_state, Change, Context, Deadlines, Rule};
+use super::{duration_text, evidence, Change, Context, Deadlines, Rule};
 use crate::alerts::Finding;
 use crate::state::holdings::{self, Holding};
 use crate::state::{EventRef, ObjectRecord, RecordKey};
@@ -33,6 +35,9 @@ const HOLDING_STREAMS: [Stream; 5] = [
 pub struct IpWithoutPod {
     /// Allocations whose pod is gone, due at gone-since + grace; keys from [`unit`].
     deadlines: Deadlines,
+    /// The records that have an allocation in `deadlines`, so that a healthy allocation
+    /// costs no key to look for.
+    waiting: HashSet<RecordKey>,
 }
 
 /// One allocation: a record and one address it holds.
@@ -45,19 +50,31 @@ fn parse_unit(unit: &str) -> Option<(RecordKey, String)> {
     let stream = ipaudit_schemas::kinds::stream_labelled(parts.next()?)?;
     let key = parts.next()?.to_owned();
     let address = parts.next()?.to_owned();
-    Some(((stream, key), address))
+    Some(((stream, key.into()), address))
 }
 
 /// The alert subject of an allocation: a pool entry is its own subject; other records are
-/// one subject each, whatever addresses they hold.
+/// one subject each, whatever addresses they hold. (kind, name, uid.)
 fn subject(key: &RecordKey, record_uid: &str, address: &str) -> (&'static str, String, String) {
+    (
+        match key.0 {
+            Stream::IpPool | Stream::SpiderIpPool => "Allocation",
+            stream => stream.kind(),
+        },
+        match key.0 {
+            Stream::IpPool | Stream::SpiderIpPool => format!("{}/{address}", key.1),
+            _ => key.1.to_string(),
+        },
+        subject_uid(key, record_uid, address).into_owned(),
+    )
+}
+
+/// The uid of an allocation's alert subject (see [`subject`]); allocates only for pool
+/// entries.
+fn subject_uid<'a>(key: &RecordKey, record_uid: &'a str, address: &str) -> Cow<'a, str> {
     match key.0 {
-        Stream::IpPool | Stream::SpiderIpPool => (
-            "Allocation",
-            format!("{}/{address}", key.1),
-            format!("{record_uid}/{address}"),
-        ),
-        stream => (stream.kind(), key.1.clone(), record_uid.to_owned()),
+        Stream::IpPool | Stream::SpiderIpPool => Cow::Owned(format!("{record_uid}/{address}")),
+        _ => Cow::Borrowed(record_uid),
     }
 }
 
@@ -71,27 +88,21 @@ impl Rule for IpWithoutPod {
         if HOLDING_STREAMS.contains(&stream) && !change.is_list_end() {
             let key = change.key();
             if let Some(removed) = change.removed() {
-                for holding in holdings::holdings(&key.1, removed.part(), removed.reserved) {
-                    self.forget(ctx, &key, &removed.uid, &holding.address, change.event);
+                for holding in change.held_before() {
+                    self.forget(ctx, &key, &removed.uid, holding.address, change.event);
                 }
             }
             if let (Some(after), None) = (change.after, change.removed()) {
                 for released in change.released {
-                    self.forget(
-                        ctx,
-                        &key,
-                        &after.uid,
-                        &released.holding.address,
-                        change.event,
-                    );
+                    self.forget(ctx, &key, &after.uid, &released.address, change.event);
                 }
             }
             if let Some(after) = change.after {
                 let termination_changed =
                     change.before.map(|b| b.is_terminating()) != Some(after.is_terminating());
                 if change.reindexed || termination_changed {
-                    for holding in ctx.state.holdings_of(&key) {
-                        self.evaluate(ctx, &key, &holding.address, change.event);
+                    for holding in change.held_after() {
+                        self.evaluate_holding(ctx, &key, after, holding, change.event);
                     }
                 }
             }
@@ -108,10 +119,10 @@ impl Rule for IpWithoutPod {
             self.evaluate_all_without_pod(ctx, change.event);
             return;
         }
-        // A pod appeared, went, or changed what it shows (its network-status can give a
-        // whereabouts allocation back to it).
+        // A pod appeared, went, or changed the addresses it shows (its network-status can
+        // give a whereabouts allocation back to it); a phase change alone changes nothing.
         let appeared = change.before.is_none() || change.removed().is_some();
-        if appeared || change.after.is_none() || change.reindexed {
+        if appeared || change.after.is_none() || shown_addresses_changed(change) {
             self.evaluate_owner(ctx, &change.event.name, change.event);
         }
     }
@@ -119,6 +130,9 @@ impl Rule for IpWithoutPod {
     fn on_time(&mut self, ctx: &mut Context<'_>, now_ms: i64) {
         for (_, unit) in self.deadlines.take_due(now_ms) {
             if let Some((key, address)) = parse_unit(&unit) {
+                if !self.deadlines.has_key_prefix(&self::unit(&key, "")) {
+                    self.waiting.remove(&key);
+                }
                 let cause = match ctx.state.get(key.0, &key.1) {
                     Some(record) => record.last.clone(),
                     None => continue,
@@ -132,14 +146,18 @@ impl Rule for IpWithoutPod {
         self.deadlines.any_due(now_ms)
     }
 
-    fn save(&self) -> serde_json::Value {
-        save_state(self)
-    }
+    state_is_self!();
+}
 
-    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
-        *self = restore_state(saved)?;
-        Ok(())
+/// Whether a pod's network-status changed.
+fn shown_addresses_changed(change: &Change<'_>) -> bool {
+    fn shown(record: Option<&ObjectRecord>) -> Option<&[NetworkStatus]> {
+        match record.map(ObjectRecord::part) {
+            Some(KindPart::Pod(pod)) => Some(&pod.network_status),
+            _ => None,
+        }
     }
+    change.reindexed && shown(change.before) != shown(change.after)
 }
 
 impl IpWithoutPod {
@@ -152,8 +170,12 @@ impl IpWithoutPod {
         address: &str,
         by: &EventRef,
     ) {
-        self.deadlines.cancel(&unit(key, address));
-        let (_, name, uid) = subject(key, record_uid, address);
+        self.cancel(key, address);
+        let uid = subject_uid(key, record_uid, address);
+        if ctx.firing_about(NAME, &uid).is_empty() {
+            return;
+        }
+        let (_, name, _) = subject(key, record_uid, address);
         let healed = evidence(
             by,
             format!("{name} no longer holds {address} ({})", by.event_type),
@@ -161,12 +183,32 @@ impl IpWithoutPod {
         ctx.resolve_all_about(NAME, &uid, &healed);
     }
 
+    /// Stops the allocation's timer, if it has one.
+    fn cancel(&mut self, key: &RecordKey, address: &str) {
+        if self.waiting.contains(key) {
+            self.deadlines.cancel(&unit(key, address));
+            if !self.deadlines.has_key_prefix(&unit(key, "")) {
+                self.waiting.remove(key);
+            }
+        }
+    }
+
+    /// Sets the allocation's timer.
+    fn schedule(&mut self, key: &RecordKey, address: &str, due: i64) {
+        self.deadlines.set(&unit(key, address), due);
+        self.waiting.insert(key.clone());
+    }
+
     /// Every allocation held for the pod `owner` (it appeared, changed uid or went).
     fn evaluate_owner(&mut self, ctx: &mut Context<'_>, owner: &str, cause: &EventRef) {
-        for key in ctx.state.held_for(owner) {
-            for holding in ctx.state.holdings_of(&key) {
+        let state = ctx.state;
+        for key in state.held_for(owner) {
+            let Some(record) = state.get(key.0, &key.1) else {
+                continue;
+            };
+            for holding in state.holdings_of(&key) {
                 if holding.owner == owner {
-                    self.evaluate(ctx, &key, &holding.address, cause);
+                    self.evaluate_holding(ctx, &key, record, &holding, cause);
                 }
             }
         }
@@ -177,9 +219,9 @@ impl IpWithoutPod {
         let mut units: BTreeSet<(RecordKey, String)> = BTreeSet::new();
         for stream in HOLDING_STREAMS {
             for (name, record) in ctx.state.records(stream) {
-                for holding in holdings::holdings(name, record.part(), record.reserved) {
+                for holding in holdings::holdings(name, record) {
                     if ctx.state.pod(&holding.owner).is_none() {
-                        units.insert(((stream, name.clone()), holding.address));
+                        units.insert(((stream, Arc::clone(name)), holding.address.to_owned()));
                     }
                 }
             }
@@ -197,57 +239,62 @@ impl IpWithoutPod {
         address: &str,
         cause: &EventRef,
     ) {
-        let unit = unit(key, address);
-        let Some(record) = ctx.state.get(key.0, &key.1) else {
-            self.deadlines.cancel(&unit);
+        let state = ctx.state;
+        let Some(record) = state.get(key.0, &key.1) else {
+            self.cancel(key, address);
             return;
         };
-        let holding = ctx
-            .state
-            .holdings_of(key)
-            .into_iter()
-            .find(|h| h.address == address);
-        let Some(holding) = holding else {
-            self.forget(ctx, key, &record.uid.clone(), address, cause);
-            return;
+        let held = state.holdings_of(key);
+        match held.iter().find(|h| h.address == address) {
+            Some(holding) => self.evaluate_holding(ctx, key, record, holding, cause),
+            None => self.forget(ctx, key, &record.uid, address, cause),
+        }
+    }
+
+    /// Fires, schedules or resolves the rule for one holding of a live record.
+    fn evaluate_holding(
+        &mut self,
+        ctx: &mut Context<'_>,
+        key: &RecordKey,
+        record: &ObjectRecord,
+        holding: &Holding<'_>,
+        cause: &EventRef,
+    ) {
+        let state = ctx.state;
+        let address = holding.address;
+        let excluded =
+            state.is_kept(holding) || (key.0 == Stream::SpiderEndpoint && record.is_terminating());
+        let uid = match holding.owner_uid {
+            Some(uid) => Some(uid),
+            None => state.owner_uid(key, holding),
         };
-        let excluded = ctx.state.is_kept(&holding)
-            || (key.0 == Stream::SpiderEndpoint && record.is_terminating());
-        let uid = ctx.state.owner_uid(key, &holding).map(str::to_owned);
         let gone = if excluded {
             None
         } else {
-            ctx.state
-                .owner_gone_since(&holding.owner, uid.as_deref())
-                .cloned()
+            state.owner_gone_since(&holding.owner, uid)
         };
         let Some(gone) = gone else {
-            self.deadlines.cancel(&unit);
-            let (_, _, subject_uid) = subject(key, &record.uid, address);
-            let what = if excluded {
-                format!("{address} of {} is kept on purpose", holding.owner)
-            } else {
-                format!("pod {} exists", holding.owner)
-            };
-            let healed = evidence(cause, what);
-            ctx.resolve_all_about(NAME, &subject_uid, &healed);
+            // The common case: its pod is there.
+            self.cancel(key, address);
+            let subject_uid = subject_uid(key, &record.uid, address);
+            if !ctx.firing_about(NAME, &subject_uid).is_empty() {
+                let what = if excluded {
+                    format!("{address} of {} is kept on purpose", holding.owner)
+                } else {
+                    format!("pod {} exists", holding.owner)
+                };
+                ctx.resolve_all_about(NAME, &subject_uid, &evidence(cause, what));
+            }
             return;
         };
         let since = gone.time_ms.unwrap_or(0).max(record.first_ms.unwrap_or(0));
         let due = since.saturating_add(ctx.config.owner_grace_ms);
         if ctx.now_ms <= due {
-            self.deadlines.set(&unit, due);
+            self.schedule(key, address, due);
             return;
         }
-        self.deadlines.cancel(&unit);
-        let finding = finding(
-            ctx.config.owner_grace_ms,
-            key,
-            record,
-            &holding,
-            uid.as_deref(),
-            &gone,
-        );
+        self.cancel(key, address);
+        let finding = finding(ctx.config.owner_grace_ms, key, record, holding, uid, gone);
         ctx.fire_at(finding, due);
     }
 }
@@ -256,11 +303,11 @@ fn finding(
     grace_ms: i64,
     key: &RecordKey,
     record: &ObjectRecord,
-    holding: &Holding,
+    holding: &Holding<'_>,
     owner_uid: Option<&str>,
     gone: &EventRef,
 ) -> Finding {
-    let (subject_kind, subject_name, subject_uid) = subject(key, &record.uid, &holding.address);
+    let (subject_kind, subject_name, subject_uid) = subject(key, &record.uid, holding.address);
     let address = &holding.address;
     let owner = &holding.owner;
     let pod = match owner_uid {
@@ -268,11 +315,7 @@ fn finding(
         None => format!("pod {owner}"),
     };
     let record_text = format!("{} {}", key.0.kind(), key.1);
-    let pool = holding
-        .scope
-        .split_once('/')
-        .map_or(holding.scope.as_str(), |(_, p)| p)
-        .to_owned();
+    let pool = holding.scope.place().to_owned();
     Finding {
         rule: NAME,
         severity: Severity::Warning,
@@ -295,11 +338,11 @@ fn finding(
 }
 
 /// How to release the address by hand, for each kind of record.
-fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding) -> String {
+fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String {
     let resource = key.0.spec().map_or_else(String::new, |k| k.resource());
     let (namespace, name) = match key.1.split_once('/') {
         Some((ns, name)) => (format!(" -n {ns}"), name.to_owned()),
-        None => (String::new(), key.1.clone()),
+        None => (String::new(), key.1.to_string()),
     };
     match record.part() {
         KindPart::Ip(_) => format!(

@@ -5,6 +5,21 @@
 //!
 //! Adding a rule: one file here implementing [`Rule`], and one line in [`all`].
 
+/// `save` and `restore` for a rule whose whole self is its state (it derives serde's
+/// `Serialize`, `Deserialize` and `Default`).
+macro_rules! state_is_self {
+    () => {
+        fn save(&self) -> serde_json::Value {
+            super::save_state(self)
+        }
+
+        fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
+            *self = super::restore_state(saved)?;
+            Ok(())
+        }
+    };
+}
+
 mod allocation_records_disagree;
 mod deadlines;
 mod duplicate_ip;
@@ -20,7 +35,9 @@ use ipaudit_schemas::{Alert, EventType, Evidence, Stream};
 use serde::{Deserialize, Serialize};
 
 use crate::alerts::{alert_id, AlertBook, Finding, Moment};
+use crate::state::holdings::{self, Holdings};
 use crate::state::{ClusterState, EventRef, ObjectRecord, RecordKey, Released};
+use std::cell::OnceCell;
 
 pub use deadlines::Deadlines;
 
@@ -98,6 +115,8 @@ impl Default for RuleConfig {
 pub struct Change<'a> {
     /// The event that caused it.
     pub event: &'a EventRef,
+    /// The record it is about (`None` for markers).
+    pub record: Option<&'a RecordKey>,
     /// The record under this name before the event.
     pub before: Option<&'a ObjectRecord>,
     /// The record under this name after the event.
@@ -107,9 +126,12 @@ pub struct Change<'a> {
     /// Whether what the record names or holds may have changed (else only its status,
     /// version or metadata did).
     pub reindexed: bool,
+    /// What the record held before and holds after, computed once for all rules.
+    pub(crate) held_before: OnceCell<Holdings<'a>>,
+    pub(crate) held_after: OnceCell<Holdings<'a>>,
 }
 
-impl Change<'_> {
+impl<'a> Change<'a> {
     /// The stream of the change.
     pub fn stream(&self) -> Stream {
         self.event.stream
@@ -117,7 +139,10 @@ impl Change<'_> {
 
     /// The record's key.
     pub fn key(&self) -> RecordKey {
-        (self.event.stream, self.event.name.clone())
+        match self.record {
+            Some(key) => key.clone(),
+            None => (self.event.stream, self.event.name.as_str().into()),
+        }
     }
 
     /// Whether a complete list of the stream just ended.
@@ -137,6 +162,27 @@ impl Change<'_> {
     /// Whether the change is a deletion event.
     pub fn is_deletion(&self) -> bool {
         self.event.event_type.is_deletion()
+    }
+
+    /// What the record held before the change.
+    pub fn held_before(&self) -> &Holdings<'a> {
+        let event: &'a EventRef = self.event;
+        self.held_before
+            .get_or_init(|| held(&event.name, self.before))
+    }
+
+    /// What the record holds after the change.
+    pub fn held_after(&self) -> &Holdings<'a> {
+        let event: &'a EventRef = self.event;
+        self.held_after
+            .get_or_init(|| held(&event.name, self.after))
+    }
+}
+
+fn held<'a>(name: &'a str, record: Option<&'a ObjectRecord>) -> Holdings<'a> {
+    match record {
+        Some(record) => holdings::holdings(name, record),
+        None => Holdings::new(),
     }
 }
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use ipaudit_schemas::{EventType, Severity, Stream};
 use serde::{Deserialize, Serialize};
 
-use super::{evidence, gone_evidence, remove_finalizer_command, restore_state, save_state};
+use super::{evidence, gone_evidence, remove_finalizer_command};
 use super::{Change, Context, Rule};
 use crate::alerts::Finding;
 use crate::state::holdings::{self, PoolRef};
@@ -86,14 +86,7 @@ impl Rule for SubnetDeletedBeforeIp {
         }
     }
 
-    fn save(&self) -> serde_json::Value {
-        save_state(self)
-    }
-
-    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
-        *self = restore_state(saved)?;
-        Ok(())
-    }
+    state_is_self!();
 }
 
 impl SubnetDeletedBeforeIp {
@@ -105,7 +98,7 @@ impl SubnetDeletedBeforeIp {
         last: &ObjectRecord,
         deletion: &EventRef,
     ) {
-        let held = holdings::holdings(&pool.name, last.part(), last.reserved);
+        let held = holdings::holdings(&pool.name, last);
         let kind = pool.stream.kind();
         for holding in &held {
             let subject_name = format!("{}/{}", pool.name, holding.address);
@@ -144,8 +137,8 @@ impl SubnetDeletedBeforeIp {
                 id,
                 AllocationAlert {
                     pool: pool.clone(),
-                    owner: holding.owner.clone(),
-                    owner_uid: holding.owner_uid.clone(),
+                    owner: holding.owner.to_string(),
+                    owner_uid: holding.owner_uid.map(str::to_owned),
                 },
             );
         }
@@ -191,7 +184,7 @@ fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef)
             rule: NAME,
             severity: Severity::Critical,
             subject_kind: "IP",
-            subject_name: name.clone(),
+            subject_name: name.to_string(),
             subject_uid: ip.uid.clone(),
             scope: Some(subnet.to_owned()),
             subnet: Some(subnet.to_owned()),

@@ -8,8 +8,8 @@ use ipaudit_schemas::{is_kube_ovn_finalizer, KindPart, Severity, Stream, SPIDERP
 use serde::{Deserialize, Serialize};
 
 use super::{
-    duration_text, evidence, gone_evidence, remove_finalizer_command, restore_state, save_state,
-    time_text, Change, Context, Deadlines, Rule,
+    duration_text, evidence, gone_evidence, remove_finalizer_command, time_text, Change, Context,
+    Deadlines, Rule,
 };
 use crate::alerts::Finding;
 use crate::state::holdings::{self, PoolRef};
@@ -79,14 +79,7 @@ impl Rule for SubnetStuckTerminating {
         self.deadlines.any_due(now_ms)
     }
 
-    fn save(&self) -> serde_json::Value {
-        save_state(self)
-    }
-
-    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
-        *self = restore_state(saved)?;
-        Ok(())
-    }
+    state_is_self!();
 }
 
 fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectRecord) -> Finding {
@@ -95,13 +88,15 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
     // Who still uses it: records naming it (kube-ovn IPs, SpiderEndpoints), or its own
     // allocations (pool entries).
     let users: Vec<String> = match record.part() {
-        KindPart::SpiderIpPool(_) | KindPart::IpPool(_) => {
-            holdings::holdings(name, record.part(), record.reserved)
-                .into_iter()
-                .map(|h| format!("{} ({})", h.address, h.owner))
-                .collect()
-        }
-        _ => state.naming(pool).into_iter().map(|(_, n)| n).collect(),
+        KindPart::SpiderIpPool(_) | KindPart::IpPool(_) => holdings::holdings(name, record)
+            .into_iter()
+            .map(|h| format!("{} ({})", h.address, h.owner))
+            .collect(),
+        _ => state
+            .naming(pool)
+            .into_iter()
+            .map(|(_, n)| n.to_string())
+            .collect(),
     };
     let used = match record.part() {
         KindPart::Subnet(s) => format!(

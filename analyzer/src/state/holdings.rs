@@ -7,8 +7,13 @@
 //! addresses). A *scope* is where two holders of one address are a conflict: one subnet,
 //! one pool, one network of pods' network-status.
 
+use std::borrow::Cow;
+
 use ipaudit_schemas::{IpInfo, KindPart, Stream};
+
+use super::ObjectRecord;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 /// A pool, by its stream and name (`namespace/name` for whereabouts pools).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -37,45 +42,104 @@ pub fn is_pool(stream: Stream) -> bool {
     )
 }
 
-/// One address held by one record for one owner.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Holding {
+/// Where two holders of one address are a conflict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope<'a> {
+    /// One kube-ovn subnet.
+    Subnet(&'a str),
+    /// One whereabouts IPPool (`namespace/name`).
+    IpPool(&'a str),
+    /// whereabouts' reservations, cluster-wide.
+    Reservations,
+    /// One SpiderIPPool.
+    SpiderPool(&'a str),
+    /// One network of pods' network-status.
+    Network(&'a str),
+}
+
+impl Scope<'_> {
+    /// The subnet, pool or network, for people (`""` for reservations).
+    pub fn place(&self) -> &str {
+        match self {
+            Scope::Subnet(n) | Scope::IpPool(n) | Scope::SpiderPool(n) | Scope::Network(n) => n,
+            Scope::Reservations => "",
+        }
+    }
+
+    /// What the place is, for people.
+    pub fn what(&self) -> &'static str {
+        match self {
+            Scope::Subnet(_) => "subnet",
+            Scope::IpPool(_) | Scope::SpiderPool(_) => "pool",
+            Scope::Reservations => "reservations",
+            Scope::Network(_) => "network",
+        }
+    }
+}
+
+impl std::fmt::Display for Scope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::Subnet(n) => write!(f, "subnet/{n}"),
+            Scope::IpPool(n) => write!(f, "ippool/{n}"),
+            Scope::Reservations => f.write_str("whereabouts-reservation"),
+            Scope::SpiderPool(n) => write!(f, "spiderippool/{n}"),
+            Scope::Network(n) => write!(f, "network/{n}"),
+        }
+    }
+}
+
+/// One address held by one record for one owner, borrowed from the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding<'a> {
     /// The address, without prefix length.
-    pub address: String,
+    pub address: &'a str,
     /// Where another holder of the same address is a conflict.
-    pub scope: String,
+    pub scope: Scope<'a>,
     /// `namespace/name` of the owner pod (a VM's name for kept KubeVirt addresses).
-    pub owner: String,
+    pub owner: Cow<'a, str>,
     /// The owner's uid, when the record carries it (spiderpool); whereabouts and kube-ovn
     /// records do not.
-    pub owner_uid: Option<String>,
+    pub owner_uid: Option<&'a str>,
     /// Kept on purpose after its pod is gone (StatefulSet, VM), as the record itself says.
     pub kept: bool,
 }
 
-/// The pools a record names: a kube-ovn IP's subnet and attachment subnets, a
-/// SpiderEndpoint's pools. (Pool entries live inside their pool and name no other.)
-pub fn pools_named(part: &KindPart) -> Vec<PoolRef> {
+/// What one record holds: nearly always one or two addresses.
+pub type Holdings<'a> = SmallVec<[Holding<'a>; 2]>;
+
+/// The pools a record names, as (kind, name): a kube-ovn IP's subnet and attachment
+/// subnets, a SpiderEndpoint's pools. (Pool entries live inside their pool.)
+pub fn pool_names(part: &KindPart) -> SmallVec<[(Stream, &str); 2]> {
+    let mut names: SmallVec<[(Stream, &str); 2]> = SmallVec::new();
     match part {
-        KindPart::Ip(ip) => std::iter::once(ip.subnet.as_str())
-            .chain(ip.attach_subnets.iter().map(String::as_str))
-            .filter(|s| !s.is_empty())
-            .map(|s| PoolRef::new(Stream::Subnet, s))
-            .collect(),
-        KindPart::SpiderEndpoint(endpoint) => {
-            let mut pools: Vec<PoolRef> = endpoint
-                .addresses
-                .iter()
-                .flat_map(|a| [a.ipv4_pool.as_str(), a.ipv6_pool.as_str()])
-                .filter(|p| !p.is_empty())
-                .map(|p| PoolRef::new(Stream::SpiderIpPool, p))
-                .collect();
-            pools.sort();
-            pools.dedup();
-            pools
+        KindPart::Ip(ip) => {
+            for subnet in std::iter::once(&ip.subnet).chain(&ip.attach_subnets) {
+                if !subnet.is_empty() {
+                    names.push((Stream::Subnet, subnet.as_str()));
+                }
+            }
         }
-        _ => Vec::new(),
+        KindPart::SpiderEndpoint(endpoint) => {
+            for address in &endpoint.addresses {
+                for pool in [&address.ipv4_pool, &address.ipv6_pool] {
+                    if !pool.is_empty() && !names.iter().any(|(_, n)| *n == pool.as_str()) {
+                        names.push((Stream::SpiderIpPool, pool.as_str()));
+                    }
+                }
+            }
+        }
+        _ => {}
     }
+    names
+}
+
+/// The pools a record names, owned.
+pub fn pools_named(part: &KindPart) -> Vec<PoolRef> {
+    pool_names(part)
+        .into_iter()
+        .map(|(stream, name)| PoolRef::new(stream, name))
+        .collect()
 }
 
 /// Whether a kube-ovn IP belongs to a pod: not a node's, U2O's or multicast querier's
@@ -110,15 +174,45 @@ fn bare(address: &str) -> &str {
     address.split('/').next().unwrap_or(address)
 }
 
-/// What a record holds. `key` is the record's name (`namespace/name` when namespaced),
-/// `reserved` whether it carries kube-ovn's `ip_reserved: "true"` label.
-pub fn holdings(key: &str, part: &KindPart, reserved: bool) -> Vec<Holding> {
+/// What a stored record holds; `key` is its name (`namespace/name` when namespaced).
+pub fn holdings<'a>(key: &'a str, record: &'a ObjectRecord) -> Holdings<'a> {
+    part_holdings(
+        key,
+        record.part(),
+        record.reserved,
+        record.pod_owner.as_deref(),
+    )
+}
+
+/// The pod a record belongs to as a whole (`namespace/name`), when its kind names one:
+/// a kube-ovn IP's pod. Computed once per version (see [`ObjectRecord::pod_owner`]).
+pub fn pod_owner(part: &KindPart) -> Option<String> {
+    match part {
+        KindPart::Ip(ip) if !ip.pod_name.is_empty() => {
+            Some(format!("{}/{}", ip.pod_namespace, ip.pod_name))
+        }
+        _ => None,
+    }
+}
+
+/// What a part holds. `reserved`: the record carries kube-ovn's `ip_reserved: "true"`
+/// label; `owner`: its [`pod_owner`], when already computed.
+pub fn part_holdings<'a>(
+    key: &'a str,
+    part: &'a KindPart,
+    reserved: bool,
+    owner: Option<&'a str>,
+) -> Holdings<'a> {
+    let mut held = Holdings::new();
     match part {
         KindPart::Ip(ip) => {
             if !kube_ovn_ip_is_pod_owned(key, ip, reserved) {
-                return Vec::new();
+                return held;
             }
-            let owner = format!("{}/{}", ip.pod_namespace, ip.pod_name);
+            let owner: Cow<'a, str> = match owner {
+                Some(owner) => Cow::Borrowed(owner),
+                None => Cow::Owned(format!("{}/{}", ip.pod_namespace, ip.pod_name)),
+            };
             let kept = kube_ovn_kept(&ip.pod_type);
             let primary = addresses(&ip.ip_address).map(|a| (ip.subnet.as_str(), a));
             let attached = ip
@@ -126,84 +220,88 @@ pub fn holdings(key: &str, part: &KindPart, reserved: bool) -> Vec<Holding> {
                 .iter()
                 .zip(&ip.attach_ips)
                 .flat_map(|(subnet, ips)| addresses(ips).map(move |a| (subnet.as_str(), a)));
-            primary
-                .chain(attached)
-                .filter(|(subnet, _)| !subnet.is_empty())
-                .map(|(subnet, address)| Holding {
-                    address: address.to_owned(),
-                    scope: format!("subnet/{subnet}"),
-                    owner: owner.clone(),
-                    owner_uid: None,
-                    kept,
-                })
-                .collect()
+            for (subnet, address) in primary.chain(attached) {
+                if !subnet.is_empty() {
+                    held.push(Holding {
+                        address,
+                        scope: Scope::Subnet(subnet),
+                        owner: owner.clone(),
+                        owner_uid: None,
+                        kept,
+                    });
+                }
+            }
         }
-        KindPart::IpPool(pool) => pool
-            .allocations
-            .iter()
-            .filter(|a| !a.address.is_empty() && !a.podref.is_empty())
-            .map(|a| Holding {
-                address: a.address.clone(),
-                scope: format!("ippool/{key}"),
-                owner: a.podref.clone(),
-                owner_uid: None,
-                kept: false,
-            })
-            .collect(),
-        KindPart::IpReservation(reservation)
-            if !reservation.address.is_empty() && !reservation.podref.is_empty() =>
-        {
-            vec![Holding {
-                address: reservation.address.clone(),
-                scope: "whereabouts-reservation".to_owned(),
-                owner: reservation.podref.clone(),
-                owner_uid: None,
-                kept: false,
-            }]
+        KindPart::IpPool(pool) => {
+            for a in &pool.allocations {
+                if !a.address.is_empty() && !a.podref.is_empty() {
+                    held.push(Holding {
+                        address: &a.address,
+                        scope: Scope::IpPool(key),
+                        owner: Cow::Borrowed(&a.podref),
+                        owner_uid: None,
+                        kept: false,
+                    });
+                }
+            }
         }
-        KindPart::SpiderIpPool(pool) => pool
-            .allocations
-            .iter()
-            .filter(|a| !a.address.is_empty() && !a.pod.is_empty())
-            .map(|a| Holding {
-                address: a.address.clone(),
-                scope: format!("spiderippool/{key}"),
-                owner: a.pod.clone(),
-                owner_uid: (!a.pod_uid.is_empty()).then(|| a.pod_uid.clone()),
-                kept: false,
-            })
-            .collect(),
-        KindPart::SpiderEndpoint(endpoint) => {
-            let kept = spiderpool_kept(&endpoint.owner_controller_type);
-            endpoint
-                .addresses
-                .iter()
-                .flat_map(|a| [(&a.ipv4, &a.ipv4_pool), (&a.ipv6, &a.ipv6_pool)])
-                .filter(|(address, pool)| !address.is_empty() && !pool.is_empty())
-                .map(|(address, pool)| Holding {
-                    address: bare(address).to_owned(),
-                    scope: format!("spiderippool/{pool}"),
-                    owner: key.to_owned(),
-                    owner_uid: (!endpoint.pod_uid.is_empty()).then(|| endpoint.pod_uid.clone()),
-                    kept,
-                })
-                .collect()
-        }
-        KindPart::Pod(pod) => pod
-            .network_status
-            .iter()
-            .flat_map(|network| {
-                network.ips.iter().map(move |address| Holding {
-                    address: bare(address).to_owned(),
-                    scope: format!("network/{}", network.name),
-                    owner: key.to_owned(),
+        KindPart::IpReservation(reservation) => {
+            if !reservation.address.is_empty() && !reservation.podref.is_empty() {
+                held.push(Holding {
+                    address: &reservation.address,
+                    scope: Scope::Reservations,
+                    owner: Cow::Borrowed(&reservation.podref),
                     owner_uid: None,
                     kept: false,
-                })
-            })
-            .collect(),
-        _ => Vec::new(),
+                });
+            }
+        }
+        KindPart::SpiderIpPool(pool) => {
+            for a in &pool.allocations {
+                if !a.address.is_empty() && !a.pod.is_empty() {
+                    held.push(Holding {
+                        address: &a.address,
+                        scope: Scope::SpiderPool(key),
+                        owner: Cow::Borrowed(&a.pod),
+                        owner_uid: (!a.pod_uid.is_empty()).then_some(a.pod_uid.as_str()),
+                        kept: false,
+                    });
+                }
+            }
+        }
+        KindPart::SpiderEndpoint(endpoint) => {
+            let kept = spiderpool_kept(&endpoint.owner_controller_type);
+            let uid = (!endpoint.pod_uid.is_empty()).then_some(endpoint.pod_uid.as_str());
+            for a in &endpoint.addresses {
+                for (address, pool) in [(&a.ipv4, &a.ipv4_pool), (&a.ipv6, &a.ipv6_pool)] {
+                    if !address.is_empty() && !pool.is_empty() {
+                        held.push(Holding {
+                            address: bare(address),
+                            scope: Scope::SpiderPool(pool),
+                            owner: Cow::Borrowed(key),
+                            owner_uid: uid,
+                            kept,
+                        });
+                    }
+                }
+            }
+        }
+        KindPart::Pod(pod) => {
+            for network in &pod.network_status {
+                for address in &network.ips {
+                    held.push(Holding {
+                        address: bare(address),
+                        scope: Scope::Network(&network.name),
+                        owner: Cow::Borrowed(key),
+                        owner_uid: None,
+                        kept: false,
+                    });
+                }
+            }
+        }
+        KindPart::Subnet(_) => {}
     }
+    held
 }
 
 /// Whether a holding is an IPAM record's (as opposed to what a pod's network-status shows).
@@ -229,16 +327,17 @@ mod tests {
         if let Some(KindPart::Ip(ip)) = event.part.as_mut() {
             ip.attach_ips = vec!["192.168.1.5".into()];
         }
-        let held: Vec<(String, String)> = holdings("web-0.default", &part(event), false)
+        let part = part(event);
+        let held: Vec<(String, &str)> = part_holdings("web-0.default", &part, false, None)
             .into_iter()
-            .map(|h| (h.scope, h.address))
+            .map(|h| (h.scope.to_string(), h.address))
             .collect();
         assert_eq!(
             held,
             [
-                ("subnet/ovn-default".into(), "10.16.0.9".into()),
-                ("subnet/ovn-default".into(), "fd00::9".into()),
-                ("subnet/net1".into(), "192.168.1.5".into()),
+                ("subnet/ovn-default".into(), "10.16.0.9"),
+                ("subnet/ovn-default".into(), "fd00::9"),
+                ("subnet/net1".into(), "192.168.1.5"),
             ]
         );
     }
@@ -252,22 +351,33 @@ mod tests {
                     .added(),
             )
         };
-        assert!(holdings(
+        assert!(part_holdings(
             "node-worker-1",
             &ip("node-worker-1", "", "node-worker-1"),
-            false
+            false,
+            None
         )
         .is_empty());
-        assert!(holdings(
+        assert!(part_holdings(
             "u2o-interconnection.vpc.s",
             &ip("u2o-interconnection.vpc.s", "", "x"),
-            false
+            false,
+            None
         )
         .is_empty());
-        assert!(holdings("mcast-querier.s", &ip("mcast-querier.s", "", "x"), false).is_empty());
-        assert!(holdings("a.ns", &ip("a.ns", "ns", "a"), true).is_empty());
-        assert!(holdings("a.ns", &ip("a.ns", "ns", ""), false).is_empty());
-        assert_eq!(holdings("a.ns", &ip("a.ns", "ns", "a"), false).len(), 1);
+        assert!(part_holdings(
+            "mcast-querier.s",
+            &ip("mcast-querier.s", "", "x"),
+            false,
+            None
+        )
+        .is_empty());
+        assert!(part_holdings("a.ns", &ip("a.ns", "ns", "a"), true, None).is_empty());
+        assert!(part_holdings("a.ns", &ip("a.ns", "ns", ""), false, None).is_empty());
+        assert_eq!(
+            part_holdings("a.ns", &ip("a.ns", "ns", "a"), false, None).len(),
+            1
+        );
     }
 
     #[test]
@@ -278,11 +388,11 @@ mod tests {
                 .owner_controller("StatefulSet")
                 .added(),
         );
-        let held = holdings("default/web-0", &endpoint, false);
+        let held = part_holdings("default/web-0", &endpoint, false, None);
         assert_eq!(held.len(), 1);
         assert_eq!(held[0].address, "172.18.40.10");
-        assert_eq!(held[0].scope, "spiderippool/pool-a");
-        assert_eq!(held[0].owner_uid.as_deref(), Some("p1"));
+        assert_eq!(held[0].scope, Scope::SpiderPool("pool-a"));
+        assert_eq!(held[0].owner_uid, Some("p1"));
         assert!(held[0].kept);
         assert_eq!(
             pools_named(&endpoint),

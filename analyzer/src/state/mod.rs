@@ -5,16 +5,20 @@
 //! than what is held is ignored.
 
 pub mod holdings;
+mod indexes;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
-use smallvec::SmallVec;
 
 use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, KindPart, Stream, WatchEvent};
 
-pub use holdings::{Holding, PoolRef};
+pub use holdings::{Holding, Holdings, PoolRef, Scope};
+pub use indexes::Released;
+
+use indexes::{binds_owner_uid, Indexes};
 
 /// The label by which a person reserves a kube-ovn IP by hand.
 const IP_RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
@@ -61,6 +65,9 @@ pub struct ObjectRecord {
     pub deletion_ms: Option<i64>,
     /// Labelled `ovn.kubernetes.io/ip_reserved: "true"` (reserved by hand).
     pub reserved: bool,
+    /// The pod the record belongs to as a whole (`namespace/name`), when its kind names
+    /// one: kept so that reading the record's holdings allocates nothing.
+    pub pod_owner: Option<String>,
     /// The version this object (this uid) was first seen at.
     pub first_rv: i64,
     /// The time it was first seen at.
@@ -69,9 +76,8 @@ pub struct ObjectRecord {
     pub deletion_requested: Option<Box<EventRef>>,
     /// The latest event: the object's current version.
     pub last: EventRef,
-    /// What the kind's converter read (boxed: the largest kind's part would otherwise
-    /// size every record).
-    part: Box<KindPart>,
+    /// What the kind's converter read.
+    part: KindPart,
 }
 
 impl ObjectRecord {
@@ -124,25 +130,15 @@ impl ObjectRecord {
     }
 }
 
-/// A record, by stream and name.
-pub type RecordKey = (Stream, String);
-
-/// The records behind one index entry: nearly always one (an address has one holder, an
-/// owner one record per kind), so they live inline.
-type Holders = SmallVec<[RecordKey; 1]>;
-
-/// A holding that a record no longer holds, with the owner uid it belonged to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Released {
-    /// What was held.
-    pub holding: Holding,
-    /// The owner's uid: the record's, or the one bound when the holding appeared.
-    pub owner_uid: Option<String>,
-}
+/// A record, by stream and name. The name is shared: every index entry of a record
+/// points at one allocation.
+pub type RecordKey = (Stream, Arc<str>);
 
 /// What applying one event did.
 #[derive(Debug, Clone, Default)]
 pub struct Applied {
+    /// The record the event was about (`None` for markers and stale events).
+    pub key: Option<RecordKey>,
     /// The object is live after the event (it was added or changed).
     pub upserted: bool,
     /// The record held under this name before the event: the previous version, the
@@ -171,20 +167,10 @@ const GONE_PODS: usize = 65_536;
 /// The cluster's live objects and the indexes over them.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ClusterState {
-    objects: HashMap<Stream, HashMap<String, ObjectRecord>>,
-    /// Records (IPs, SpiderEndpoints) by the pools they name.
-    #[serde(with = "pairs")]
-    naming: HashMap<PoolRef, HashSet<RecordKey>>,
-    /// IPAM records by the owners they hold addresses for.
-    by_owner: HashMap<String, Holders>,
-    /// Records and pods by the addresses they hold.
-    by_address: HashMap<String, Holders>,
-    /// whereabouts holdings carry no uid: the owner uid bound when they appeared.
-    #[serde(with = "pairs")]
-    bindings: HashMap<(RecordKey, String), String>,
-    /// The last deletion of each pool name.
-    #[serde(with = "pairs")]
-    pool_deletions: HashMap<PoolRef, EventRef>,
+    objects: HashMap<Stream, HashMap<Arc<str>, ObjectRecord>>,
+    indexes: Indexes,
+    /// The last deletion of each pool name, by kind.
+    pool_deletions: HashMap<Stream, HashMap<String, EventRef>>,
     /// The first complete list of each stream (`SYNC_END`).
     listed: HashMap<Stream, EventRef>,
     /// Recently gone pods by `namespace/name` (bounded; the latest per name).
@@ -207,7 +193,7 @@ impl ClusterState {
     }
 
     /// The live records of `stream`, in no order.
-    pub fn records(&self, stream: Stream) -> impl Iterator<Item = (&String, &ObjectRecord)> {
+    pub fn records(&self, stream: Stream) -> impl Iterator<Item = (&Arc<str>, &ObjectRecord)> {
         self.objects.get(&stream).into_iter().flatten()
     }
 
@@ -227,8 +213,10 @@ impl ClusterState {
     /// Records naming `pool`, sorted.
     pub fn naming(&self, pool: &PoolRef) -> Vec<RecordKey> {
         let mut keys: Vec<RecordKey> = self
+            .indexes
             .naming
-            .get(pool)
+            .get(&pool.stream)
+            .and_then(|by_name| by_name.get(&pool.name))
             .map(|set| set.iter().cloned().collect())
             .unwrap_or_default();
         keys.sort();
@@ -237,14 +225,19 @@ impl ClusterState {
 
     /// Pools named by some record, sorted.
     pub fn named_pools(&self) -> Vec<PoolRef> {
-        let mut pools: Vec<PoolRef> = self.naming.keys().cloned().collect();
+        let mut pools: Vec<PoolRef> = self
+            .indexes
+            .naming
+            .iter()
+            .flat_map(|(stream, by_name)| by_name.keys().map(|n| PoolRef::new(*stream, n)))
+            .collect();
         pools.sort();
         pools
     }
 
-    /// The event that deleted `pool` last, if it is gone.
-    pub fn pool_deletion(&self, pool: &PoolRef) -> Option<&EventRef> {
-        self.pool_deletions.get(pool)
+    /// The event that deleted the pool `name` of `stream` last, if it is gone.
+    pub fn pool_deletion(&self, stream: Stream, name: &str) -> Option<&EventRef> {
+        self.pool_deletions.get(&stream)?.get(name)
     }
 
     /// The first complete list of `stream`, if one was seen.
@@ -252,49 +245,47 @@ impl ClusterState {
         self.listed.get(&stream)
     }
 
-    /// Whether the pool is certainly not there: its deletion was seen, or a complete list
-    /// of its kind did not have it.
-    pub fn pool_known_gone(&self, pool: &PoolRef) -> bool {
-        self.pool(pool).is_none()
-            && (self.pool_deletions.contains_key(pool) || self.listed.contains_key(&pool.stream))
+    /// Whether the pool `name` of `stream` is certainly not there: its deletion was seen,
+    /// or a complete list of its kind did not have it.
+    pub fn pool_known_gone(&self, stream: Stream, name: &str) -> bool {
+        self.get(stream, name).is_none()
+            && (self.pool_deletion(stream, name).is_some() || self.listed.contains_key(&stream))
     }
 
     /// IPAM records holding addresses for `owner` (`namespace/name`), sorted.
     pub fn held_for(&self, owner: &str) -> Vec<RecordKey> {
-        let mut keys: Vec<RecordKey> = self
-            .by_owner
-            .get(owner)
-            .map(|set| set.iter().cloned().collect())
-            .unwrap_or_default();
-        keys.sort();
-        keys
+        sorted(self.indexes.by_owner.get(owner))
     }
 
     /// Records and pods holding `address`, sorted.
     pub fn holders_of(&self, address: &str) -> Vec<RecordKey> {
-        let mut keys: Vec<RecordKey> = self
-            .by_address
-            .get(address)
-            .map(|set| set.iter().cloned().collect())
-            .unwrap_or_default();
-        keys.sort();
-        keys
+        sorted(self.indexes.by_address.get(address))
+    }
+
+    /// How many records and pods hold `address`.
+    pub fn holder_count(&self, address: &str) -> usize {
+        self.indexes.by_address.get(address).map_or(0, |h| h.len())
     }
 
     /// What the record holds now.
-    pub fn holdings_of(&self, key: &RecordKey) -> Vec<Holding> {
-        self.get(key.0, &key.1)
-            .map(|r| holdings::holdings(&key.1, r.part(), r.reserved))
-            .unwrap_or_default()
+    pub fn holdings_of(&self, key: &RecordKey) -> Holdings<'_> {
+        match self
+            .objects
+            .get(&key.0)
+            .and_then(|m| m.get_key_value(&*key.1))
+        {
+            Some((name, record)) => holdings::holdings(name, record),
+            None => Holdings::new(),
+        }
     }
 
     /// The owner uid of a holding: the record's, or the one bound when it appeared.
-    pub fn owner_uid<'a>(&'a self, record: &RecordKey, holding: &'a Holding) -> Option<&'a str> {
-        holding.owner_uid.as_deref().or_else(|| {
-            self.bindings
-                .get(&(record.clone(), holding.address.clone()))
-                .map(String::as_str)
-        })
+    pub fn owner_uid<'a>(&'a self, record: &RecordKey, holding: &Holding<'a>) -> Option<&'a str> {
+        match holding.owner_uid {
+            Some(uid) => Some(uid),
+            None if binds_owner_uid(record.0) => self.indexes.bound_uid(record, holding.address),
+            None => None,
+        }
     }
 
     /// The live Pod `namespace/name`.
@@ -305,21 +296,23 @@ impl ClusterState {
     /// Since when the owner pod (by name, and uid when known) is gone: `None` while it
     /// exists, or when nothing says it is gone (no deletion seen, no complete list).
     pub fn owner_gone_since(&self, owner: &str, uid: Option<&str>) -> Option<&EventRef> {
-        let gone = self
-            .gone_pods
-            .get(owner)
-            .filter(|g| uid.is_none_or(|u| u == g.uid));
-        match self.pod(owner) {
-            Some(pod) if uid.is_none_or(|u| u == pod.uid) => None,
-            // A pod of that name with another uid replaced it.
-            Some(_) => gone.map(|g| &g.at).or(self.listed.get(&Stream::Pod)),
-            None => gone.map(|g| &g.at).or(self.listed.get(&Stream::Pod)),
+        if self
+            .pod(owner)
+            .is_some_and(|pod| uid.is_none_or(|u| u == pod.uid))
+        {
+            return None;
         }
+        // Absent, or a pod of that name with another uid replaced it.
+        self.gone_pods
+            .get(owner)
+            .filter(|g| uid.is_none_or(|u| u == g.uid))
+            .map(|g| &g.at)
+            .or(self.listed.get(&Stream::Pod))
     }
 
     /// Whether the owner of a holding keeps its address on purpose: the record says so,
     /// or its SpiderEndpoint (named after the pod or the VM) does.
-    pub fn is_kept(&self, holding: &Holding) -> bool {
+    pub fn is_kept(&self, holding: &Holding<'_>) -> bool {
         holding.kept
             || self
                 .get(Stream::SpiderEndpoint, &holding.owner)
@@ -347,11 +340,16 @@ impl ClusterState {
             return stale();
         }
         let name = event.object_key();
-        let held = self
-            .get(event.stream, &name)
-            .map(|r| (r.uid.clone(), r.rv()));
-        let same_object = held.as_ref().is_some_and(|(u, _)| u == uid);
-        if same_object && held.as_ref().is_some_and(|(_, r)| rv <= *r) {
+        let held = self.get(event.stream, &name).map(|r| Previous {
+            same_object: r.uid == uid,
+            uid: r.uid.clone(),
+            rv: r.rv(),
+            first_rv: r.first_rv,
+            first_ms: r.first_ms,
+            deletion_requested: r.deletion_requested.clone(),
+        });
+        let same_object = held.as_ref().is_some_and(|p| p.same_object);
+        if same_object && held.as_ref().is_some_and(|p| rv <= p.rv) {
             return stale();
         }
         let stream = event.stream;
@@ -364,78 +362,63 @@ impl ClusterState {
             let at = EventRef::of(&event);
             if holdings::is_pool(stream) {
                 self.pool_deletions
-                    .insert(PoolRef::new(stream, &name), at.clone());
+                    .entry(stream)
+                    .or_default()
+                    .insert(name.clone(), at.clone());
             }
             if stream == Stream::Pod {
                 self.remember_gone_pod(&name, uid, at);
             }
-            let before = self.objects.entry(stream).or_default().remove(&name);
+            let before = self
+                .objects
+                .entry(stream)
+                .or_default()
+                .remove(name.as_str());
+            let key: RecordKey = (stream, Arc::from(name));
             let released = match &before {
-                Some(record) => self.unindex(&(stream, name), record, None),
+                Some(record) => {
+                    let pools = holdings::pool_names(record.part());
+                    let held = holdings::holdings(&key.1, record);
+                    self.indexes.remove(&key, &pools, &held, &[])
+                }
                 None => Vec::new(),
             };
             return Applied {
+                key: Some(key),
                 before,
                 released,
                 reindexed: true,
                 ..Applied::default()
             };
         }
-        let record = self.record_of(event, &name, held.is_some() && same_object);
-        if let (Some((old_uid, _)), false) = (&held, same_object) {
+        let previous = held.as_ref().filter(|p| p.same_object);
+        let record = record_of(event, previous);
+        if let Some(replaced) = held.as_ref().filter(|p| !p.same_object) {
             if stream == Stream::Pod {
                 // A new uid under a held name: the old pod is gone even if its deletion
                 // was missed.
-                let old_uid = old_uid.clone();
-                self.remember_gone_pod(&name, &old_uid, record.last.clone());
+                self.remember_gone_pod(&name, &replaced.uid, record.last.clone());
             }
         }
         if holdings::is_pool(stream) {
-            self.pool_deletions.remove(&PoolRef::new(stream, &name));
+            if let Some(deletions) = self.pool_deletions.get_mut(&stream) {
+                deletions.remove(&name);
+            }
         }
-        let key = (stream, name);
+        let key: RecordKey = (stream, Arc::from(name.as_str()));
         let before = self
             .objects
             .entry(stream)
             .or_default()
-            .insert(key.1.clone(), record);
+            .insert(Arc::clone(&key.1), record);
         let (reindexed, released) = self.reindex(&key, before.as_ref());
         Applied {
+            key: Some(key),
             upserted: true,
             before,
             released,
             reindexed,
             stale: false,
-        }
-    }
-
-    /// The record for an upserted object; what the previous version of the same object
-    /// knew (first sighting, first deletion request) carries over.
-    fn record_of(&self, mut event: WatchEvent, name: &str, same_object: bool) -> ObjectRecord {
-        let last = EventRef::of(&event);
-        let meta = event.metadata.take().unwrap_or_default();
-        let previous = same_object.then(|| self.get(event.stream, name)).flatten();
-        let deletion_ref = meta.deletion_timestamp_ms.map(|_| Box::new(last.clone()));
-        let part = event
-            .part
-            .take()
-            .or_else(|| KindPart::empty(event.stream))
-            .unwrap_or(KindPart::Pod(Default::default()));
-        ObjectRecord {
-            uid: meta.uid,
-            finalizers: meta.finalizers,
-            deletion_ms: meta.deletion_timestamp_ms,
-            reserved: meta
-                .labels
-                .get(IP_RESERVED_LABEL)
-                .is_some_and(|v| v == "true"),
-            first_rv: previous.map_or(last.rv, |p| p.first_rv),
-            first_ms: previous.map_or(last.time_ms, |p| p.first_ms),
-            deletion_requested: previous
-                .and_then(|p| p.deletion_requested.clone())
-                .or(deletion_ref),
-            part: Box::new(part),
-            last,
         }
     }
 
@@ -474,102 +457,46 @@ impl ClusterState {
     /// Updates the indexes from `before` to the record now under `key`; returns whether
     /// anything indexed may have changed, and what the record no longer holds.
     fn reindex(&mut self, key: &RecordKey, before: Option<&ObjectRecord>) -> (bool, Vec<Released>) {
-        let Some(after) = self.get(key.0, &key.1) else {
-            return (false, Vec::new());
-        };
-        let unchanged = before.is_some_and(|b| {
-            b.uid == after.uid && b.reserved == after.reserved && b.part() == after.part()
-        });
-        if unchanged {
-            // The common case (status churn): nothing an index holds changed.
-            return (false, Vec::new());
-        }
-        let new_pools = holdings::pools_named(after.part());
-        let new_holdings = holdings::holdings(&key.1, after.part(), after.reserved);
-        let replaced = before.is_some_and(|b| b.uid != after.uid);
-        let released = match before {
-            Some(before) => {
-                let keep = (!replaced).then_some(new_holdings.as_slice());
-                self.unindex(key, before, keep)
+        let released = {
+            let Some(after) = self.objects.get(&key.0).and_then(|m| m.get(&*key.1)) else {
+                return (false, Vec::new());
+            };
+            let unchanged = before.is_some_and(|b| {
+                b.uid == after.uid && b.reserved == after.reserved && b.part() == after.part()
+            });
+            if unchanged {
+                // The common case (status churn): nothing an index holds changed.
+                return (false, Vec::new());
             }
-            None => Vec::new(),
-        };
-        for pool in new_pools {
-            self.naming.entry(pool).or_default().insert(key.clone());
-        }
-        let record_holds = holdings::is_record_holding(key.0);
-        for holding in &new_holdings {
-            add_to(&mut self.by_address, &holding.address, key);
-            if record_holds {
-                add_to(&mut self.by_owner, &holding.owner, key);
+            let new_pools = holdings::pool_names(after.part());
+            let new_holdings = holdings::holdings(&key.1, after);
+            let released = match before {
+                Some(before) => {
+                    let replaced = before.uid != after.uid;
+                    let keep: &[Holding<'_>] = if replaced { &[] } else { &new_holdings };
+                    let old_pools = holdings::pool_names(before.part());
+                    let old = holdings::holdings(&key.1, before);
+                    self.indexes.remove(key, &old_pools, &old, keep)
+                }
+                None => Vec::new(),
+            };
+            self.indexes.add(key, &new_pools, &new_holdings);
+            if binds_owner_uid(key.0) {
+                // whereabouts holdings that just appeared belong to the live pod of their
+                // podref.
+                let pods = self.objects.get(&Stream::Pod);
+                for holding in &new_holdings {
+                    if let Some(pod) = pods.and_then(|p| p.get(holding.owner.as_ref())) {
+                        self.indexes.bind(key, holding.address, &pod.uid, false);
+                    }
+                }
             }
-        }
-        self.bind_new_holdings(key, &new_holdings);
+            released
+        };
         if key.0 == Stream::Pod {
             self.bind_holdings_to_pod(&key.1);
         }
         (true, released)
-    }
-
-    /// Takes `record`'s entries out of the indexes, except the holdings in `keep` (the
-    /// ones the record's next version still has); returns the holdings it let go.
-    fn unindex(
-        &mut self,
-        key: &RecordKey,
-        record: &ObjectRecord,
-        keep: Option<&[Holding]>,
-    ) -> Vec<Released> {
-        for pool in holdings::pools_named(record.part()) {
-            if let Some(set) = self.naming.get_mut(&pool) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.naming.remove(&pool);
-                }
-            }
-        }
-        let old = holdings::holdings(&key.1, record.part(), record.reserved);
-        let mut released = Vec::new();
-        for holding in &old {
-            remove_from(&mut self.by_address, &holding.address, key);
-            remove_from(&mut self.by_owner, &holding.owner, key);
-            let still_held = keep.is_some_and(|k| {
-                k.iter()
-                    .any(|h| h.address == holding.address && h.owner == holding.owner)
-            });
-            let bound = if still_held {
-                None
-            } else {
-                self.bindings
-                    .remove(&(key.clone(), holding.address.clone()))
-            };
-            if !still_held && holdings::is_record_holding(key.0) {
-                released.push(Released {
-                    owner_uid: holding.owner_uid.clone().or(bound),
-                    holding: holding.clone(),
-                });
-            }
-        }
-        released
-    }
-
-    /// whereabouts holdings that just appeared belong to the live pod of their podref.
-    fn bind_new_holdings(&mut self, key: &RecordKey, new: &[Holding]) {
-        if !matches!(
-            key.0,
-            Stream::IpPool | Stream::OverlappingRangeIpReservation
-        ) {
-            return;
-        }
-        for holding in new {
-            let binding = (key.clone(), holding.address.clone());
-            if self.bindings.contains_key(&binding) {
-                continue;
-            }
-            if let Some(pod) = self.pod(&holding.owner) {
-                let uid = pod.uid.clone();
-                self.bindings.insert(binding, uid);
-            }
-        }
     }
 
     /// A pod appeared or changed: whereabouts holdings of its name that found no pod yet
@@ -578,39 +505,73 @@ impl ClusterState {
     /// allocation back, which whereabouts' own reconciler checks the same way).
     fn bind_holdings_to_pod(&mut self, pod_name: &str) {
         let records: Vec<RecordKey> = self
+            .indexes
             .by_owner
             .get(pod_name)
             .into_iter()
             .flatten()
-            .filter(|k| matches!(k.0, Stream::IpPool | Stream::OverlappingRangeIpReservation))
+            .filter(|k| binds_owner_uid(k.0))
             .cloned()
             .collect();
         if records.is_empty() {
             return;
         }
-        let Some(pod) = self.pod(pod_name) else {
+        let Some(pod) = self.objects.get(&Stream::Pod).and_then(|p| p.get(pod_name)) else {
             return;
         };
-        let uid = pod.uid.clone();
-        let shown: Vec<String> = holdings::holdings(pod_name, pod.part(), false)
-            .into_iter()
-            .map(|h| h.address)
-            .collect();
+        let shown = holdings::holdings(pod_name, pod);
         for record in records {
-            for holding in self.holdings_of(&record) {
-                if holding.owner != pod_name {
-                    continue;
-                }
-                let shows_it = shown.contains(&holding.address);
-                let binding = self
-                    .bindings
-                    .entry((record.clone(), holding.address))
-                    .or_insert_with(|| uid.clone());
-                if shows_it {
-                    binding.clone_from(&uid);
+            let Some(held) = self.objects.get(&record.0).and_then(|m| m.get(&*record.1)) else {
+                continue;
+            };
+            for holding in holdings::holdings(&record.1, held) {
+                if holding.owner == pod_name {
+                    let shows_it = shown.iter().any(|h| h.address == holding.address);
+                    self.indexes
+                        .bind(&record, holding.address, &pod.uid, shows_it);
                 }
             }
         }
+    }
+}
+
+/// What a new version of an object keeps of the version before it.
+struct Previous {
+    same_object: bool,
+    uid: String,
+    rv: i64,
+    first_rv: i64,
+    first_ms: Option<i64>,
+    deletion_requested: Option<Box<EventRef>>,
+}
+
+/// The record for an upserted object; what the previous version of the same object knew
+/// (first sighting, first deletion request) carries over.
+fn record_of(mut event: WatchEvent, previous: Option<&Previous>) -> ObjectRecord {
+    let last = EventRef::of(&event);
+    let meta = event.metadata.take().unwrap_or_default();
+    let deletion_ref = meta.deletion_timestamp_ms.map(|_| Box::new(last.clone()));
+    let part = event
+        .part
+        .take()
+        .or_else(|| KindPart::empty(event.stream))
+        .unwrap_or(KindPart::Pod(Default::default()));
+    ObjectRecord {
+        uid: meta.uid,
+        finalizers: meta.finalizers,
+        deletion_ms: meta.deletion_timestamp_ms,
+        reserved: meta
+            .labels
+            .get(IP_RESERVED_LABEL)
+            .is_some_and(|v| v == "true"),
+        first_rv: previous.map_or(last.rv, |p| p.first_rv),
+        first_ms: previous.map_or(last.time_ms, |p| p.first_ms),
+        deletion_requested: previous
+            .and_then(|p| p.deletion_requested.clone())
+            .or(deletion_ref),
+        pod_owner: holdings::pod_owner(&part),
+        part,
+        last,
     }
 }
 
@@ -621,27 +582,14 @@ fn stale() -> Applied {
     }
 }
 
-fn add_to(index: &mut HashMap<String, Holders>, entry: &str, key: &RecordKey) {
-    match index.get_mut(entry) {
-        Some(holders) if holders.contains(key) => {}
-        Some(holders) => holders.push(key.clone()),
-        None => {
-            index.insert(entry.to_owned(), SmallVec::from_elem(key.clone(), 1));
-        }
-    }
-}
-
-fn remove_from(index: &mut HashMap<String, Holders>, entry: &str, key: &RecordKey) {
-    if let Some(holders) = index.get_mut(entry) {
-        holders.retain(|k| k != key);
-        if holders.is_empty() {
-            index.remove(entry);
-        }
-    }
+fn sorted(holders: Option<&indexes::Holders>) -> Vec<RecordKey> {
+    let mut keys: Vec<RecordKey> = holders.map(|h| h.to_vec()).unwrap_or_default();
+    keys.sort();
+    keys
 }
 
 /// Maps whose keys are not strings, as lists of pairs (JSON objects need string keys).
-mod pairs {
+pub(crate) mod pairs {
     use std::collections::HashMap;
     use std::hash::{BuildHasher, Hash};
 
@@ -678,8 +626,14 @@ mod tests {
         PoolRef::new(Stream::Subnet, name)
     }
 
+    /// The owner uid of the record's first holding.
+    fn owner_of(state: &ClusterState, record: &RecordKey) -> Option<String> {
+        let held = state.holdings_of(record);
+        state.owner_uid(record, &held[0]).map(str::to_owned)
+    }
+
     fn ip_key(name: &str) -> RecordKey {
-        (Stream::Ip, name.to_owned())
+        (Stream::Ip, name.into())
     }
 
     #[test]
@@ -752,10 +706,13 @@ mod tests {
         let mut state = ClusterState::new();
         state.apply(EventBuilder::subnet("s").rv(1).added());
         state.apply(EventBuilder::subnet("s").rv(2).deleted());
-        assert_eq!(state.pool_deletion(&subnet("s")).map(|r| r.rv), Some(2));
-        assert!(state.pool_known_gone(&subnet("s")));
+        assert_eq!(
+            state.pool_deletion(Stream::Subnet, "s").map(|r| r.rv),
+            Some(2)
+        );
+        assert!(state.pool_known_gone(Stream::Subnet, "s"));
         state.apply(EventBuilder::subnet("s").uid("again").rv(3).added());
-        assert!(state.pool_deletion(&subnet("s")).is_none());
+        assert!(state.pool_deletion(Stream::Subnet, "s").is_none());
     }
 
     #[test]
@@ -783,24 +740,23 @@ mod tests {
         );
         let applied = state.apply(pool().rv(4).modified());
         assert_eq!(applied.released.len(), 1);
-        assert_eq!(applied.released[0].holding.address, "10.0.0.47");
+        assert_eq!(applied.released[0].address, "10.0.0.47");
         assert_eq!(applied.released[0].owner_uid.as_deref(), Some("web-2-a"));
     }
 
     #[test]
     fn an_allocation_without_its_pod_yet_belongs_to_the_next_pod_of_its_name() {
         let mut state = ClusterState::new();
-        let record = (Stream::IpPool, "kube-system/10.0.0.0-24".to_owned());
+        let record: RecordKey = (Stream::IpPool, "kube-system/10.0.0.0-24".into());
         state.apply(
             EventBuilder::ip_pool("kube-system", "10.0.0.0-24", "10.0.0.0/24")
                 .allocation(5, "10.0.0.5", "default/a")
                 .rv(1)
                 .added(),
         );
-        let holding = state.holdings_of(&record).remove(0);
-        assert_eq!(state.owner_uid(&record, &holding), None);
+        assert_eq!(owner_of(&state, &record).as_deref(), None);
         state.apply(EventBuilder::pod("default", "a").uid("a-1").rv(2).added());
-        assert_eq!(state.owner_uid(&record, &holding), Some("a-1"));
+        assert_eq!(owner_of(&state, &record).as_deref(), Some("a-1"));
         assert_eq!(state.held_for("default/a"), std::slice::from_ref(&record));
         assert_eq!(state.holders_of("10.0.0.5"), [record]);
     }
@@ -808,7 +764,7 @@ mod tests {
     #[test]
     fn a_pod_recreated_under_its_name_that_shows_the_address_gets_the_allocation_back() {
         let mut state = ClusterState::new();
-        let record = (Stream::IpPool, "kube-system/p".to_owned());
+        let record: RecordKey = (Stream::IpPool, "kube-system/p".into());
         state.apply(
             EventBuilder::pod("default", "web-0")
                 .uid("w-1")
@@ -834,9 +790,8 @@ mod tests {
                 .rv(4)
                 .added(),
         );
-        let holding = state.holdings_of(&record).remove(0);
         assert_eq!(
-            state.owner_uid(&record, &holding),
+            owner_of(&state, &record).as_deref(),
             Some("w-1"),
             "not yet: no network-status"
         );
@@ -847,7 +802,7 @@ mod tests {
                 .rv(5)
                 .modified(),
         );
-        assert_eq!(state.owner_uid(&record, &holding), Some("w-2"));
+        assert_eq!(owner_of(&state, &record).as_deref(), Some("w-2"));
     }
 
     #[test]
@@ -913,9 +868,8 @@ mod tests {
         state.apply(EventBuilder::ip("x", "s").rv(3).added());
         let json = serde_json::to_string(&state).unwrap();
         let back: ClusterState = serde_json::from_str(&json).unwrap();
-        let record = (Stream::IpPool, "kube-system/p".to_owned());
-        let holding = back.holdings_of(&record).remove(0);
-        assert_eq!(back.owner_uid(&record, &holding), Some("a-1"));
+        let record: RecordKey = (Stream::IpPool, "kube-system/p".into());
+        assert_eq!(owner_of(&back, &record).as_deref(), Some("a-1"));
         assert_eq!(back.naming(&subnet("s")), [ip_key("x")]);
     }
 }

@@ -35,14 +35,14 @@ pub(super) fn pod(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
         }),
         _ => false,
     };
-    KindPart::Pod(PodInfo {
+    KindPart::Pod(Box::new(PodInfo {
         phase: fields.string(status, "status.phase", "phase"),
         node_name: fields.string(spec, "spec.nodeName", "nodeName"),
         pod_ips,
         allocations: pod_allocations(annotations),
         network_status: network_status(fields, annotations),
         disruption_target,
-    })
+    }))
 }
 
 /// multus' network-status: a JSON list, written as a string, of `{name, interface, ips,

@@ -6,7 +6,7 @@ use crate::kubernetes::{Fields, ObjectParts};
 /// spec of an IP.
 pub(super) fn ip(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
     let spec = object.spec;
-    KindPart::Ip(IpInfo {
+    KindPart::Ip(Box::new(IpInfo {
         subnet: fields.string(spec, "spec.subnet", "subnet"),
         attach_subnets: fields.strings(spec, "spec.attachSubnets", "attachSubnets"),
         pod_name: fields.string(spec, "spec.podName", "podName"),
@@ -18,13 +18,13 @@ pub(super) fn ip(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
         attach_ips: fields.strings(spec, "spec.attachIps", "attachIps"),
         mac_address: fields.string(spec, "spec.macAddress", "macAddress"),
         pod_type: fields.string(spec, "spec.podType", "podType"),
-    })
+    }))
 }
 
 /// spec and status counts of a Subnet; counts stay decimal text (IPv6 counts exceed u64).
 pub(super) fn subnet(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
     let (spec, status) = (object.spec, object.status);
-    KindPart::Subnet(SubnetInfo {
+    KindPart::Subnet(Box::new(SubnetInfo {
         cidr_block: fields.string(spec, "spec.cidrBlock", "cidrBlock"),
         vpc: fields.string(spec, "spec.vpc", "vpc"),
         provider: fields.string(spec, "spec.provider", "provider"),
@@ -34,5 +34,5 @@ pub(super) fn subnet(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart 
         v4_available_ips: fields.count(status, "status.v4availableIPs", "v4availableIPs"),
         v6_using_ips: fields.count(status, "status.v6usingIPs", "v6usingIPs"),
         v6_available_ips: fields.count(status, "status.v6availableIPs", "v6availableIPs"),
-    })
+    }))
 }

@@ -47,12 +47,12 @@ pub(super) fn ip_pool(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart
         .collect();
     allocations.sort_by(|a, b| a.address.cmp(&b.address));
     let allocated_ip_count = status.get("allocatedIPCount").and_then(Value::as_i64);
-    KindPart::SpiderIpPool(SpiderIpPoolInfo {
+    KindPart::SpiderIpPool(Box::new(SpiderIpPoolInfo {
         subnet: fields.string(spec, "spec.subnet", "subnet"),
         ips: fields.strings(spec, "spec.ips", "ips"),
         allocations,
         allocated_ip_count,
-    })
+    }))
 }
 
 /// The pod an endpoint stands for (`status.current`) and its owner controller.
@@ -78,7 +78,7 @@ pub(super) fn endpoint(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPar
             Vec::new()
         }
     };
-    KindPart::SpiderEndpoint(SpiderEndpointInfo {
+    KindPart::SpiderEndpoint(Box::new(SpiderEndpointInfo {
         pod_uid: fields.string(current, "status.current.uid", "uid"),
         node: fields.string(current, "status.current.node", "node"),
         addresses,
@@ -92,7 +92,7 @@ pub(super) fn endpoint(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPar
             "status.ownerControllerName",
             "ownerControllerName",
         ),
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -44,20 +44,20 @@ pub(super) fn ip_pool(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart
             a.offset.clone(),
         )
     });
-    KindPart::IpPool(IpPoolInfo { range, allocations })
+    KindPart::IpPool(Box::new(IpPoolInfo { range, allocations }))
 }
 
 /// spec of a reservation, and its address, which only its name holds.
 pub(super) fn reservation(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
     let spec = object.spec;
-    KindPart::IpReservation(IpReservationInfo {
+    KindPart::IpReservation(Box::new(IpReservationInfo {
         address: address_in_name(object.name())
             .map(|a| a.to_string())
             .unwrap_or_default(),
         podref: fields.string(spec, "spec.podref", "podref"),
         ifname: fields.string(spec, "spec.ifname", "ifname"),
         container_id: fields.string(spec, "spec.containerid", "containerid"),
-    })
+    }))
 }
 
 /// The network address of a CIDR (`10.128.40.0/24` -> 10.128.40.0).
