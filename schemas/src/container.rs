@@ -1,12 +1,18 @@
 //! Recordings: Avro object container files of one record type, written with today's schema
 //! and read back from any known version.
+//!
+//! Files of today's schema (null or deflate blocks) are framed here and each record is read
+//! with [`Record::read_current`] (for WatchEvent, [`crate::datum`]); apache-avro writes every
+//! file, and reads the others: older versions, newer ones, codecs this module does not know.
 
 use std::io::{Read, Write};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use apache_avro::{reader::ReaderDeser, Codec, DeflateSettings, Reader, Writer};
+use apache_avro::{Codec, DeflateSettings, Reader, Schema, Writer};
+use miniz_oxide::inflate::core::{decompress, inflate_flags, DecompressorOxide};
+use miniz_oxide::inflate::TINFLStatus;
 
 use crate::registry::{DatumError, Record, SchemaSet};
 
@@ -38,7 +44,7 @@ pub enum ContainerError {
         byte_offset: u64,
         /// What was wrong.
         #[source]
-        source: DatumError,
+        source: BlockError,
     },
     /// Writing failed.
     #[error("cannot write {record} container")]
@@ -143,11 +149,65 @@ impl<R: Read> Read for CountingRead<R> {
     }
 }
 
-/// Today's version decodes on the serde path; older versions go through `Value` and schema
-/// resolution, the only way apache-avro resolves.
+/// The most bytes one block may hold, compressed or not: apache-avro's default allocation
+/// limit, so that both readers accept the same files.
+pub const MAX_BLOCK_BYTES: usize = 512 * 1024 * 1024;
+
+/// What was wrong with a block of a container file.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockError {
+    /// A record in the block is malformed.
+    #[error(transparent)]
+    Datum(#[from] DatumError),
+    /// Reading the file failed.
+    #[error("cannot read the block")]
+    Io(#[source] std::io::Error),
+    /// The file ends inside a block.
+    #[error("the file ends inside a block")]
+    Truncated,
+    /// A block's record count or byte size is negative or too large.
+    #[error(
+        "block header declares {count} records in {size} bytes (at most {MAX_BLOCK_BYTES} bytes)"
+    )]
+    BadHeader {
+        /// The record count.
+        count: i64,
+        /// The byte size.
+        size: i64,
+    },
+    /// A block's record count or byte size exceeds 64 bits.
+    #[error("block header holds an integer of more than 64 bits")]
+    Varint,
+    /// The 16 bytes after a block are not the file's sync marker.
+    #[error("the block is not followed by the file's sync marker")]
+    SyncMarker,
+    /// A deflate block does not inflate.
+    #[error("deflate data does not inflate ({status})")]
+    Inflate {
+        /// miniz_oxide's status.
+        status: String,
+    },
+    /// Bytes left in a block after the records it declares.
+    #[error("{extra} bytes left in the block after its {count} records")]
+    TrailingBytes {
+        /// The records the block declares.
+        count: u64,
+        /// Bytes left.
+        extra: usize,
+    },
+}
+
+/// The input as apache-avro reads it when this module hands a file over: the header bytes
+/// already read, then the rest.
+type Replay<R> = std::io::Chain<std::io::Cursor<Vec<u8>>, CountingRead<R>>;
+
+/// Files of today's schema are read here, block by block, each record with
+/// [`Record::read_current`]; older and newer versions go through apache-avro's `Value` and
+/// schema resolution, the only way it resolves.
 enum Records<T: Record, R: Read> {
-    Current(ReaderDeser<'static, CountingRead<R>, T>),
-    Resolving(Reader<'static, CountingRead<R>>, &'static SchemaSet),
+    Current(Blocks<CountingRead<R>>, PhantomData<T>),
+    // Boxed: the slow path, and apache-avro's reader is four times the size of `Blocks`.
+    Resolving(Box<Reader<'static, Replay<R>>>, &'static SchemaSet),
 }
 
 /// Reads the records of a container file, resolving older schema versions to today's.
@@ -159,34 +219,49 @@ pub struct ContainerReader<T: Record, R: Read> {
     index: u64,
     writer_version: Option<u32>,
     failed: bool,
-    _record: PhantomData<T>,
 }
 
 impl<T: Record, R: Read> ContainerReader<T, R> {
     /// Reads the header of a container file.
     pub fn new(input: R) -> Result<Self, ContainerError> {
-        let input = CountingRead::new(input);
+        let mut input = CountingRead::new(input);
         let count = input.counter();
         let set = T::schemas();
-        let current = set.current().schema;
+        let mut header_bytes = Vec::new();
+        let header = read_header(&mut Tee {
+            inner: &mut input,
+            seen: &mut header_bytes,
+        });
+        if let Some(header) = header {
+            let is_current = header
+                .schema
+                .as_ref()
+                .and_then(|schema| set.position_of_schema(schema))
+                .is_some_and(|index| set.is_current(index));
+            if let (true, Some(codec)) = (is_current, header.codec) {
+                return Ok(ContainerReader {
+                    records: Records::Current(Blocks::new(input, header.sync, codec), PhantomData),
+                    count,
+                    index: 0,
+                    writer_version: Some(set.current().version),
+                    failed: false,
+                });
+            }
+        }
+        // Anything else (another version, a codec or a header this module does not read)
+        // is apache-avro's to read or to refuse, from the first byte.
+        let replay = std::io::Cursor::new(header_bytes).chain(input);
         // No reader schema: apache-avro's serde path panics when one is set.
-        let inner = Reader::new(input).map_err(ContainerError::Header)?;
+        let inner = Reader::new(replay).map_err(ContainerError::Header)?;
         let writer_name = inner
             .writer_schema()
             .name()
             .map_or_else(|| "(unnamed)".to_owned(), |n| n.fullname(None));
-        let (records, writer_version) = match set.position_of_schema(inner.writer_schema()) {
-            Some(index) if std::ptr::eq(set.versions()[index].schema, current) => (
-                Records::Current(inner.into_deser_iter()),
-                Some(set.versions()[index].version),
-            ),
-            Some(index) => (
-                Records::Resolving(inner, set),
-                Some(set.versions()[index].version),
-            ),
+        let writer_version = match set.position_of_schema(inner.writer_schema()) {
+            Some(index) => Some(set.versions()[index].version),
             // A version newer than this build (the file carries its schema): resolved to
             // today's, with what this build does not know left out or defaulted.
-            None if writer_name == T::NAME => (Records::Resolving(inner, set), None),
+            None if writer_name == T::NAME => None,
             None => {
                 return Err(ContainerError::UnknownSchema {
                     expected: T::NAME,
@@ -195,12 +270,11 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
             }
         };
         Ok(ContainerReader {
-            records,
+            records: Records::Resolving(Box::new(inner), set),
             writer_version,
             count,
             index: 0,
             failed: false,
-            _record: PhantomData,
         })
     }
 
@@ -215,7 +289,7 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
         Arc::clone(&self.count)
     }
 
-    fn corrupt(&mut self, source: DatumError) -> ContainerError {
+    fn corrupt(&mut self, source: BlockError) -> ContainerError {
         self.failed = true;
         ContainerError::Corrupt {
             record: T::NAME,
@@ -234,17 +308,294 @@ impl<T: Record, R: Read> Iterator for ContainerReader<T, R> {
             return None;
         }
         let next = match &mut self.records {
-            Records::Current(records) => records.next().map(|r| r.map_err(DatumError::from)),
+            Records::Current(blocks, _) => {
+                // The record is decoded straight into the returned value: a WatchEvent is
+                // some 500 bytes, and every wrapper in between would copy it.
+                let mut body = match blocks.next_datum() {
+                    Ok(Some(body)) => body,
+                    Ok(None) => return None,
+                    Err(source) => return Some(Err(self.corrupt(source))),
+                };
+                let before = body.len();
+                match T::read_current(&mut body) {
+                    Ok(record) => {
+                        let consumed = before - body.len();
+                        blocks.consumed(consumed);
+                        self.index += 1;
+                        return Some(Ok(record));
+                    }
+                    Err(source) => return Some(Err(self.corrupt(source.into()))),
+                }
+            }
             Records::Resolving(values, set) => values
-                .next()
-                .map(|value| value.map_err(DatumError::from).and_then(|v| set.resolve(v))),
+                .next()?
+                .map_err(DatumError::from)
+                .and_then(|value| set.resolve(value)),
         };
-        match next? {
+        match next {
             Ok(record) => {
                 self.index += 1;
                 Some(Ok(record))
             }
-            Err(source) => Some(Err(self.corrupt(source))),
+            Err(source) => Some(Err(self.corrupt(source.into()))),
+        }
+    }
+}
+
+/// What this module reads of a container header.
+struct Header {
+    /// The writer schema; `None` when it does not parse (apache-avro then says why).
+    schema: Option<Schema>,
+    /// The block codec; `None` for one this module does not decode.
+    codec: Option<BlockCodec>,
+    sync: [u8; 16],
+}
+
+/// The block codecs this module decodes.
+#[derive(Debug, Clone, Copy)]
+enum BlockCodec {
+    Null,
+    /// Raw DEFLATE (RFC 1951), no zlib wrapper.
+    Deflate,
+}
+
+/// A reader that keeps a copy of what it read (the header, for apache-avro).
+struct Tee<'a, R> {
+    inner: &'a mut R,
+    seen: &'a mut Vec<u8>,
+}
+
+impl<R: Read> Read for Tee<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.seen.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// Reads `Obj\x01`, the metadata map and the sync marker; `None` for anything it cannot
+/// read (apache-avro reads the same bytes again and reports the error).
+fn read_header(input: &mut impl Read) -> Option<Header> {
+    let mut magic = [0u8; 4];
+    input.read_exact(&mut magic).ok()?;
+    if magic != CONTAINER_MAGIC {
+        return None;
+    }
+    let (mut schema, mut codec) = (None, Some(BlockCodec::Null));
+    loop {
+        let count = read_long(input).ok()??;
+        if count == 0 {
+            break;
+        }
+        if count < 0 {
+            read_long(input).ok()??; // the block's byte size
+        }
+        for _ in 0..count.unsigned_abs() {
+            let key = read_bytes(input)?;
+            let value = read_bytes(input)?;
+            match &key[..] {
+                b"avro.schema" => {
+                    schema = serde_json::from_slice(&value)
+                        .ok()
+                        .and_then(|json| Schema::parse(&json).ok());
+                }
+                b"avro.codec" => {
+                    codec = match &value[..] {
+                        b"null" => Some(BlockCodec::Null),
+                        b"deflate" => Some(BlockCodec::Deflate),
+                        _ => None,
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut sync = [0u8; 16];
+    input.read_exact(&mut sync).ok()?;
+    Some(Header {
+        schema,
+        codec,
+        sync,
+    })
+}
+
+/// A length-prefixed byte string of the header, grown as its bytes arrive.
+fn read_bytes(input: &mut impl Read) -> Option<Vec<u8>> {
+    let len = u64::try_from(read_long(input).ok()??).ok()?;
+    let mut bytes = Vec::new();
+    input.take(len).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 == len).then_some(bytes)
+}
+
+/// A zigzag varint long, byte by byte: `Ok(None)` at the end of the input before its first
+/// byte.
+fn read_long(input: &mut impl Read) -> Result<Option<i64>, BlockError> {
+    let mut value = 0u64;
+    for i in 0..10 {
+        let mut byte = [0u8; 1];
+        match input.read_exact(&mut byte) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return if i == 0 {
+                    Ok(None)
+                } else {
+                    Err(BlockError::Truncated)
+                };
+            }
+            Err(e) => return Err(BlockError::Io(e)),
+        }
+        // The tenth byte holds bit 63 only.
+        if i == 9 && byte[0] > 1 {
+            break;
+        }
+        value |= u64::from(byte[0] & 0x7F) << (7 * i);
+        if byte[0] < 0x80 {
+            return Ok(Some(((value >> 1) as i64) ^ -((value & 1) as i64)));
+        }
+    }
+    Err(BlockError::Varint)
+}
+
+/// The blocks of a container file of today's schema, and the position in the current one.
+struct Blocks<R> {
+    input: R,
+    sync: [u8; 16],
+    codec: BlockCodec,
+    /// A deflate block as read (reused).
+    compressed: Vec<u8>,
+    /// Reused across blocks; boxed, it is some 10 KiB.
+    inflater: Box<DecompressorOxide>,
+    /// The current block's records (reused; only `..len` is this block's).
+    data: Vec<u8>,
+    len: usize,
+    pos: usize,
+    /// The current block's record count, and how many of them are left.
+    count: u64,
+    left: u64,
+}
+
+impl<R: Read> Blocks<R> {
+    fn new(input: R, sync: [u8; 16], codec: BlockCodec) -> Self {
+        Blocks {
+            input,
+            sync,
+            codec,
+            compressed: Vec::new(),
+            inflater: Box::default(),
+            data: Vec::new(),
+            len: 0,
+            pos: 0,
+            count: 0,
+            left: 0,
+        }
+    }
+
+    /// The bytes of the next record and those after it in its block, moving to the next
+    /// block when this one is done; `None` at the end of the file. The caller reads one
+    /// record and says how many bytes it took with [`Blocks::consumed`].
+    fn next_datum(&mut self) -> Result<Option<&[u8]>, BlockError> {
+        while self.left == 0 {
+            if self.pos != self.len {
+                return Err(BlockError::TrailingBytes {
+                    count: self.count,
+                    extra: self.len - self.pos,
+                });
+            }
+            if !self.next_block()? {
+                return Ok(None);
+            }
+        }
+        Ok(Some(&self.data[self.pos..self.len]))
+    }
+
+    /// One record of `bytes` was read.
+    fn consumed(&mut self, bytes: usize) {
+        self.pos += bytes;
+        self.left -= 1;
+    }
+
+    /// Reads the next block into `data`; `false` at the end of the file.
+    fn next_block(&mut self) -> Result<bool, BlockError> {
+        let Some(count) = read_long(&mut self.input)? else {
+            return Ok(false);
+        };
+        let size = read_long(&mut self.input)?.ok_or(BlockError::Truncated)?;
+        let (Ok(count_u), Ok(size_u)) = (u64::try_from(count), usize::try_from(size)) else {
+            return Err(BlockError::BadHeader { count, size });
+        };
+        if size_u > MAX_BLOCK_BYTES {
+            return Err(BlockError::BadHeader { count, size });
+        }
+        let raw = match self.codec {
+            BlockCodec::Null => &mut self.data,
+            BlockCodec::Deflate => &mut self.compressed,
+        };
+        // Grown as the bytes arrive, not reserved from the declared size.
+        raw.clear();
+        (&mut self.input)
+            .take(size_u as u64)
+            .read_to_end(raw)
+            .map_err(BlockError::Io)?;
+        if raw.len() != size_u {
+            return Err(BlockError::Truncated);
+        }
+        let mut sync = [0u8; 16];
+        self.input.read_exact(&mut sync).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                BlockError::Truncated
+            } else {
+                BlockError::Io(e)
+            }
+        })?;
+        if sync != self.sync {
+            return Err(BlockError::SyncMarker);
+        }
+        self.len = match self.codec {
+            BlockCodec::Null => size_u,
+            BlockCodec::Deflate => inflate(&mut self.inflater, &self.compressed, &mut self.data)?,
+        };
+        self.pos = 0;
+        self.count = count_u;
+        self.left = count_u;
+        Ok(true)
+    }
+}
+
+/// Inflates raw DEFLATE `input` into `out`, reusing its allocation; returns the length.
+/// `out` grows by doubling as output is produced, up to [`MAX_BLOCK_BYTES`].
+fn inflate(
+    state: &mut DecompressorOxide,
+    mut input: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<usize, BlockError> {
+    // The whole block is in `input`, and `out` holds the whole output (back references
+    // read it): no more input will come, and the output buffer does not wrap.
+    let flags = inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
+    state.init();
+    if out.len() < input.len().saturating_mul(4) {
+        out.resize(input.len().saturating_mul(4).min(MAX_BLOCK_BYTES), 0);
+    }
+    let mut pos = 0;
+    loop {
+        let (status, read, written) = decompress(state, input, out, pos, flags);
+        pos += written;
+        input = &input[read.min(input.len())..];
+        match status {
+            TINFLStatus::Done => return Ok(pos),
+            TINFLStatus::HasMoreOutput if out.len() < MAX_BLOCK_BYTES => {
+                let grown = out.len().saturating_mul(2).clamp(1024, MAX_BLOCK_BYTES);
+                out.resize(grown, 0);
+            }
+            TINFLStatus::HasMoreOutput => {
+                return Err(BlockError::Inflate {
+                    status: format!("more than {MAX_BLOCK_BYTES} bytes"),
+                })
+            }
+            other => {
+                return Err(BlockError::Inflate {
+                    status: format!("{other:?}"),
+                })
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 //!
 //! - [`message`]: Kafka messages, Avro single-object encoding (`C3 01` + fingerprint).
 //! - [`container`]: recordings, Avro object container files.
+//! - [`datum`]: the decoder specialised to today's WatchEvent schema, the hot path of both.
 //! - [`kubernetes`]: Kubernetes objects as JSON into [`WatchEvent`]s, leniently.
 //!
 //! Data written with any older schema version is read as today's version.
@@ -12,6 +13,7 @@ pub mod alert;
 pub mod builders;
 pub mod command;
 pub mod container;
+pub mod datum;
 pub mod event;
 pub mod kinds;
 pub mod kubernetes;
