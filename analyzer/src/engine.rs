@@ -282,12 +282,16 @@ impl Analyzer {
             return;
         }
         let at = self.moment(event_ref.time_ms);
+        // Rules run on history's clock, which only moves forward: an event's own time can
+        // lie in the past (a kubectl recording without managedFields stamps a change with
+        // the object's creation time).
+        let now_ms = self.history_now_ms.unwrap_or(at.time_ms).max(at.time_ms);
         {
             let mut ctx = Context {
                 state: &self.state,
                 config: &self.config.rules,
                 cluster_id: &self.cluster_id,
-                now_ms: at.time_ms,
+                now_ms,
                 book: &mut self.book,
                 at,
                 out: &mut self.alerts,

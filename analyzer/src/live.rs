@@ -20,7 +20,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{watch, Notify};
 use tracing::{info, warn};
 
-use crate::engine::{Analyzer, AnalyzerConfig, CheckpointError, Output};
+use crate::engine::{Analyzer, AnalyzerConfig, Output};
 use crate::sinks::{run_delivery, AlertSink};
 use crate::store::{Store, StoreError};
 
@@ -58,9 +58,6 @@ pub enum LiveError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The checkpoint could not be read.
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
     /// The state directory is unusable.
     #[error("cannot create state directory {path}")]
     StateDir {
@@ -125,10 +122,23 @@ pub async fn run(
     })?;
     let store_path = config.state_dir.join("analyzer.db");
     let mut store = Store::open(&store_path)?;
-    let (states, offsets) = store.load_checkpoint(&config.topic)?;
+    let (states, mut offsets) = store.load_checkpoint(&config.topic)?;
     let mut analyzers = HashMap::new();
     for (cluster, state) in states {
-        analyzers.insert(cluster, Analyzer::restore(&state, config.analyzer.clone())?);
+        match Analyzer::restore(&state, config.analyzer.clone()) {
+            Ok(analyzer) => {
+                analyzers.insert(cluster, analyzer);
+            }
+            Err(error) => {
+                // A checkpoint this build cannot read (written by an older analyzer whose
+                // state had another shape): rebuild every cluster from the topic rather
+                // than stop, since offsets without their analysis are worthless.
+                warn!(%error, %cluster, "cannot read the checkpoint; rebuilding from the topic");
+                analyzers.clear();
+                offsets.clear();
+                break;
+            }
+        }
     }
     let offsets = if analyzers.is_empty() && offsets.is_empty() && config.start_at_snapshot {
         rebuild_offsets(&config).await

@@ -190,22 +190,30 @@ fn write_alert(out: &mut String, history: &AlertHistory) {
     );
     let _ = writeln!(out, "  {}", alert.summary);
     let _ = writeln!(out, "  timeline:");
+    let stream_width = alert
+        .evidence
+        .iter()
+        .map(|e| e.stream.as_str().len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
     for e in &alert.evidence {
-        write_evidence(out, e);
+        write_evidence(out, e, stream_width);
     }
     if let (Some(fix), None) = (&alert.fix, &history.resolved) {
         let _ = writeln!(out, "  fix:\n    {fix}");
     }
 }
 
-fn write_evidence(out: &mut String, e: &Evidence) {
+/// One timeline line; `stream_width` aligns the stream column within one alert.
+fn write_evidence(out: &mut String, e: &Evidence, stream_width: usize) {
     let time = e
         .time_ms
         .and_then(time_or_null)
         .unwrap_or_else(|| "-".into());
     let _ = writeln!(
         out,
-        "    {time:<24} rv {:<10} {:<6} {:<17} {}",
+        "    {time:<24} rv {:<10} {:<stream_width$} {:<17} {}",
         e.resource_version,
         e.stream.as_str(),
         e.event_type.as_str(),

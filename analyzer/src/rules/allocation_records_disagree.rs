@@ -303,6 +303,29 @@ mod tests {
     }
 
     #[test]
+    fn a_change_stamped_with_an_old_time_does_not_backdate_the_grace() {
+        // kubectl recordings without managedFields stamp a pool's change with the pool's
+        // creation time; the reservation follows one version later.
+        let mut events: Vec<WatchEvent> = listed(Stream::IpPool, 1).into();
+        events.extend(listed(Stream::OverlappingRangeIpReservation, 1));
+        events.push(EventBuilder::pod("default", "x").rv(2).at(60 * MIN).added());
+        events.push(
+            pool()
+                .allocation(9, "10.0.0.9", "default/a")
+                .rv(3)
+                .at(MIN)
+                .modified(),
+        );
+        events.push(
+            EventBuilder::reservation("kube-system", "10.0.0.9", "default/a")
+                .rv(4)
+                .at(60 * MIN)
+                .added(),
+        );
+        assert!(transitions(events).is_empty());
+    }
+
+    #[test]
     fn records_that_agree_within_the_grace_or_a_kind_never_listed_say_nothing() {
         let mut events: Vec<WatchEvent> = listed(Stream::IpPool, 1).into();
         events.extend(listed(Stream::OverlappingRangeIpReservation, 1));

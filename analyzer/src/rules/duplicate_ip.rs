@@ -217,6 +217,36 @@ mod tests {
     }
 
     #[test]
+    fn one_address_in_two_vpcs_on_the_default_network_is_no_duplicate() {
+        let ip = |name: &str, pod: &str, ns: &str, subnet: &str| {
+            EventBuilder::ip(name, subnet).ip_of(ns, pod, "10.0.1.5", "")
+        };
+        let on_default = |ns: &str, name: &str| {
+            let mut pod = EventBuilder::pod(ns, name)
+                .network("kube-ovn", "10.0.1.5")
+                .added();
+            if let Some(ipaudit_schemas::KindPart::Pod(info)) = pod.part.as_mut() {
+                info.network_status[0].default = true;
+            }
+            pod
+        };
+        let mut events = vec![
+            ip("a.ns1", "a", "ns1", "vpc1-subnet").rv(1).added(),
+            ip("b.ns2", "b", "ns2", "vpc2-subnet").rv(2).added(),
+        ];
+        for (i, mut pod) in [on_default("ns1", "a"), on_default("ns2", "b")]
+            .into_iter()
+            .enumerate()
+        {
+            pod.resource_version = (3 + i).to_string();
+            pod.resource_version_num = Some(3 + i as i64);
+            events.push(pod);
+        }
+        let got = transitions(events);
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
     fn two_kube_ovn_ips_with_one_address_in_one_subnet_are_a_duplicate() {
         let ip = |name: &str, pod: &str, subnet: &str| {
             EventBuilder::ip(name, subnet).ip_of("ns", pod, "10.16.0.9", "")

@@ -37,8 +37,10 @@ impl Rule for IpReleasedWhilePodAlive {
         {
             return;
         }
-        if holdings::is_pool(stream) && change.after.is_none() {
-            // The pool itself went: that is subnet-deleted-before-ip.
+        if holdings::is_pool(stream) && change.removed().is_some() {
+            // The pool itself went (subnet-deleted-before-ip), or a pool of another uid took
+            // its name (a relist may show the new pool before the old one's deletion): its
+            // allocations were not released one by one.
             return;
         }
         let kind = stream.kind();
@@ -136,6 +138,24 @@ mod tests {
                 t(NAME, "resolved", "default/web-2")
             ]
         );
+    }
+
+    #[test]
+    fn a_pool_recreated_under_its_name_releases_nothing() {
+        let got = transitions(vec![
+            EventBuilder::pod("default", "x").uid("x1").rv(1).added(),
+            pool()
+                .uid("p-old")
+                .allocation(5, "10.0.0.5", "default/x")
+                .rv(2)
+                .added(),
+            pool()
+                .uid("p-new")
+                .allocation(5, "10.0.0.5", "default/x")
+                .rv(9)
+                .added(),
+        ]);
+        assert!(got.is_empty(), "{got:?}");
     }
 
     #[test]

@@ -101,6 +101,13 @@ impl Rule for IpStuckTerminating {
                     }
                 }
             }
+            Stream::Pod if change.is_list_end() => {
+                // A complete list of pods: an endpoint listed earlier may have lost its pod.
+                let keys: Vec<String> = self.terminating.keys().cloned().collect();
+                for key in keys {
+                    self.check_endpoint(ctx, &key);
+                }
+            }
             Stream::Pod if change.removed().is_some() => {
                 // The endpoint of a pod that just went may be past its grace already.
                 self.check_endpoint(ctx, &change.event.name);
@@ -299,6 +306,7 @@ mod tests {
     use super::super::testing::{t, transitions, MIN};
     use super::NAME;
     use ipaudit_schemas::builders::EventBuilder;
+    use ipaudit_schemas::{EventType, Stream};
 
     fn endpoint() -> EventBuilder {
         EventBuilder::spider_endpoint("default", "api", "p1")
@@ -335,6 +343,34 @@ mod tests {
                 t(NAME, "resolved", "default/api")
             ]
         );
+    }
+
+    #[test]
+    fn a_stuck_endpoint_is_found_whichever_list_comes_first() {
+        for pods_listed_first in [true, false] {
+            let mut pods_end = EventBuilder::marker(Stream::Pod, EventType::SyncEnd, 0);
+            pods_end.observed_at_ms = Some(20 * MIN);
+            let endpoint = endpoint().deleting(0).rv(5).at(MIN).added();
+            let mut events = vec![endpoint];
+            pods_end.resource_version_num = Some(if pods_listed_first { 3 } else { 20 });
+            pods_end.resource_version = pods_end.resource_version_num.unwrap_or(0).to_string();
+            if pods_listed_first {
+                events.insert(0, pods_end);
+            } else {
+                events.push(pods_end);
+            }
+            events.push(
+                EventBuilder::pod("default", "x")
+                    .rv(30)
+                    .at(30 * MIN)
+                    .added(),
+            );
+            assert_eq!(
+                transitions(events),
+                [t(NAME, "firing", "default/api")],
+                "pods listed first: {pods_listed_first}"
+            );
+        }
     }
 
     #[test]

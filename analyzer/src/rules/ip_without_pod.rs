@@ -311,8 +311,8 @@ fn finding(
     let address = &holding.address;
     let owner = &holding.owner;
     let pod = match owner_uid {
-        Some(uid) => format!("pod {owner} (uid {uid})"),
-        None => format!("pod {owner}"),
+        Some(uid) => format!("{owner} (uid {uid})"),
+        None => owner.to_string(),
     };
     let record_text = format!("{} {}", key.0.kind(), key.1);
     let pool = holding.scope.place().to_owned();
@@ -325,13 +325,13 @@ fn finding(
         scope: None,
         subnet: Some(pool),
         summary: format!(
-            "{record_text} still holds {address} for {pod}, which has been gone for more than {}: the address is lost until it is released",
+            "{record_text} still holds {address} for pod {pod}, which has been gone for more than {}: the address is lost until it is released",
             duration_text(grace_ms)
         ),
         fix: Some(fix(key, record, holding)),
         cleanup: None,
         evidence: vec![
-            evidence(gone, format!("{pod} is gone ({})", gone.event_type)),
+            evidence(gone, format!("Pod {pod} is gone ({})", gone.event_type)),
             evidence(&record.last, format!("{record_text} holds {address} for {owner}")),
         ],
     }

@@ -17,7 +17,7 @@ use super::{evidence, gone_evidence, remove_finalizer_command};
 use super::{Change, Context, Rule};
 use crate::alerts::Finding;
 use crate::state::holdings::{self, PoolRef};
-use crate::state::{EventRef, ObjectRecord};
+use crate::state::{EventRef, ObjectRecord, Released};
 
 const NAME: &str = "subnet-deleted-before-ip";
 
@@ -48,7 +48,7 @@ impl Rule for SubnetDeletedBeforeIp {
                 let pool = PoolRef::new(stream, &change.event.name);
                 match stream {
                     Stream::Subnet => on_subnet_deleted(ctx, &pool, change.event),
-                    _ => self.on_pool_deleted(ctx, &pool, removed, change.event),
+                    _ => self.on_pool_deleted(ctx, &pool, removed, change.released, change.event),
                 }
             }
         }
@@ -90,17 +90,26 @@ impl Rule for SubnetDeletedBeforeIp {
 }
 
 impl SubnetDeletedBeforeIp {
-    /// A whereabouts or spiderpool pool went with allocations still in it.
+    /// A whereabouts or spiderpool pool went with allocations still in it: those whose
+    /// pod still holds the address (an allocation of a pod already gone leaked before, and
+    /// is `ip-without-pod`'s).
     fn on_pool_deleted(
         &mut self,
         ctx: &mut Context<'_>,
         pool: &PoolRef,
         last: &ObjectRecord,
+        released: &[Released],
         deletion: &EventRef,
     ) {
-        let held = holdings::holdings(&pool.name, last);
         let kind = pool.stream.kind();
-        for holding in &held {
+        for holding in released {
+            if ctx
+                .state
+                .owner_gone_since(&holding.owner, holding.owner_uid.as_deref())
+                .is_some()
+            {
+                continue;
+            }
             let subject_name = format!("{}/{}", pool.name, holding.address);
             let subject_uid = format!("{}/{}", last.uid, holding.address);
             let finding = Finding {
@@ -127,7 +136,7 @@ impl SubnetDeletedBeforeIp {
                     ),
                     evidence(
                         deletion,
-                        format!("{kind} {} deleted with {} allocation(s)", pool.name, held.len()),
+                        format!("{kind} {} deleted with {} allocation(s)", pool.name, released.len()),
                     ),
                 ],
             };
@@ -137,8 +146,8 @@ impl SubnetDeletedBeforeIp {
                 id,
                 AllocationAlert {
                     pool: pool.clone(),
-                    owner: holding.owner.to_string(),
-                    owner_uid: holding.owner_uid.map(str::to_owned),
+                    owner: holding.owner.clone(),
+                    owner_uid: holding.owner_uid.clone(),
                 },
             );
         }
@@ -311,6 +320,34 @@ mod tests {
             })
             .collect();
         (alerts, analyzer)
+    }
+
+    #[test]
+    fn an_allocation_of_a_pod_already_gone_is_not_a_deletion_leak() {
+        let pool = || EventBuilder::ip_pool("kube-system", "10.0.0.0-24", "10.0.0.0/24");
+        let (alerts, _) = run(vec![
+            EventBuilder::pod("default", "a")
+                .uid("a-1")
+                .rv(1)
+                .at(1)
+                .added(),
+            pool()
+                .allocation(5, "10.0.0.5", "default/a")
+                .rv(2)
+                .at(2)
+                .added(),
+            EventBuilder::pod("default", "a")
+                .uid("a-1")
+                .rv(3)
+                .at(3)
+                .deleted(),
+            pool()
+                .allocation(5, "10.0.0.5", "default/a")
+                .rv(4)
+                .at(4)
+                .deleted(),
+        ]);
+        assert!(alerts.iter().all(|(rule, _, _)| rule != NAME), "{alerts:?}");
     }
 
     #[test]
