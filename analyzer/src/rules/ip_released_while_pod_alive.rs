@@ -33,8 +33,11 @@ impl Rule for IpReleasedWhilePodAlive {
         if !matches!(
             stream,
             Stream::IpPool | Stream::OverlappingRangeIpReservation | Stream::SpiderIpPool
-        ) || change.released.is_empty()
-        {
+        ) {
+            return;
+        }
+        resolve_reallocated(ctx, change);
+        if change.released.is_empty() {
             return;
         }
         if holdings::is_pool(stream) && change.removed().is_some() {
@@ -103,6 +106,42 @@ impl Rule for IpReleasedWhilePodAlive {
     }
 }
 
+/// A pod whose allocation was released and that got a new one from its IPAM (its sandbox
+/// was re-created: CNI DEL, then ADD) holds an address its IPAM records again.
+/// Only a pool allocation counts: whereabouts writes a reservation after the pool patch,
+/// so a reservation appearing after a release is the old allocation's, late.
+fn resolve_reallocated(ctx: &mut Context<'_>, change: &Change<'_>) {
+    let (Some(key), true) = (change.record, change.reindexed) else {
+        return;
+    };
+    if !holdings::is_pool(key.0) {
+        return;
+    }
+    let state = ctx.state;
+    let before = change.held_before();
+    for holding in change.held_after() {
+        if before.contains(holding) {
+            continue;
+        }
+        let Some(pod) = state.pod(&holding.owner) else {
+            continue;
+        };
+        if state.owner_uid(key, holding) != Some(pod.uid.as_str())
+            || ctx.firing_about(NAME, &pod.uid).is_empty()
+        {
+            continue;
+        }
+        let what = format!(
+            "{} {} allocates {} to pod {} again",
+            key.0.kind(),
+            key.1,
+            holding.address,
+            holding.owner
+        );
+        ctx.resolve_all_about(NAME, &pod.uid, &evidence(change.event, what));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{t, transitions};
@@ -136,6 +175,26 @@ mod tests {
             [
                 t(NAME, "firing", "default/web-2"),
                 t(NAME, "resolved", "default/web-2")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pod_allocated_again_after_its_sandbox_was_recreated_is_healed() {
+        let got = transitions(vec![
+            EventBuilder::pod("default", "a").uid("a1").rv(1).added(),
+            pool().allocation(5, "10.0.0.5", "default/a").rv(2).added(),
+            pool().rv(3).modified(),
+            pool()
+                .allocation(6, "10.0.0.6", "default/a")
+                .rv(4)
+                .modified(),
+        ]);
+        assert_eq!(
+            got,
+            [
+                t(NAME, "firing", "default/a"),
+                t(NAME, "resolved", "default/a")
             ]
         );
     }

@@ -163,14 +163,19 @@ pub struct Gone {
 
 const TOMBSTONES: usize = 65_536;
 const GONE_PODS: usize = 65_536;
+const POOL_DELETIONS: usize = 16_384;
 
 /// The cluster's live objects and the indexes over them.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ClusterState {
     objects: HashMap<Stream, HashMap<Arc<str>, ObjectRecord>>,
     indexes: Indexes,
-    /// The last deletion of each pool name, by kind.
+    /// The last deletion of each pool name, by kind (bounded: auto-created pools get new
+    /// names all the time).
     pool_deletions: HashMap<Stream, HashMap<String, EventRef>>,
+    /// Pool deletions in the order they came, to forget the oldest.
+    #[serde(default)]
+    pool_deletion_order: VecDeque<(Stream, String, i64)>,
     /// The first complete list of each stream (`SYNC_END`).
     listed: HashMap<Stream, EventRef>,
     /// Recently gone pods by `namespace/name` (bounded; the latest per name).
@@ -361,10 +366,7 @@ impl ClusterState {
             self.bury(uid, rv);
             let at = EventRef::of(&event);
             if holdings::is_pool(stream) {
-                self.pool_deletions
-                    .entry(stream)
-                    .or_default()
-                    .insert(name.clone(), at.clone());
+                self.remember_pool_deletion(stream, &name, at.clone());
             }
             if stream == Stream::Pod {
                 self.remember_gone_pod(&name, uid, at);
@@ -420,6 +422,25 @@ impl ClusterState {
             reindexed,
             stale: false,
         }
+    }
+
+    fn remember_pool_deletion(&mut self, stream: Stream, name: &str, at: EventRef) {
+        if self.pool_deletion_order.len() == POOL_DELETIONS {
+            if let Some((stream, oldest, rv)) = self.pool_deletion_order.pop_front() {
+                // Only if that pool was not deleted again since.
+                if let Some(deletions) = self.pool_deletions.get_mut(&stream) {
+                    if deletions.get(&oldest).is_some_and(|d| d.rv == rv) {
+                        deletions.remove(&oldest);
+                    }
+                }
+            }
+        }
+        self.pool_deletion_order
+            .push_back((stream, name.to_owned(), at.rv));
+        self.pool_deletions
+            .entry(stream)
+            .or_default()
+            .insert(name.to_owned(), at);
     }
 
     fn remember_gone_pod(&mut self, name: &str, uid: &str, at: EventRef) {
