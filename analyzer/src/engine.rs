@@ -276,7 +276,7 @@ impl Analyzer {
         if let Some(t) = event_ref.time_ms {
             self.history_now_ms = Some(self.history_now_ms.map_or(t, |now| now.max(t)));
         }
-        let applied = self.state.apply(event);
+        let applied = self.state.apply_at(event, event_ref.clone());
         if applied.stale {
             self.stats.stale += 1;
             return;

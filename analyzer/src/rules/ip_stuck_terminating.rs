@@ -72,7 +72,7 @@ impl Rule for IpStuckTerminating {
                 }
             }
             Stream::SpiderEndpoint => {
-                let key = change.event.name.clone();
+                let key = change.event.name.to_string();
                 if let Some(removed) = change.removed() {
                     self.forget(&key);
                     let healed = gone_evidence(change.event, &format!("SpiderEndpoint {key}"));

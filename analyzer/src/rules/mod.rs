@@ -38,6 +38,7 @@ use crate::alerts::{alert_id, AlertBook, Finding, Moment};
 use crate::state::holdings::{self, Holdings};
 use crate::state::{ClusterState, EventRef, ObjectRecord, RecordKey, Released};
 use std::cell::OnceCell;
+use std::sync::Arc;
 
 pub use deadlines::Deadlines;
 
@@ -141,7 +142,7 @@ impl<'a> Change<'a> {
     pub fn key(&self) -> RecordKey {
         match self.record {
             Some(key) => key.clone(),
-            None => (self.event.stream, self.event.name.as_str().into()),
+            None => (self.event.stream, Arc::clone(&self.event.name)),
         }
     }
 
@@ -261,7 +262,7 @@ pub(crate) fn evidence(event: &EventRef, what: String) -> Evidence {
     Evidence {
         stream: event.stream,
         event_type: event.event_type,
-        name: event.name.clone(),
+        name: event.name.to_string(),
         resource_version: event.resource_version.clone(),
         time_ms: event.time_ms,
         what,

@@ -77,7 +77,7 @@ impl Rule for SubnetDeletedBeforeIp {
                     self.resolve_where(
                         ctx,
                         change.event,
-                        |a| a.owner == name && a.owner_uid.as_ref().is_none_or(|u| *u == uid),
+                        |a| *a.owner == *name && a.owner_uid.as_ref().is_none_or(|u| *u == uid),
                         "is gone",
                     );
                 }

@@ -30,8 +30,8 @@ pub struct EventRef {
     pub stream: Stream,
     /// Its type.
     pub event_type: EventType,
-    /// Object name (`namespace/name` for namespaced kinds).
-    pub name: String,
+    /// Object name (`namespace/name` for namespaced kinds), shared with the record's key.
+    pub name: Arc<str>,
     /// Its resourceVersion as sent.
     pub resource_version: String,
     /// Numeric resourceVersion, for ordering evidence.
@@ -46,7 +46,7 @@ impl EventRef {
         EventRef {
             stream: event.stream,
             event_type: event.event_type,
-            name: event.object_key(),
+            name: Arc::from(event.object_key()),
             resource_version: event.resource_version.clone(),
             rv: event.resource_version_num.unwrap_or(-1),
             time_ms: event.event_time_ms(),
@@ -331,10 +331,17 @@ impl ClusterState {
 
     /// Applies one event, in resourceVersion order.
     pub fn apply(&mut self, event: WatchEvent) -> Applied {
+        let at = EventRef::of(&event);
+        self.apply_at(event, at)
+    }
+
+    /// [`ClusterState::apply`], with the event's [`EventRef`] already made (the engine
+    /// makes one for the rules; the record shares its name).
+    pub fn apply_at(&mut self, event: WatchEvent, at: EventRef) -> Applied {
         if event.event_type == EventType::SyncEnd {
             self.listed
                 .entry(event.stream)
-                .or_insert_with(|| EventRef::of(&event));
+                .or_insert_with(|| at.clone());
         }
         if !event.event_type.carries_object() || event.stream == Stream::Unknown {
             return Applied::default();
@@ -344,10 +351,11 @@ impl ClusterState {
         if self.tombstones.get(uid).is_some_and(|dead| rv <= *dead) {
             return stale();
         }
-        let name = event.object_key();
+        let name = Arc::clone(&at.name);
         let held = self.get(event.stream, &name).map(|r| Previous {
             same_object: r.uid == uid,
-            uid: r.uid.clone(),
+            // Needed only when a new uid replaced it (a pod then counts as gone).
+            replaced_uid: (r.uid != uid).then(|| r.uid.clone()),
             rv: r.rv(),
             first_rv: r.first_rv,
             first_ms: r.first_ms,
@@ -364,19 +372,14 @@ impl ClusterState {
                 return stale();
             }
             self.bury(uid, rv);
-            let at = EventRef::of(&event);
             if holdings::is_pool(stream) {
                 self.remember_pool_deletion(stream, &name, at.clone());
             }
             if stream == Stream::Pod {
                 self.remember_gone_pod(&name, uid, at);
             }
-            let before = self
-                .objects
-                .entry(stream)
-                .or_default()
-                .remove(name.as_str());
-            let key: RecordKey = (stream, Arc::from(name));
+            let before = self.objects.entry(stream).or_default().remove(&*name);
+            let key: RecordKey = (stream, name);
             let released = match &before {
                 Some(record) => {
                     let pools = holdings::pool_names(record.part());
@@ -394,20 +397,21 @@ impl ClusterState {
             };
         }
         let previous = held.as_ref().filter(|p| p.same_object);
-        let record = record_of(event, previous);
+        let record = record_of(event, at, previous);
         if let Some(replaced) = held.as_ref().filter(|p| !p.same_object) {
             if stream == Stream::Pod {
                 // A new uid under a held name: the old pod is gone even if its deletion
                 // was missed.
-                self.remember_gone_pod(&name, &replaced.uid, record.last.clone());
+                let old_uid = replaced.replaced_uid.clone().unwrap_or_default();
+                self.remember_gone_pod(&name, &old_uid, record.last.clone());
             }
         }
         if holdings::is_pool(stream) {
             if let Some(deletions) = self.pool_deletions.get_mut(&stream) {
-                deletions.remove(&name);
+                deletions.remove(&*name);
             }
         }
-        let key: RecordKey = (stream, Arc::from(name.as_str()));
+        let key: RecordKey = (stream, Arc::clone(&record.last.name));
         let before = self
             .objects
             .entry(stream)
@@ -559,7 +563,7 @@ impl ClusterState {
 /// What a new version of an object keeps of the version before it.
 struct Previous {
     same_object: bool,
-    uid: String,
+    replaced_uid: Option<String>,
     rv: i64,
     first_rv: i64,
     first_ms: Option<i64>,
@@ -568,8 +572,7 @@ struct Previous {
 
 /// The record for an upserted object; what the previous version of the same object knew
 /// (first sighting, first deletion request) carries over.
-fn record_of(mut event: WatchEvent, previous: Option<&Previous>) -> ObjectRecord {
-    let last = EventRef::of(&event);
+fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>) -> ObjectRecord {
     let meta = event.metadata.take().unwrap_or_default();
     let deletion_ref = meta.deletion_timestamp_ms.map(|_| Box::new(last.clone()));
     let part = event
