@@ -122,24 +122,8 @@ pub async fn run(
     })?;
     let store_path = config.state_dir.join("analyzer.db");
     let mut store = Store::open(&store_path)?;
-    let (states, mut offsets) = store.load_checkpoint(&config.topic)?;
-    let mut analyzers = HashMap::new();
-    for (cluster, state) in states {
-        match Analyzer::restore(&state, config.analyzer.clone()) {
-            Ok(analyzer) => {
-                analyzers.insert(cluster, analyzer);
-            }
-            Err(error) => {
-                // A checkpoint this build cannot read (written by an older analyzer whose
-                // state had another shape): rebuild every cluster from the topic rather
-                // than stop, since offsets without their analysis are worthless.
-                warn!(%error, %cluster, "cannot read the checkpoint; rebuilding from the topic");
-                analyzers.clear();
-                offsets.clear();
-                break;
-            }
-        }
-    }
+    let (states, offsets) = store.load_checkpoint(&config.topic)?;
+    let (mut analyzers, offsets) = restore_checkpoint(states, offsets, &config.analyzer);
     let offsets = if analyzers.is_empty() && offsets.is_empty() && config.start_at_snapshot {
         rebuild_offsets(&config).await
     } else {
@@ -258,6 +242,30 @@ pub async fn run(
     Ok(())
 }
 
+/// The analyses and offsets of a checkpoint. A checkpoint this build cannot read (written
+/// by an older analyzer whose state had another shape) is dropped whole, so that every
+/// cluster is rebuilt from the topic rather than the process stopping at start: offsets
+/// without their analysis are worthless.
+fn restore_checkpoint(
+    states: Vec<(String, Vec<u8>)>,
+    offsets: HashMap<i32, i64>,
+    config: &AnalyzerConfig,
+) -> (HashMap<String, Analyzer>, HashMap<i32, i64>) {
+    let mut analyzers = HashMap::new();
+    for (cluster, state) in states {
+        match Analyzer::restore(&state, config.clone()) {
+            Ok(analyzer) => {
+                analyzers.insert(cluster, analyzer);
+            }
+            Err(error) => {
+                warn!(%error, %cluster, "cannot read the checkpoint; rebuilding from the topic");
+                return (HashMap::new(), HashMap::new());
+            }
+        }
+    }
+    (analyzers, offsets)
+}
+
 /// With no local state: start every partition at its latest complete snapshot.
 async fn rebuild_offsets(config: &LiveConfig) -> HashMap<i32, i64> {
     let (brokers, topic, options) = (
@@ -346,4 +354,28 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_checkpoint_is_dropped_whole_and_rebuilt_from_the_topic() {
+        let config = AnalyzerConfig::default();
+        let good = Analyzer::new(config.clone()).snapshot();
+        // The shape of a checkpoint written before issue 8 (per-kind maps, no rules).
+        let old = br#"{"dedupe":{},"state":{"ips":{},"subnets":{},"pods":{}},"timers":{}}"#;
+        let offsets = HashMap::from([(0, 42)]);
+        let states = vec![
+            ("a".to_owned(), good.clone()),
+            ("b".to_owned(), old.to_vec()),
+        ];
+        let (analyzers, kept) = restore_checkpoint(states, offsets.clone(), &config);
+        assert!(analyzers.is_empty() && kept.is_empty());
+        let (analyzers, kept) =
+            restore_checkpoint(vec![("a".to_owned(), good)], offsets.clone(), &config);
+        assert_eq!(analyzers.len(), 1);
+        assert_eq!(kept, offsets);
+    }
 }
