@@ -51,11 +51,6 @@ impl Deadlines {
         self.by_key.is_empty()
     }
 
-    /// The deadline of `key`.
-    pub fn get(&self, key: &str) -> Option<i64> {
-        self.by_key.get(key).copied()
-    }
-
     /// Takes every key whose deadline is before `now_ms`, earliest first.
     pub fn take_due(&mut self, now_ms: i64) -> Vec<(i64, String)> {
         let mut due = Vec::new();

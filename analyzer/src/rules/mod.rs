@@ -56,11 +56,6 @@ pub fn all() -> Vec<Box<dyn Rule>> {
     ]
 }
 
-/// The names of every rule.
-pub fn names() -> Vec<&'static str> {
-    all().iter().map(|r| r.name()).collect()
-}
-
 /// One detection.
 pub trait Rule: Send {
     /// The rule's name, as alerts carry it.

@@ -65,16 +65,6 @@ impl Scope<'_> {
             Scope::Reservations => "",
         }
     }
-
-    /// What the place is, for people.
-    pub fn what(&self) -> &'static str {
-        match self {
-            Scope::Subnet(_) => "subnet",
-            Scope::IpPool(_) | Scope::SpiderPool(_) => "pool",
-            Scope::Reservations => "reservations",
-            Scope::Network(_) => "network",
-        }
-    }
 }
 
 impl std::fmt::Display for Scope<'_> {

@@ -139,8 +139,6 @@ pub type RecordKey = (Stream, Arc<str>);
 pub struct Applied {
     /// The record the event was about (`None` for markers and stale events).
     pub key: Option<RecordKey>,
-    /// The object is live after the event (it was added or changed).
-    pub upserted: bool,
     /// The record held under this name before the event: the previous version, the
     /// deleted object, or the object a new uid replaced.
     pub before: Option<ObjectRecord>,
@@ -200,14 +198,6 @@ impl ClusterState {
     /// The live records of `stream`, in no order.
     pub fn records(&self, stream: Stream) -> impl Iterator<Item = (&Arc<str>, &ObjectRecord)> {
         self.objects.get(&stream).into_iter().flatten()
-    }
-
-    /// Live objects per stream.
-    pub fn counts(&self) -> Vec<(Stream, usize)> {
-        let mut counts: Vec<(Stream, usize)> =
-            self.objects.iter().map(|(s, m)| (*s, m.len())).collect();
-        counts.sort();
-        counts
     }
 
     /// The live pool.
@@ -420,7 +410,6 @@ impl ClusterState {
         let (reindexed, released) = self.reindex(&key, before.as_ref());
         Applied {
             key: Some(key),
-            upserted: true,
             before,
             released,
             reindexed,
