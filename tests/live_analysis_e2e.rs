@@ -361,8 +361,17 @@ fn command(cluster: &str, id: &str, name: &str, uid: &str, rv: &str) -> CleanupC
         finalizer: None,
         subnet: "gone-net".into(),
         reason_alert_id: "test".into(),
-        issued_at_ms: 0,
+        // Fresh: collectors refuse commands older than --remediate-max-age.
+        issued_at_ms: now_ms(),
+        alert_fired_at_ms: now_ms(),
+        signature: None,
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn send(world: &World, command: &CleanupCommand) {

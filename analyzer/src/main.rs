@@ -58,8 +58,9 @@ struct RunArgs {
     /// Consumer group.
     #[arg(long, env = "IPAUDIT_GROUP", default_value = "ipaudit-analyzer")]
     group: String,
-    /// Extra librdkafka consumer setting, KEY=VALUE (repeatable).
-    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", value_delimiter = ',', value_parser = key_value)]
+    /// Extra librdkafka consumer setting, KEY=VALUE (repeatable). The variable's value is
+    /// never shown in --help: it can carry sasl.password.
+    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", hide_env_values = true, value_delimiter = ',', value_parser = key_value)]
     kafka_options: Vec<(String, String)>,
     /// Directory of the SQLite store (checkpoints, alert outbox); keep it on a persistent volume.
     #[arg(
@@ -71,21 +72,40 @@ struct RunArgs {
     /// How often the analysis and offsets are checkpointed.
     #[arg(long, env = "IPAUDIT_CHECKPOINT_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     checkpoint_interval: Duration,
-    /// POST every alert transition as JSON to this URL.
-    #[arg(long, env = "IPAUDIT_WEBHOOK_URL")]
+    /// POST every alert transition as JSON to this URL (its value is never shown in
+    /// --help: chat webhooks carry their token in the URL).
+    #[arg(long, env = "IPAUDIT_WEBHOOK_URL", hide_env_values = true)]
     webhook_url: Option<String>,
-    /// Send `Authorization: Bearer TOKEN` to the webhook.
+    /// Send `Authorization: Bearer TOKEN` to the webhook (prefer --webhook-bearer-token-file).
     #[arg(
         long,
         env = "IPAUDIT_WEBHOOK_BEARER_TOKEN",
-        conflicts_with = "webhook_hmac_secret"
+        hide_env_values = true,
+        conflicts_with_all = ["webhook_bearer_token_file", "webhook_hmac_secret", "webhook_hmac_secret_file"]
     )]
     webhook_bearer_token: Option<String>,
-    /// Sign webhook bodies: `X-Ipaudit-Signature: sha256=<hex HMAC-SHA256 of the body>`.
-    #[arg(long, env = "IPAUDIT_WEBHOOK_HMAC_SECRET")]
+    /// File holding the webhook's bearer token (one trailing newline is ignored).
+    #[arg(
+        long,
+        env = "IPAUDIT_WEBHOOK_BEARER_TOKEN_FILE",
+        conflicts_with_all = ["webhook_hmac_secret", "webhook_hmac_secret_file"]
+    )]
+    webhook_bearer_token_file: Option<PathBuf>,
+    /// Sign webhook bodies: `X-Ipaudit-Signature: sha256=<hex HMAC-SHA256 of the body>`
+    /// (prefer --webhook-hmac-secret-file).
+    #[arg(
+        long,
+        env = "IPAUDIT_WEBHOOK_HMAC_SECRET",
+        hide_env_values = true,
+        conflicts_with = "webhook_hmac_secret_file"
+    )]
     webhook_hmac_secret: Option<String>,
-    /// Send alerts to this Alertmanager (API v2), e.g. http://alertmanager:9093.
-    #[arg(long, env = "IPAUDIT_ALERTMANAGER_URL")]
+    /// File holding the webhook HMAC secret (one trailing newline is ignored).
+    #[arg(long, env = "IPAUDIT_WEBHOOK_HMAC_SECRET_FILE")]
+    webhook_hmac_secret_file: Option<PathBuf>,
+    /// Send alerts to this Alertmanager (API v2), e.g. http://alertmanager:9093 (its value
+    /// is never shown in --help: it may carry credentials).
+    #[arg(long, env = "IPAUDIT_ALERTMANAGER_URL", hide_env_values = true)]
     alertmanager_url: Option<String>,
     /// Also publish alerts as Avro `Alert` records to this topic (e.g. ipaudit.alerts).
     #[arg(long, env = "IPAUDIT_ALERTS_TOPIC")]
@@ -101,6 +121,19 @@ struct RunArgs {
         default_value = "ipaudit.commands"
     )]
     commands_topic: String,
+    /// File holding the key that signs cleanup commands (HMAC-SHA256; at least 16 bytes,
+    /// e.g. `openssl rand -hex 32`; surrounding whitespace ignored). Collectors given the
+    /// same key refuse unsigned and wrongly signed commands. Default: commands unsigned.
+    #[arg(long, env = "IPAUDIT_COMMANDS_KEY_FILE")]
+    commands_key_file: Option<PathBuf>,
+    /// The commands key itself (prefer --commands-key-file: a flag shows in `ps`).
+    #[arg(
+        long,
+        env = "IPAUDIT_COMMANDS_KEY",
+        hide_env_values = true,
+        conflicts_with = "commands_key_file"
+    )]
+    commands_key: Option<String>,
     /// Exit once every assigned partition is read to its end (a catch-up run), after a
     /// last checkpoint and after the sinks delivered what it found.
     #[arg(long)]
@@ -151,6 +184,36 @@ impl RuleArgs {
             records_grace_ms: millis(self.records_grace),
         }
     }
+}
+
+/// A secret given as a value or as a file: the file's content without one trailing
+/// newline. An empty file is an error (a mounted secret that is missing its key). The
+/// value never appears in an error.
+fn secret(
+    value: Option<String>,
+    file: Option<PathBuf>,
+    what: &str,
+) -> anyhow::Result<Option<String>> {
+    match (value, file) {
+        (Some(value), _) => Ok(Some(value)),
+        (None, Some(path)) => read_secret_file(&path)
+            .with_context(|| format!("cannot read the {what} from {}", path.display()))
+            .map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Reads a secret file: its text without one trailing newline (`\n` or `\r\n`).
+fn read_secret_file(path: &std::path::Path) -> anyhow::Result<String> {
+    let mut text = std::fs::read_to_string(path)?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    anyhow::ensure!(!text.is_empty(), "the file is empty");
+    Ok(text)
 }
 
 fn key_value(text: &str) -> Result<(String, String), String> {
@@ -248,8 +311,18 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         sinks.push(AlertSink::Log(LogSink));
     }
     // An empty value (e.g. an unset variable in docker compose) means "not configured".
+    let bearer = secret(
+        args.webhook_bearer_token,
+        args.webhook_bearer_token_file,
+        "webhook bearer token",
+    )?;
+    let hmac = secret(
+        args.webhook_hmac_secret,
+        args.webhook_hmac_secret_file,
+        "webhook HMAC secret",
+    )?;
     if let Some(url) = args.webhook_url.filter(|u| !u.is_empty()) {
-        let auth = match (args.webhook_bearer_token, args.webhook_hmac_secret) {
+        let auth = match (bearer, hmac) {
             (Some(token), _) => WebhookAuth::Bearer(token),
             (None, Some(secret)) => WebhookAuth::Hmac(secret),
             (None, None) => WebhookAuth::None,
@@ -265,8 +338,20 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         sinks.push(AlertSink::Kafka(sink));
     }
     if args.cleanup_commands {
-        let sink = CommandSink::new(&args.brokers, &args.commands_topic, &args.kafka_options)
-            .context("cannot create the commands producer")?;
+        let key = secret(args.commands_key, args.commands_key_file, "commands key")?
+            .map(|text| ipaudit_schemas::CommandKey::from_secret(&text))
+            .transpose()
+            .context("unusable commands key")?;
+        if key.is_none() {
+            tracing::warn!("cleanup commands are sent unsigned: collectors with a commands key refuse them (--commands-key-file)");
+        }
+        let sink = CommandSink::new(
+            &args.brokers,
+            &args.commands_topic,
+            &args.kafka_options,
+            key,
+        )
+        .context("cannot create the commands producer")?;
         sinks.push(AlertSink::Commands(sink));
     }
     let config = ipaudit_analyzer::live::LiveConfig {

@@ -82,7 +82,8 @@ struct RunArgs {
     #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
     topic: String,
     /// Extra librdkafka producer setting, KEY=VALUE (repeatable), e.g. security.protocol=SSL.
-    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", value_delimiter = ',', value_parser = key_value)]
+    /// The variable's value is never shown in --help: it can carry sasl.password.
+    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", hide_env_values = true, value_delimiter = ',', value_parser = key_value)]
     kafka_options: Vec<(String, String)>,
     /// Create the topic with this many partitions when it is missing (0: never create).
     #[arg(long, env = "IPAUDIT_CREATE_TOPIC_PARTITIONS", default_value_t = 1)]
@@ -110,6 +111,31 @@ struct RunArgs {
     /// At most this many finalizers removed per minute.
     #[arg(long, env = "IPAUDIT_REMEDIATE_MAX_PER_MINUTE", default_value_t = 10)]
     remediate_max_per_minute: usize,
+    /// Refuse commands whose alert fired longer ago than this (a replay of old commands,
+    /// e.g. by a new consumer group, changes nothing).
+    #[arg(long, env = "IPAUDIT_REMEDIATE_MAX_AGE", default_value = "10m", value_parser = duration)]
+    remediate_max_age: Duration,
+    /// Try a command that FAILED (the API server did not answer as expected) at most this
+    /// many times in all, with exponential backoff.
+    #[arg(long, env = "IPAUDIT_REMEDIATE_MAX_ATTEMPTS", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    remediate_max_attempts: u32,
+    /// Wait before the first retry of a FAILED command; doubles with each retry (at most 5m).
+    #[arg(long, env = "IPAUDIT_REMEDIATE_RETRY_BACKOFF", default_value = "5s", value_parser = duration)]
+    remediate_retry_backoff: Duration,
+    /// File holding the key that signs cleanup commands (HMAC-SHA256, the analyzer's
+    /// --commands-key-file; at least 16 bytes; surrounding whitespace ignored). With a key,
+    /// unsigned and wrongly signed commands are refused. Default: no key, every command for
+    /// this cluster is considered (a warning says so).
+    #[arg(long, env = "IPAUDIT_COMMANDS_KEY_FILE")]
+    commands_key_file: Option<PathBuf>,
+    /// The commands key itself (prefer --commands-key-file: a flag shows in `ps`).
+    #[arg(
+        long,
+        env = "IPAUDIT_COMMANDS_KEY",
+        hide_env_values = true,
+        conflicts_with = "commands_key_file"
+    )]
+    commands_key: Option<String>,
     /// How long SIGTERM waits for the outbox to drain into Kafka.
     #[arg(long, env = "IPAUDIT_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
     shutdown_timeout: Duration,
@@ -185,6 +211,36 @@ fn kinds_long_help() -> String {
     }
     help.truncate(help.trim_end().len());
     help
+}
+
+/// A secret given as a value or as a file: the file's content without one trailing
+/// newline. An empty file is an error (a mounted secret that is missing its key). The
+/// value never appears in an error.
+fn secret(
+    value: Option<String>,
+    file: Option<PathBuf>,
+    what: &str,
+) -> anyhow::Result<Option<String>> {
+    match (value, file) {
+        (Some(value), _) => Ok(Some(value)),
+        (None, Some(path)) => read_secret_file(&path)
+            .with_context(|| format!("cannot read the {what} from {}", path.display()))
+            .map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Reads a secret file: its text without one trailing newline (`\n` or `\r\n`).
+fn read_secret_file(path: &std::path::Path) -> anyhow::Result<String> {
+    let mut text = std::fs::read_to_string(path)?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    anyhow::ensure!(!text.is_empty(), "the file is empty");
+    Ok(text)
 }
 
 fn key_value(text: &str) -> Result<(String, String), String> {
@@ -277,6 +333,13 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 options: kafka.options.clone(),
                 max_per_minute: args.remediate_max_per_minute,
                 group: args.remediate_group,
+                key: secret(args.commands_key, args.commands_key_file, "commands key")?
+                    .map(|text| ipaudit_schemas::CommandKey::from_secret(&text))
+                    .transpose()
+                    .context("unusable commands key")?,
+                max_age: args.remediate_max_age,
+                max_attempts: args.remediate_max_attempts,
+                retry_backoff: args.remediate_retry_backoff,
             };
             let config = RunConfig {
                 remediate,

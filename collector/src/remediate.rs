@@ -1,30 +1,50 @@
 //! Executes cleanup commands, safely, when remediation is switched on (`--remediate`; off
-//! by default, `dry-run` only logs). A command is for one cluster; before acting the
-//! collector re-reads the live IP and its subnet, and acts only if the subnet is still
-//! absent, the IP is terminating, and its uid and resourceVersion are still the ones the
-//! command names. It then removes only kube-ovn's finalizer, with a JSON patch that tests
-//! the resourceVersion and the finalizer, so it cannot hit a changed or recreated object.
-//! Actions are rate-limited, each command is handled once, and every outcome (applied,
-//! dry-run, skipped and why, failed) is recorded as a REMEDIATION event on the events
-//! topic, so the audit log holds the action too.
+//! by default, `dry-run` only checks and records). The commands topic is an instruction
+//! channel into the cluster, and Kafka may be shared, so a command is obeyed only if:
+//!
+//! - it is for this cluster;
+//! - with a commands key (`--commands-key-file`), it carries a valid HMAC-SHA256 signature
+//!   made with that key (see `ipaudit_schemas::command`);
+//! - its alert fired less than `--remediate-max-age` ago (a new consumer group replaying
+//!   the topic, or a copy of an old command, is refused);
+//! - its names are DNS-1123 subdomains (they go into the URL path);
+//! - re-reading the live IP and its subnet shows the subnet still absent (a 404 whose
+//!   `Status` names that subnet; the 404 of a resource type that is missing, as during a
+//!   CRD reinstall, is a failure to retry, not an absent subnet), the IP terminating, and
+//!   its uid and resourceVersion still the ones the command names.
+//!
+//! It then removes only kube-ovn's finalizer, with a JSON patch that tests the
+//! resourceVersion and the finalizer, so it cannot hit a changed or recreated object.
+//! Patches are rate-limited. Every outcome (applied, dry-run, skipped or refused and why,
+//! failed) is recorded as a REMEDIATION event on the events topic, so the audit log holds
+//! the action too.
+//!
+//! Delivery is at least once and idempotent by command id: a command's offset is committed
+//! only after its outcome is recorded (a row in the `remediation_commands` table of the
+//! state database and the event handed to the outbox writer). A FAILED outcome (the API
+//! server did not answer as expected) is retried with exponential backoff up to
+//! `--remediate-max-attempts` times. A DRY_RUN outcome is not final: a collector started
+//! with `--remediate on` re-runs the commands it only dry-ran (within their max age).
+//! Refusals for a bad signature are not stored under the command id, so that a forged
+//! command cannot take the id of a real one.
 
 use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ipaudit_schemas::{
-    decode, is_kube_ovn_finalizer, CleanupAction, CleanupCommand, EventType, ObjectMeta,
-    Remediation, RemediationOutcome, Stream, WatchEvent,
+    decode, is_kube_ovn_finalizer, CleanupAction, CleanupCommand, CommandKey, EventType, NameError,
+    ObjectMeta, Remediation, RemediationOutcome, SignatureError, Stream, WatchEvent,
 };
 use kube::Client;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
-use tracing::{info, warn};
+use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::event::Stamp;
 use crate::watch::{LiveChange, Observed};
@@ -40,7 +60,7 @@ pub enum RemediationMode {
     On,
 }
 
-/// Where commands come from and how fast they may be applied.
+/// Where commands come from, who may send them, and how fast they may be applied.
 #[derive(Debug, Clone)]
 pub struct RemediateConfig {
     /// Off, dry-run or on.
@@ -55,17 +75,231 @@ pub struct RemediateConfig {
     pub max_per_minute: usize,
     /// Consumer group (default: `ipaudit-remediator-<cluster id>`).
     pub group: Option<String>,
+    /// With a key, only commands signed with it are obeyed.
+    pub key: Option<CommandKey>,
+    /// Commands whose alert fired longer ago than this are refused.
+    pub max_age: Duration,
+    /// A command that FAILED is tried at most this many times in all.
+    pub max_attempts: u32,
+    /// Wait before the first retry; doubles with each further one (at most 5 minutes).
+    pub retry_backoff: Duration,
 }
 
-/// Why the remediator stopped.
+impl RemediateConfig {
+    /// Defaults for everything but where commands come from.
+    pub fn new(mode: RemediationMode, brokers: &str, topic: &str) -> Self {
+        RemediateConfig {
+            mode,
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+            options: Vec::new(),
+            max_per_minute: 10,
+            group: None,
+            key: None,
+            max_age: Duration::from_secs(600),
+            max_attempts: 5,
+            retry_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why the remediator stopped. Both are worth a restart of the process: the consumer or
+/// the state database may work again.
 #[derive(Debug, thiserror::Error)]
 pub enum RemediateError {
-    /// The consumer could not be created.
+    /// The consumer could not be created, subscribed, or commit.
     #[error("commands consumer")]
     Kafka(#[from] KafkaError),
     /// The record of handled commands failed.
     #[error("record of handled commands")]
     Sqlite(#[from] rusqlite::Error),
+}
+
+/// Why a command is refused before anything is read from the cluster. None is retryable:
+/// the same bytes are refused again.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// Not a CleanupCommand.
+    #[error("undecodable command: {0}")]
+    Undecodable(#[source] ipaudit_schemas::DecodeError),
+    /// Unsigned or wrongly signed while this collector has a key.
+    #[error("{0}")]
+    Signature(#[source] SignatureError),
+    /// A name that cannot be put into a URL path.
+    #[error("{0}")]
+    Name(#[source] NameError),
+    /// Older than `--remediate-max-age`.
+    #[error("expired: its alert fired {age} ago, longer than --remediate-max-age {max}")]
+    Expired {
+        /// How old.
+        age: humantime::Duration,
+        /// The limit.
+        max: humantime::Duration,
+    },
+}
+
+/// The last outcome of a command and what is still to be done, as stored.
+struct Stored {
+    outcome: String,
+    retry_at_ms: Option<i64>,
+}
+
+/// The remediator's record in the state database: one row per command id obeyed (or
+/// refused for its age or names), with the message as received so that it can be retried
+/// or re-run with `--remediate on` after a dry run.
+struct Ledger {
+    // A Mutex only to make the remediator Sync across awaits; one task uses it.
+    db: std::sync::Mutex<Connection>,
+}
+
+impl Ledger {
+    fn open(path: &Path) -> Result<Ledger, rusqlite::Error> {
+        let db = Connection::open(path)?;
+        db.busy_timeout(Duration::from_secs(10))?;
+        db.execute_batch(
+            "CREATE TABLE IF NOT EXISTS remediation_commands (
+                command_id TEXT PRIMARY KEY,
+                payload BLOB NOT NULL,
+                outcome TEXT NOT NULL,
+                reason TEXT NOT NULL,
+                attempts INTEGER NOT NULL,
+                retry_at_ms INTEGER
+            );
+            CREATE INDEX IF NOT EXISTS remediation_commands_due
+                ON remediation_commands (retry_at_ms) WHERE retry_at_ms IS NOT NULL;",
+        )?;
+        // Before it, handled commands were kept without their message: they stay handled.
+        let old: bool = db.query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'handled_commands'",
+            [],
+            |r| r.get(0),
+        )?;
+        if old {
+            db.execute_batch(
+                "BEGIN;
+                 INSERT OR IGNORE INTO remediation_commands
+                     SELECT command_id, x'', outcome, reason, 1, NULL FROM handled_commands;
+                 DROP TABLE handled_commands;
+                 COMMIT;",
+            )?;
+        }
+        Ok(Ledger {
+            db: std::sync::Mutex::new(db),
+        })
+    }
+
+    fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.db.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, command_id: &str) -> Result<Option<Stored>, rusqlite::Error> {
+        self.db()
+            .query_row(
+                "SELECT outcome, retry_at_ms FROM remediation_commands WHERE command_id = ?1",
+                [command_id],
+                |r| {
+                    Ok(Stored {
+                        outcome: r.get(0)?,
+                        retry_at_ms: r.get(1)?,
+                    })
+                },
+            )
+            .optional()
+    }
+
+    fn attempts(&self, command_id: &str) -> Result<u32, rusqlite::Error> {
+        Ok(self
+            .db()
+            .query_row(
+                "SELECT attempts FROM remediation_commands WHERE command_id = ?1",
+                [command_id],
+                |r| r.get::<_, u32>(0),
+            )
+            .optional()?
+            .unwrap_or(0))
+    }
+
+    fn record(
+        &self,
+        command_id: &str,
+        payload: &[u8],
+        outcome: &str,
+        reason: &str,
+        attempts: u32,
+        retry_at_ms: Option<i64>,
+    ) -> Result<(), rusqlite::Error> {
+        self.db().execute(
+            "INSERT INTO remediation_commands (command_id, payload, outcome, reason, attempts, retry_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (command_id) DO UPDATE SET outcome = ?3, reason = ?4, attempts = ?5, retry_at_ms = ?6",
+            params![command_id, payload, outcome, reason, attempts, retry_at_ms],
+        )?;
+        Ok(())
+    }
+
+    /// Commands only dry-run so far become due now (a collector switched to `on`).
+    fn rerun_dry_runs(&self, now_ms: i64) -> Result<usize, rusqlite::Error> {
+        self.db().execute(
+            "UPDATE remediation_commands SET retry_at_ms = ?1, attempts = 0
+             WHERE outcome = ?2 AND length(payload) > 0",
+            params![now_ms, RemediationOutcome::DryRun.as_str()],
+        )
+    }
+
+    /// The command due first: (id, payload, due at).
+    fn next_due(&self) -> Result<Option<(String, Vec<u8>, i64)>, rusqlite::Error> {
+        self.db()
+            .query_row(
+                "SELECT command_id, payload, retry_at_ms FROM remediation_commands
+                 WHERE retry_at_ms IS NOT NULL ORDER BY retry_at_ms LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The remediator's working state.
+struct Remediator {
+    client: Client,
+    config: RemediateConfig,
+    stamp: Stamp,
+    ledger: Ledger,
+    events: mpsc::Sender<Observed>,
+    recent: VecDeque<Instant>,
+}
+
+/// What happened to one command, ready to be recorded.
+struct Outcome {
+    outcome: RemediationOutcome,
+    reason: String,
+    finalizer: Option<String>,
+    resource_version: String,
+}
+
+impl Outcome {
+    fn new(outcome: RemediationOutcome, reason: String, rv: &str) -> Self {
+        Outcome {
+            outcome,
+            reason,
+            finalizer: None,
+            resource_version: rv.to_owned(),
+        }
+    }
+
+    fn refused(refusal: &Refusal, rv: &str) -> Self {
+        Self::new(
+            RemediationOutcome::Skipped,
+            format!("refused: {refusal}"),
+            rv,
+        )
+    }
 }
 
 /// Runs until `shutdown`; outcomes go to `events` like any observed event.
@@ -80,11 +314,16 @@ pub async fn run_remediator(
     if config.mode == RemediationMode::Off {
         return Ok(());
     }
-    let handled = Connection::open(state_db)?;
-    handled.busy_timeout(Duration::from_secs(10))?;
-    handled.execute_batch(
-        "CREATE TABLE IF NOT EXISTS handled_commands (command_id TEXT PRIMARY KEY, outcome TEXT NOT NULL, reason TEXT NOT NULL)",
-    )?;
+    let ledger = Ledger::open(state_db)?;
+    if config.mode == RemediationMode::On {
+        let rerun = ledger.rerun_dry_runs(now_ms())?;
+        if rerun > 0 {
+            info!(
+                commands = rerun,
+                "remediation is on: commands only dry-run so far are run again"
+            );
+        }
+    }
     let mut consumer_config = ClientConfig::new();
     consumer_config
         .set("bootstrap.servers", &config.brokers)
@@ -96,97 +335,286 @@ pub async fn run_remediator(
                 .unwrap_or_else(|| format!("ipaudit-remediator-{}", stamp.cluster_id)),
         )
         .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "true");
+        // Offsets are committed by hand, each after its command's outcome is recorded.
+        .set("enable.auto.commit", "false");
     for (key, value) in &config.options {
         consumer_config.set(key, value);
     }
     let consumer: StreamConsumer = consumer_config.create()?;
     consumer.subscribe(&[&config.topic])?;
-    info!(mode = ?config.mode, topic = %config.topic, "remediation enabled");
-    let mut recent: VecDeque<Instant> = VecDeque::new();
+    if config.key.is_none() {
+        warn!("no commands key (--commands-key-file): unsigned commands are obeyed; anyone who can write the commands topic can remove finalizers in this cluster");
+    }
+    info!(mode = ?config.mode, topic = %config.topic, signed_only = config.key.is_some(), max_age = %humantime::Duration::from(config.max_age), "remediation enabled");
+    let mut remediator = Remediator {
+        client,
+        config,
+        stamp,
+        ledger,
+        events,
+        recent: VecDeque::new(),
+    };
     loop {
+        let due_in = remediator
+            .ledger
+            .next_due()?
+            .map(|(_, _, at)| Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0)));
         let message = tokio::select! {
-            message = consumer.recv() => message,
+            message = consumer.recv() => Some(message),
+            _ = tokio::time::sleep(due_in.unwrap_or(Duration::from_secs(3600))), if due_in.is_some() => None,
             _ = shutdown.changed() => return Ok(()),
         };
-        let message = match message {
-            Ok(m) => m,
-            Err(error) => {
-                warn!(%error, "commands consumer error");
-                continue;
+        let open = match message {
+            None => remediator.retry_due(&mut shutdown).await?,
+            Some(Ok(message)) => {
+                let open = remediator.on_message(&message, &mut shutdown).await?;
+                if open {
+                    // Recorded: the command will not be lost if the process dies now.
+                    consumer.commit_message(&message, CommitMode::Sync)?;
+                }
+                open
             }
-        };
-        let command = match message.payload().map(decode::<CleanupCommand>) {
-            Some(Ok(command)) => command,
             Some(Err(error)) => {
-                warn!(%error, offset = message.offset(), "undecodable command ignored");
-                continue;
+                warn!(%error, "commands consumer error");
+                true
             }
-            None => continue,
         };
-        if command.cluster_id != stamp.cluster_id {
-            continue;
+        if !open {
+            return Ok(());
         }
-        let seen: Option<String> = handled
-            .query_row(
-                "SELECT outcome FROM handled_commands WHERE command_id = ?1",
-                [&command.command_id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if seen.is_some() {
-            continue;
+    }
+}
+
+impl Remediator {
+    /// Handles one message; `false` when the process is shutting down (nothing recorded).
+    async fn on_message(
+        &mut self,
+        message: &BorrowedMessage<'_>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<bool, RemediateError> {
+        let payload = message.payload().unwrap_or_default();
+        let command = match decode::<CleanupCommand>(payload) {
+            Ok(command) => command,
+            Err(error) => {
+                // Any writer of the topic can put bytes there: record them, never obey.
+                let id = format!(
+                    "{}/{}/{}",
+                    message.topic(),
+                    message.partition(),
+                    message.offset()
+                );
+                warn!(%error, command = %id, "undecodable command refused");
+                let refusal = Refusal::Undecodable(error);
+                let command = unreadable_command(&id, &self.stamp.cluster_id);
+                return Ok(self.emit(&command, Outcome::refused(&refusal, "")).await);
+            }
+        };
+        if command.cluster_id != self.stamp.cluster_id {
+            return Ok(true);
         }
-        while recent
-            .front()
-            .is_some_and(|t| t.elapsed() > Duration::from_secs(60))
-        {
-            recent.pop_front();
+        let span = info_span!("command", cluster = %command.cluster_id, command = %command.command_id, object = %command.target_name, resource_version = %command.expected_resource_version);
+        if let Some(key) = &self.config.key {
+            if let Err(error) = key.verify(&command) {
+                // Not stored under its id: a forged command must not take a real one's id.
+                let refusal = Refusal::Signature(error);
+                span.in_scope(|| warn!(reason = %refusal, "command refused"));
+                let outcome = Outcome::refused(&refusal, &command.expected_resource_version);
+                return Ok(self.emit(&command, outcome).await);
+            }
         }
-        if recent.len() >= config.max_per_minute.max(1) {
-            let wait = recent.front().map_or(Duration::ZERO, |t| {
-                Duration::from_secs(60).saturating_sub(t.elapsed())
+        if let Some(stored) = self.ledger.get(&command.command_id)? {
+            // Seen before (a redelivery, or a copy): its outcome is recorded already, and
+            // retries and dry-run re-runs are driven from the ledger.
+            span.in_scope(|| debug!(outcome = %stored.outcome, retry_pending = stored.retry_at_ms.is_some(), "command seen before"));
+            return Ok(true);
+        }
+        self.attempt(command, payload, shutdown)
+            .instrument(span)
+            .await
+    }
+
+    /// Retries the command due first.
+    async fn retry_due(
+        &mut self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<bool, RemediateError> {
+        let Some((id, payload, _)) = self.ledger.next_due()? else {
+            return Ok(true);
+        };
+        let command = match decode::<CleanupCommand>(&payload) {
+            Ok(command) => command,
+            Err(error) => {
+                // It decoded when it came; a schema this build does not know. Give up on it.
+                warn!(%error, command = %id, "stored command no longer decodes; dropped");
+                self.ledger.record(
+                    &id,
+                    &payload,
+                    RemediationOutcome::Failed.as_str(),
+                    &format!("stored command no longer decodes: {error}"),
+                    self.config.max_attempts,
+                    None,
+                )?;
+                return Ok(true);
+            }
+        };
+        let span = info_span!("command", cluster = %command.cluster_id, command = %command.command_id, object = %command.target_name, resource_version = %command.expected_resource_version, retry = true);
+        if let Some(key) = &self.config.key {
+            // The key may have changed since the command was stored.
+            if let Err(error) = key.verify(&command) {
+                let refusal = Refusal::Signature(error);
+                let outcome = Outcome::refused(&refusal, &command.expected_resource_version);
+                self.ledger.record(
+                    &id,
+                    &payload,
+                    outcome.outcome.as_str(),
+                    &outcome.reason,
+                    self.ledger.attempts(&id)?,
+                    None,
+                )?;
+                return Ok(self.emit(&command, outcome).await);
+            }
+        }
+        self.attempt(command, &payload, shutdown)
+            .instrument(span)
+            .await
+    }
+
+    /// Checks, executes, records and emits one attempt at a command.
+    async fn attempt(
+        &mut self,
+        command: CleanupCommand,
+        payload: &[u8],
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<bool, RemediateError> {
+        let attempts = self.ledger.attempts(&command.command_id)? + 1;
+        let outcome = match self.precheck(&command) {
+            Err(refusal) => {
+                warn!(reason = %refusal, "command refused");
+                Outcome::refused(&refusal, &command.expected_resource_version)
+            }
+            Ok(()) => {
+                if !self.wait_for_rate_limit(shutdown).await {
+                    return Ok(false);
+                }
+                let outcome = execute(&self.client, self.config.mode, &command).await;
+                if outcome.outcome == RemediationOutcome::Applied {
+                    self.recent.push_back(Instant::now());
+                }
+                outcome
+            }
+        };
+        let mut outcome = outcome;
+        let retry_at_ms = if outcome.outcome == RemediationOutcome::Failed {
+            if attempts < self.config.max_attempts {
+                let backoff = self
+                    .config
+                    .retry_backoff
+                    .saturating_mul(1 << (attempts - 1).min(16))
+                    .min(Duration::from_secs(300));
+                outcome.reason = format!(
+                    "{} (attempt {attempts} of {}; retrying in {})",
+                    outcome.reason,
+                    self.config.max_attempts,
+                    humantime::Duration::from(backoff)
+                );
+                Some(now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX / 2))
+            } else {
+                outcome.reason = format!(
+                    "{} (attempt {attempts} of {}; giving up)",
+                    outcome.reason, self.config.max_attempts
+                );
+                None
+            }
+        } else {
+            None
+        };
+        info!(outcome = outcome.outcome.as_str(), reason = %outcome.reason, "cleanup command handled");
+        self.ledger.record(
+            &command.command_id,
+            payload,
+            outcome.outcome.as_str(),
+            &outcome.reason,
+            attempts,
+            retry_at_ms,
+        )?;
+        Ok(self.emit(&command, outcome).await)
+    }
+
+    /// The checks that need no API server: names and age.
+    fn precheck(&self, command: &CleanupCommand) -> Result<(), Refusal> {
+        command.check_names().map_err(Refusal::Name)?;
+        let age_ms = now_ms().saturating_sub(command.age_reference_ms());
+        let age = Duration::from_millis(u64::try_from(age_ms).unwrap_or(0));
+        if age > self.config.max_age {
+            return Err(Refusal::Expired {
+                age: Duration::from_secs(age.as_secs()).into(),
+                max: self.config.max_age.into(),
             });
+        }
+        Ok(())
+    }
+
+    /// Waits while the per-minute budget of patches is spent; `false` on shutdown.
+    async fn wait_for_rate_limit(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let minute = Duration::from_secs(60);
+        while self.recent.front().is_some_and(|t| t.elapsed() > minute) {
+            self.recent.pop_front();
+        }
+        if self.recent.len() >= self.config.max_per_minute.max(1) {
+            let wait = self
+                .recent
+                .front()
+                .map_or(Duration::ZERO, |t| minute.saturating_sub(t.elapsed()));
             info!(?wait, "remediation rate limit reached; waiting");
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = shutdown.changed() => return Ok(()),
+                _ = shutdown.changed() => return false,
             }
         }
-        let (outcome, reason, finalizer, rv) = execute(&client, config.mode, &command).await;
-        if outcome == RemediationOutcome::Applied {
-            recent.push_back(Instant::now());
-        }
-        info!(command = %command.command_id, ip = %command.target_name, outcome = outcome.as_str(), %reason, "cleanup command handled");
-        handled.execute(
-            "INSERT OR IGNORE INTO handled_commands (command_id, outcome, reason) VALUES (?1, ?2, ?3)",
-            params![command.command_id, outcome.as_str(), reason],
-        )?;
-        let event = outcome_event(&stamp, &command, outcome, reason, finalizer, &rv);
-        if events
+        true
+    }
+
+    /// Hands the outcome event to the outbox writer; `false` when it is gone (shutdown).
+    async fn emit(&self, command: &CleanupCommand, outcome: Outcome) -> bool {
+        let event = outcome_event(&self.stamp, command, outcome);
+        self.events
             .send(Observed {
                 event,
                 live: LiveChange::None,
                 resume_from: None,
             })
             .await
-            .is_err()
-        {
-            return Ok(());
-        }
+            .is_ok()
     }
 }
 
-fn outcome_event(
-    stamp: &Stamp,
-    command: &CleanupCommand,
-    outcome: RemediationOutcome,
-    reason: String,
-    finalizer: Option<String>,
-    resource_version: &str,
-) -> WatchEvent {
+/// A stand-in for a message that is not a command, so that its refusal can be recorded.
+fn unreadable_command(id: &str, cluster_id: &str) -> CleanupCommand {
+    CleanupCommand {
+        command_id: id.to_owned(),
+        cluster_id: cluster_id.to_owned(),
+        action: CleanupAction::RemoveFinalizer,
+        target_kind: String::new(),
+        target_name: String::new(),
+        target_uid: String::new(),
+        expected_resource_version: String::new(),
+        finalizer: None,
+        subnet: String::new(),
+        reason_alert_id: String::new(),
+        issued_at_ms: 0,
+        alert_fired_at_ms: 0,
+        signature: None,
+    }
+}
+
+fn outcome_event(stamp: &Stamp, command: &CleanupCommand, outcome: Outcome) -> WatchEvent {
     // Sequence 0: not part of the IP watch's own sequence.
-    let mut event = stamp.marker(Stream::Ip, EventType::Remediation, resource_version, 0);
+    let mut event = stamp.marker(
+        Stream::Ip,
+        EventType::Remediation,
+        &outcome.resource_version,
+        0,
+    );
     event.metadata = Some(ObjectMeta {
         uid: command.target_uid.clone(),
         name: command.target_name.clone(),
@@ -195,24 +623,20 @@ fn outcome_event(
     event.remediation = Some(Remediation {
         command_id: command.command_id.clone(),
         reason_alert_id: command.reason_alert_id.clone(),
-        action: match command.action {
-            CleanupAction::RemoveFinalizer => "REMOVE_FINALIZER".into(),
-            CleanupAction::Nudge => "NUDGE".into(),
-        },
-        outcome,
-        reason,
-        finalizer,
+        action: command.action.as_str().to_owned(),
+        outcome: outcome.outcome,
+        reason: outcome.reason,
+        finalizer: outcome.finalizer,
     });
     event
 }
 
-type Outcome = (RemediationOutcome, String, Option<String>, String);
-
-/// Runs the checks and, if they pass and remediation is on, the patch.
+/// Runs the checks against the live objects and, if they pass and remediation is on, the
+/// patch.
 async fn execute(client: &Client, mode: RemediationMode, command: &CleanupCommand) -> Outcome {
-    let skipped =
-        |reason: String, rv: &str| (RemediationOutcome::Skipped, reason, None, rv.to_owned());
     let expected = command.expected_resource_version.as_str();
+    let skipped = |reason: String, rv: &str| Outcome::new(RemediationOutcome::Skipped, reason, rv);
+    let failed = |reason: String, rv: &str| Outcome::new(RemediationOutcome::Failed, reason, rv);
     if command.action != CleanupAction::RemoveFinalizer || command.target_kind != "IP" {
         return skipped(
             format!(
@@ -223,17 +647,10 @@ async fn execute(client: &Client, mode: RemediationMode, command: &CleanupComman
         );
     }
     let ip_path = format!("/apis/kubeovn.io/v1/ips/{}", command.target_name);
-    let ip = match get(client, &ip_path).await {
-        Ok(Some(ip)) => ip,
-        Ok(None) => return skipped("the IP no longer exists".into(), expected),
-        Err(e) => {
-            return (
-                RemediationOutcome::Failed,
-                format!("cannot read the IP: {e}"),
-                None,
-                expected.to_owned(),
-            )
-        }
+    let ip = match get(client, &ip_path, "ips", &command.target_name).await {
+        Lookup::Found(ip) => ip,
+        Lookup::Absent => return skipped("the IP no longer exists".into(), expected),
+        Lookup::Failed(e) => return failed(format!("cannot read the IP: {e}"), expected),
     };
     let uid = ip
         .pointer("/metadata/uid")
@@ -272,22 +689,17 @@ async fn execute(client: &Client, mode: RemediationMode, command: &CleanupComman
             &rv,
         );
     }
-    match get(client, &format!("/apis/kubeovn.io/v1/subnets/{subnet}")).await {
-        Ok(None) => {}
-        Ok(Some(_)) => {
+    // `subnet` equals the command's, whose name was checked to be a DNS-1123 subdomain.
+    let subnet_path = format!("/apis/kubeovn.io/v1/subnets/{subnet}");
+    match get(client, &subnet_path, "subnets", subnet).await {
+        Lookup::Absent => {}
+        Lookup::Found(_) => {
             return skipped(
                 format!("subnet {subnet} exists: kube-ovn can finish the deletion itself"),
                 &rv,
             )
         }
-        Err(e) => {
-            return (
-                RemediationOutcome::Failed,
-                format!("cannot read subnet {subnet}: {e}"),
-                None,
-                rv,
-            )
-        }
+        Lookup::Failed(e) => return failed(format!("cannot read subnet {subnet}: {e}"), &rv),
     }
     let finalizers: Vec<&str> = ip
         .pointer("/metadata/finalizers")
@@ -302,12 +714,16 @@ async fn execute(client: &Client, mode: RemediationMode, command: &CleanupComman
         return skipped("the IP has no kube-ovn finalizer".into(), &rv);
     };
     let finalizer = (*finalizer).to_owned();
+    let with_finalizer = |outcome: RemediationOutcome, reason: String| Outcome {
+        outcome,
+        reason,
+        finalizer: Some(finalizer.clone()),
+        resource_version: rv.clone(),
+    };
     if mode == RemediationMode::DryRun {
-        return (
+        return with_finalizer(
             RemediationOutcome::DryRun,
             format!("all checks passed; would remove {finalizer}"),
-            Some(finalizer),
-            rv,
         );
     }
     let patch = json!([
@@ -321,51 +737,151 @@ async fn execute(client: &Client, mode: RemediationMode, command: &CleanupComman
     let request = match request {
         Ok(r) => r,
         Err(e) => {
-            return (
+            return with_finalizer(
                 RemediationOutcome::Failed,
                 format!("cannot build the patch: {e}"),
-                Some(finalizer),
-                rv,
             )
         }
     };
     match client.request::<Value>(request).await {
-        Ok(_) => (
+        Ok(_) => with_finalizer(
             RemediationOutcome::Applied,
             format!("removed {finalizer} at resourceVersion {rv}"),
-            Some(finalizer),
-            rv,
         ),
         Err(kube::Error::Api(status))
-            if status.code == 409 || status.code == 422 || status.code == 404 =>
+            if status.code == 409
+                || status.code == 422
+                || names_missing(&status, "ips", &command.target_name) =>
         {
-            (
+            with_finalizer(
                 RemediationOutcome::Skipped,
                 format!(
                     "the IP changed while patching ({}): {}",
                     status.code, status.message
                 ),
-                Some(finalizer),
-                rv,
             )
         }
-        Err(e) => (
-            RemediationOutcome::Failed,
-            format!("patch failed: {e}"),
-            Some(finalizer),
-            rv,
-        ),
+        Err(e) => with_finalizer(RemediationOutcome::Failed, format!("patch failed: {e}")),
     }
 }
 
-/// GETs an object; `None` when it does not exist.
-async fn get(client: &Client, path: &str) -> Result<Option<Value>, kube::Error> {
-    let request = http::Request::get(path)
-        .body(Vec::new())
-        .map_err(kube::Error::HttpError)?;
+/// What a GET of one object found.
+enum Lookup {
+    /// The object.
+    Found(Value),
+    /// A 404 whose Status names exactly this object: it does not exist.
+    Absent,
+    /// Anything else, including a 404 that does not name the object (its resource type is
+    /// missing, e.g. while its CRD is reinstalled): worth retrying.
+    Failed(String),
+}
+
+/// Whether `status` is the API server's "object not found" for `plural`/`name`: a 404 with
+/// reason NotFound whose details name the object. A 404 for a missing resource type says
+/// "the server could not find the requested resource" and names nothing.
+fn names_missing(status: &kube::core::Status, plural: &str, name: &str) -> bool {
+    status.code == 404
+        && status.reason == "NotFound"
+        && status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.name == name && (d.kind.is_empty() || d.kind == plural))
+}
+
+/// GETs an object.
+async fn get(client: &Client, path: &str, plural: &str, name: &str) -> Lookup {
+    let request = match http::Request::get(path).body(Vec::new()) {
+        Ok(request) => request,
+        Err(e) => return Lookup::Failed(e.to_string()),
+    };
     match client.request::<Value>(request).await {
-        Ok(object) => Ok(Some(object)),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
-        Err(e) => Err(e),
+        Ok(object) => Lookup::Found(object),
+        Err(kube::Error::Api(status)) if names_missing(&status, plural, name) => Lookup::Absent,
+        Err(kube::Error::Api(status)) if status.code == 404 => Lookup::Failed(format!(
+            "404 that does not name {plural}/{name} (the resource type may be missing, e.g. its CRD is being reinstalled): {}",
+            status.message
+        )),
+        Err(e) => Lookup::Failed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::response::StatusDetails;
+
+    fn not_found(details: Option<StatusDetails>) -> kube::core::Status {
+        let mut status = kube::core::Status::failure("not found", "NotFound").with_code(404);
+        status.details = details;
+        status
+    }
+
+    #[test]
+    fn only_a_404_naming_the_subnet_means_it_is_absent() {
+        let named = StatusDetails {
+            name: "net-1".into(),
+            group: "kubeovn.io".into(),
+            kind: "subnets".into(),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds: 0,
+        };
+        assert!(names_missing(
+            &not_found(Some(named.clone())),
+            "subnets",
+            "net-1"
+        ));
+        assert!(!names_missing(
+            &not_found(Some(named.clone())),
+            "subnets",
+            "net-2"
+        ));
+        assert!(!names_missing(&not_found(Some(named)), "ips", "net-1"));
+        // The 404 of a resource type that is not served names nothing.
+        assert!(!names_missing(&not_found(None), "subnets", "net-1"));
+        let mut other = not_found(None);
+        other.reason = "Failed to parse error data".into();
+        assert!(!names_missing(&other, "subnets", "net-1"));
+    }
+
+    #[test]
+    fn the_ledger_keeps_old_handled_commands_handled() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("outbox.db");
+        {
+            let db = Connection::open(&path).unwrap();
+            db.execute_batch(
+                "CREATE TABLE handled_commands (command_id TEXT PRIMARY KEY, outcome TEXT NOT NULL, reason TEXT NOT NULL);
+                 INSERT INTO handled_commands VALUES ('c1', 'applied', 'removed');",
+            )
+            .unwrap();
+        }
+        let ledger = Ledger::open(&path).unwrap();
+        let stored = ledger.get("c1").unwrap().unwrap();
+        assert_eq!(stored.outcome, "applied");
+        assert_eq!(stored.retry_at_ms, None);
+        // Opening twice is fine.
+        drop(ledger);
+        assert!(Ledger::open(&path).unwrap().get("c1").unwrap().is_some());
+    }
+
+    #[test]
+    fn dry_runs_become_due_when_remediation_is_switched_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("outbox.db")).unwrap();
+        ledger
+            .record("c1", b"bytes", "dry_run", "would remove", 1, None)
+            .unwrap();
+        ledger
+            .record("c2", b"bytes", "applied", "removed", 1, None)
+            .unwrap();
+        assert!(ledger.next_due().unwrap().is_none());
+        assert_eq!(ledger.rerun_dry_runs(42).unwrap(), 1);
+        let (id, payload, at) = ledger.next_due().unwrap().unwrap();
+        assert_eq!(
+            (id.as_str(), payload.as_slice(), at),
+            ("c1", &b"bytes"[..], 42)
+        );
+        assert_eq!(ledger.attempts("c1").unwrap(), 0);
     }
 }

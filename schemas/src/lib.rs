@@ -21,7 +21,10 @@ pub mod message;
 pub mod registry;
 
 pub use alert::{Alert, AlertStatus, Cleanup, Evidence, Severity};
-pub use command::{CleanupAction, CleanupCommand};
+pub use command::{
+    is_dns1123_subdomain, CleanupAction, CleanupCommand, CommandKey, KeyError, NameError,
+    SignatureError,
+};
 pub use container::{ContainerError, ContainerReader, ContainerWriter};
 pub use event::{
     EventType, IpInfo, IpPoolAllocation, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus,

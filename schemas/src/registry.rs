@@ -233,5 +233,5 @@ record!(
 record!(
     CleanupCommand,
     "io.ipaudit.CleanupCommand",
-    ["cleanup_command.v1.avsc"]
+    ["cleanup_command.v1.avsc", "cleanup_command.v2.avsc"]
 );

@@ -84,6 +84,8 @@ fn sample_command() -> CleanupCommand {
         subnet: "subnet-x".into(),
         reason_alert_id: "a1b2".into(),
         issued_at_ms: 3,
+        alert_fired_at_ms: 2,
+        signature: Some(format!("hmac-sha256={}", "ab".repeat(32))),
     }
 }
 
@@ -109,6 +111,36 @@ fn alert_and_cleanup_command_round_trip_as_messages() {
     assert_eq!(
         decode::<CleanupCommand>(&encode(&command).unwrap()).unwrap(),
         command
+    );
+}
+
+#[test]
+fn a_cleanup_command_written_with_schema_v1_is_read_unsigned_and_without_a_firing_time() {
+    let v1 = &CleanupCommand::schemas().versions()[0];
+    let mut value = to_value(sample_command()).unwrap();
+    if let Value::Record(fields) = &mut value {
+        fields.retain(|(name, _)| name != "alert_fired_at_ms" && name != "signature");
+    }
+    let mut bytes = vec![0xC3, 0x01];
+    bytes.extend_from_slice(&v1.fingerprint);
+    bytes.extend(
+        apache_avro::writer::datum::GenericDatumWriter::builder(v1.schema)
+            .build()
+            .unwrap()
+            .write_value_to_vec(value.resolve(v1.schema).unwrap())
+            .unwrap(),
+    );
+    let read = decode::<CleanupCommand>(&bytes).unwrap();
+    assert_eq!(read.alert_fired_at_ms, 0);
+    assert_eq!(read.signature, None);
+    assert_eq!(read.age_reference_ms(), 3, "its age counts from its issue");
+    assert_eq!(
+        read,
+        CleanupCommand {
+            alert_fired_at_ms: 0,
+            signature: None,
+            ..sample_command()
+        }
     );
 }
 
@@ -473,7 +505,7 @@ fn schema_files_are_self_contained_and_fingerprints_match_fastavros() {
         }
     }
     // Computed by fastavro (to_parsing_canonical_form + CRC-64-AVRO) for the .avsc files.
-    let known: [(&[u8; 8], &str); 7] = [
+    let known: [(&[u8; 8], &str); 8] = [
         (
             &WatchEvent::schemas().versions()[0].fingerprint,
             "4276377706f36319",
@@ -499,8 +531,12 @@ fn schema_files_are_self_contained_and_fingerprints_match_fastavros() {
             "7eaf3ae7b5515569",
         ),
         (
-            &CleanupCommand::schemas().current().fingerprint,
+            &CleanupCommand::schemas().versions()[0].fingerprint,
             "5fd0e20d3a4ccfa0",
+        ),
+        (
+            &CleanupCommand::schemas().versions()[1].fingerprint,
+            "5682cd94fbb2599e",
         ),
     ];
     for (fingerprint, hex) in known {

@@ -3,8 +3,13 @@
 //! and resourceVersion) becomes a `CleanupCommand` on the commands topic, keyed by cluster
 //! id. The analyzer never talks to the cluster; the collector of that cluster decides and
 //! acts.
+//!
+//! Each command carries the event time its alert fired (collectors refuse commands older
+//! than their `--remediate-max-age`, so replaying the topic is harmless) and, with
+//! `--commands-key-file`, an HMAC-SHA256 signature in its `signature` field (collectors
+//! with the same key refuse every command without it).
 
-use ipaudit_schemas::{encode, Alert, AlertStatus, CleanupCommand};
+use ipaudit_schemas::{encode, Alert, AlertStatus, CleanupCommand, CommandKey};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::FutureProducer;
 
@@ -33,25 +38,31 @@ pub fn command_for(alert: &Alert, issued_at_ms: i64) -> Option<CleanupCommand> {
         subnet: cleanup.pool.clone(),
         reason_alert_id: alert.alert_id.clone(),
         issued_at_ms,
+        alert_fired_at_ms: alert.fired_at_ms,
+        signature: None,
     })
 }
 
-/// Publishes cleanup commands.
+/// Publishes cleanup commands, signed when it has a key.
 pub struct CommandSink {
     topic: String,
     producer: FutureProducer,
+    key: Option<CommandKey>,
 }
 
 impl CommandSink {
-    /// An idempotent producer to `topic` (`ipaudit.commands`).
+    /// An idempotent producer to `topic` (`ipaudit.commands`); commands are signed with
+    /// `key` when one is given.
     pub fn new(
         brokers: &str,
         topic: &str,
         options: &[(String, String)],
+        key: Option<CommandKey>,
     ) -> Result<Self, KafkaError> {
         Ok(CommandSink {
             topic: topic.to_owned(),
             producer: idempotent_producer(brokers, options)?,
+            key,
         })
     }
 
@@ -61,9 +72,12 @@ impl CommandSink {
     }
 
     pub(super) async fn deliver(&self, alert: &Alert) -> Result<(), SinkError> {
-        let Some(command) = command_for(alert, crate::live::now_ms()) else {
+        let Some(mut command) = command_for(alert, crate::live::now_ms()) else {
             return Ok(());
         };
+        if let Some(key) = &self.key {
+            key.sign(&mut command);
+        }
         let payload = encode(&command).map_err(|e| SinkError::Kafka(e.to_string()))?;
         send(
             &self.producer,
@@ -95,7 +109,7 @@ mod tests {
             // Text for a person; a command must never be read out of it.
             fix: Some("kubectl patch ip vm.ns ... \"value\":\"99\"".into()),
             epoch: 0,
-            fired_at_ms: 0,
+            fired_at_ms: 4,
             resolved_at_ms: None,
             fired_resource_version: "120".into(),
             resolved_resource_version: None,
@@ -130,6 +144,9 @@ mod tests {
         assert_eq!(command.subnet, "net");
         assert_eq!(command.cluster_id, "prod");
         assert_eq!(command.command_id, "a1/120");
+        assert_eq!(command.alert_fired_at_ms, 4, "the alert's firing time");
+        assert_eq!(command.issued_at_ms, 5);
+        assert_eq!(command.signature, None, "signed by the sink, with its key");
     }
 
     #[test]

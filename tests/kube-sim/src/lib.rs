@@ -181,6 +181,29 @@ impl KubeSim {
             .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Makes every request about `kind` (list, watch, get, writes) answer the 404 of a
+    /// resource type the server does not know, whose Status names no object, as while its
+    /// CRD is being reinstalled; its objects are kept. [`KubeSim::restore_kind`] ends it.
+    pub fn withdraw_kind(&self, kind: Kind) {
+        let mut withdrawn = self
+            .shared
+            .withdrawn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !withdrawn.contains(&kind) {
+            withdrawn.push(kind);
+        }
+    }
+
+    /// Serves `kind` again after [`KubeSim::withdraw_kind`].
+    pub fn restore_kind(&self, kind: Kind) {
+        self.shared
+            .withdrawn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k| *k != kind);
+    }
+
     /// Forgets the history: watches from any earlier version get 410 Gone.
     pub fn expire_history(&self) {
         self.shared.store().expire_history();

@@ -69,6 +69,8 @@ pub(crate) struct Shared {
     pub(crate) cut: watch::Sender<u64>,
     pub(crate) config: SimConfig,
     pub(crate) served: Served,
+    /// Kinds whose requests answer 404 for now, as while their CRD is being reinstalled.
+    pub(crate) withdrawn: Mutex<Vec<Kind>>,
     lists: Mutex<HashMap<String, (Vec<Value>, u64)>>,
 }
 
@@ -80,6 +82,7 @@ impl Shared {
             watches_paused: std::sync::atomic::AtomicBool::new(false),
             cut,
             served: Served::only(&config.kinds),
+            withdrawn: Mutex::new(Vec::new()),
             config,
             lists: Mutex::new(HashMap::new()),
         }
@@ -188,8 +191,15 @@ async fn dispatch(
     let Some(target) = target(&sim.served, uri.path()) else {
         return not_found(&method, &uri);
     };
+    if let Target::Collection { kind, .. } | Target::Object { kind, .. } = &target {
+        let withdrawn = sim.withdrawn.lock().unwrap_or_else(|e| e.into_inner());
+        if withdrawn.contains(&kind.stream) {
+            return not_found(&method, &uri);
+        }
+    }
     let not_allowed = || {
         error(ApiError {
+            details: None,
             code: 405,
             reason: "MethodNotAllowed",
             message: format!(
@@ -380,6 +390,7 @@ fn list_or_watch(
     let cut = sim.cut.subscribe();
     if sim.watches_paused.load(std::sync::atomic::Ordering::SeqCst) {
         return error(ApiError {
+            details: None,
             code: 503,
             reason: "ServiceUnavailable",
             message: "the server is currently unable to handle the request".into(),
@@ -397,6 +408,7 @@ fn list_or_watch(
         return match page {
             Some((items, rv)) => list_page(&sim, kind, items, rv, q.limit),
             None => error(ApiError {
+                details: None,
                 code: 410,
                 reason: "Expired",
                 message: "the provided continue parameter is too old".into(),
@@ -606,6 +618,7 @@ fn patch_type(headers: &HeaderMap) -> Result<PatchType, ApiError> {
         "application/json-patch+json" => Ok(PatchType::Json),
         "application/merge-patch+json" | "application/strategic-merge-patch+json" => Ok(PatchType::Merge),
         other => Err(ApiError {
+            details: None,
             code: 415,
             reason: "UnsupportedMediaType",
             message: format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json (got {other:?})"),

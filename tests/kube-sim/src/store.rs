@@ -40,11 +40,15 @@ pub struct ApiError {
     pub reason: &'static str,
     /// For a person.
     pub message: String,
+    /// The Status `details` (what kube-apiserver names: `name`, `group`, `kind` as the
+    /// plural); only an object's NotFound carries them, a missing resource type's does not.
+    pub details: Option<Value>,
 }
 
 impl ApiError {
     fn not_found(kind: &KindSpec, name: &str) -> Self {
         ApiError {
+            details: Some(json!({"name": name, "group": kind.group, "kind": kind.plural})),
             code: 404,
             reason: "NotFound",
             message: format!("{} \"{name}\" not found", kind.resource()),
@@ -54,6 +58,7 @@ impl ApiError {
     /// 404 for a kind the server does not serve (its CRD is not installed).
     pub fn not_served(resource: &str) -> Self {
         ApiError {
+            details: None,
             code: 404,
             reason: "NotFound",
             message: format!("the server could not find the requested resource ({resource})"),
@@ -62,6 +67,7 @@ impl ApiError {
 
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         ApiError {
+            details: None,
             code: 400,
             reason: "BadRequest",
             message: message.into(),
@@ -70,6 +76,7 @@ impl ApiError {
 
     fn conflict(message: impl Into<String>) -> Self {
         ApiError {
+            details: None,
             code: 409,
             reason: "Conflict",
             message: message.into(),
@@ -81,6 +88,7 @@ impl ApiError {
         json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": self.message, "reason": self.reason, "code": self.code,
+            "details": self.details.clone().unwrap_or_else(|| json!({})),
         })
     }
 }
@@ -229,6 +237,7 @@ impl Store {
         let key = (kind.stream, namespace.to_owned(), name.clone());
         if self.objects.contains_key(&key) {
             return Err(ApiError {
+                details: None,
                 code: 409,
                 reason: "AlreadyExists",
                 message: format!("{} \"{name}\" already exists", kind.resource()),
@@ -299,6 +308,7 @@ impl Store {
                 let patch: json_patch::Patch = serde_json::from_value(body.clone())
                     .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
                 json_patch::patch(&mut object, &patch).map_err(|e| ApiError {
+                    details: None,
                     code: 422,
                     reason: "Invalid",
                     message: format!("the JSON patch could not be applied: {e}"),
