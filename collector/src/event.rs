@@ -38,7 +38,7 @@ impl Stamp {
         let converted = from_object_of(stream, event_type, object)?;
         let mut event = self.stamp(converted.event, sequence);
         if self.raw_objects || !converted.problems.is_empty() {
-            event.raw_object = Some(raw_json(object));
+            event.raw_object = Some(raw_json(stream, object));
         }
         Ok((event, converted.problems))
     }
@@ -102,12 +102,46 @@ impl LiveObject {
     }
 }
 
-fn raw_json(object: &Value) -> String {
+/// The annotation `kubectl apply` leaves: a copy of the whole object as applied, env
+/// values included.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The object's JSON for the event, without what must not leave the cluster through the
+/// audit log: managedFields (noise), the last-applied-configuration annotation, and for
+/// Pods every container's env values (often credentials; `valueFrom` references stay).
+fn raw_json(stream: Stream, object: &Value) -> String {
     let mut copy = object.clone();
     if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
+        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            annotations.remove(LAST_APPLIED);
+        }
+    }
+    if stream == Stream::Pod {
+        drop_env_values(&mut copy);
     }
     copy.to_string()
+}
+
+/// Removes `value` from every env entry of every container, init container and ephemeral
+/// container of a Pod.
+fn drop_env_values(pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
+        let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for container in containers {
+            let Some(env) = container.get_mut("env").and_then(Value::as_array_mut) else {
+                continue;
+            };
+            for var in env.iter_mut().filter_map(Value::as_object_mut) {
+                var.remove("value");
+            }
+        }
+    }
 }
 
 /// Wall-clock time in Unix milliseconds.
@@ -143,6 +177,66 @@ mod tests {
         assert_eq!(paths, ["metadata.finalizers", "spec.subnet"]);
         let raw = event.raw_object.unwrap();
         assert!(raw.contains("not-a-list") && !raw.contains("managedFields"));
+    }
+
+    #[test]
+    fn a_pods_raw_json_has_no_env_values_and_no_last_applied_configuration() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+            "resourceVersion": "9", "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{\"containers\":[{\"env\":[{\"name\":\"DB_PASSWORD\",\"value\":\"hunter2\"}]}]}}",
+                "ovn.kubernetes.io/ip_address": "10.16.0.9"}},
+            "spec": {
+                "containers": [{"name": "app", "env": [
+                    {"name": "DB_PASSWORD", "value": "hunter2"},
+                    {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}],
+                "initContainers": [{"name": "init", "env": [{"name": "SEED", "value": "s3cret"}]}],
+                "ephemeralContainers": [{"name": "debug", "env": [{"name": "X", "value": "debug-secret"}]}]}});
+        let raw = Stamp {
+            raw_objects: true,
+            ..stamp()
+        };
+        let event = raw
+            .object_event(Stream::Pod, EventType::Added, &pod, 1)
+            .unwrap()
+            .0;
+        let text = event.raw_object.unwrap();
+        for secret in [
+            "hunter2",
+            "s3cret",
+            "debug-secret",
+            "last-applied-configuration",
+        ] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        let kept: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            kept["spec"]["containers"][0]["env"][0],
+            json!({"name": "DB_PASSWORD"})
+        );
+        assert_eq!(
+            kept["spec"]["containers"][0]["env"][1]["valueFrom"]["secretKeyRef"]["name"],
+            "s"
+        );
+        assert_eq!(
+            kept["metadata"]["annotations"]["ovn.kubernetes.io/ip_address"],
+            "10.16.0.9"
+        );
+    }
+
+    #[test]
+    fn a_malformed_pod_is_scrubbed_too() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+            "resourceVersion": "9", "finalizers": "not-a-list"},
+            "spec": {"containers": [{"name": "app", "env": [{"name": "K", "value": "hunter2"}]}]}});
+        let (event, problems) = stamp()
+            .object_event(Stream::Pod, EventType::Added, &pod, 1)
+            .unwrap();
+        assert!(!problems.is_empty());
+        let text = event.raw_object.unwrap();
+        assert!(
+            !text.contains("hunter2") && text.contains("not-a-list"),
+            "{text}"
+        );
     }
 
     #[test]
