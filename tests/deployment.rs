@@ -210,3 +210,203 @@ fn the_collector_deployment_probes_healthz_and_readyz_on_the_port_it_listens_on(
         &names,
     );
 }
+
+/// Every document of every file under deploy/, with its file name.
+fn deploy_documents() -> Vec<(String, Value)> {
+    let mut files: Vec<String> = std::fs::read_dir(repo("deploy"))
+        .expect("deploy/")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .flat_map(|file| {
+            yaml_documents(&format!("deploy/{file}"))
+                .into_iter()
+                .map(move |doc| (file.clone(), doc))
+        })
+        .collect()
+}
+
+/// (file/name, labels, pod spec) of every workload under deploy/.
+fn pod_templates() -> Vec<(String, Value, Value)> {
+    deploy_documents()
+        .into_iter()
+        .filter(|(_, d)| {
+            ["Deployment", "StatefulSet", "DaemonSet", "Job"]
+                .contains(&d["kind"].as_str().unwrap_or_default())
+        })
+        .map(|(file, d)| {
+            let name = format!(
+                "{file}/{}",
+                d["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            let template = &d["spec"]["template"];
+            (
+                name,
+                template["metadata"]["labels"].clone(),
+                template["spec"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_pod_in_deploy_meets_pod_security_restricted() {
+    let pods = pod_templates();
+    let names: Vec<&str> = pods.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "analyzer.yaml/ipaudit-analyzer",
+            "collector.yaml/ipaudit-collector",
+            "topics.yaml/ipaudit-topics"
+        ]
+    );
+    for (name, _, pod) in &pods {
+        let context = &pod["securityContext"];
+        assert_eq!(
+            context["seccompProfile"]["type"], "RuntimeDefault",
+            "{name}: seccompProfile"
+        );
+        assert_eq!(context["runAsNonRoot"], true, "{name}: runAsNonRoot");
+        for container in pod["containers"].as_sequence().expect("containers") {
+            let c = &container["securityContext"];
+            assert_eq!(c["allowPrivilegeEscalation"], false, "{name}");
+            assert_eq!(strings(&c["capabilities"]["drop"]), ["ALL"], "{name}");
+            assert_eq!(c["readOnlyRootFilesystem"], true, "{name}");
+        }
+    }
+}
+
+#[test]
+fn only_the_collector_which_uses_the_api_gets_a_service_account_token() {
+    for (name, _, pod) in pod_templates() {
+        let uses_api = pod["containers"][0]["args"][0] == "collector";
+        assert_eq!(
+            pod["automountServiceAccountToken"].as_bool(),
+            Some(uses_api),
+            "{name}: automountServiceAccountToken must be set, true only where the API is used"
+        );
+    }
+    let rbac = yaml_documents("deploy/rbac.yaml");
+    let account = kind(&rbac, "ServiceAccount", "ipaudit-collector");
+    assert_eq!(
+        account["automountServiceAccountToken"], false,
+        "no token by default; the collector's pod asks for one"
+    );
+}
+
+#[test]
+fn network_policies_admit_only_the_metrics_port_of_the_collector_and_nothing_to_the_analyzer() {
+    let docs: Vec<Value> = deploy_documents().into_iter().map(|(_, d)| d).collect();
+    let collector = kind(&docs, "Deployment", "ipaudit-collector");
+    let labels = &collector["spec"]["template"]["metadata"]["labels"];
+    let port = collector["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+        .as_u64()
+        .expect("metrics port");
+    let metrics = kind(&docs, "NetworkPolicy", "ipaudit-collector-metrics");
+    assert_eq!(&metrics["spec"]["podSelector"]["matchLabels"], labels);
+    assert_eq!(strings(&metrics["spec"]["policyTypes"]), ["Ingress"]);
+    let rules = metrics["spec"]["ingress"]
+        .as_sequence()
+        .expect("ingress rules");
+    assert_eq!(rules.len(), 1);
+    let ports = rules[0]["ports"].as_sequence().expect("ports");
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0]["port"].as_u64(), Some(port));
+    assert!(
+        rules[0]["from"]
+            .as_sequence()
+            .is_some_and(|f| !f.is_empty()),
+        "the metrics port is open to a selected namespace, not to everyone"
+    );
+    let analyzer = kind(&docs, "StatefulSet", "ipaudit-analyzer");
+    let quiet = kind(&docs, "NetworkPolicy", "ipaudit-analyzer-no-ingress");
+    assert_eq!(
+        quiet["spec"]["podSelector"]["matchLabels"],
+        analyzer["spec"]["template"]["metadata"]["labels"]
+    );
+    assert_eq!(strings(&quiet["spec"]["policyTypes"]), ["Ingress"]);
+    assert!(
+        quiet["spec"]["ingress"].is_null(),
+        "no ingress rule: nothing admitted"
+    );
+}
+
+#[test]
+fn deploy_creates_the_topics_with_replication_and_the_collector_does_not() {
+    let topics = yaml_documents("deploy/topics.yaml");
+    let job = kind(&topics, "Job", "ipaudit-topics");
+    let script = strings(&job["spec"]["template"]["spec"]["containers"][0]["args"]).join("\n");
+    let factor: u32 = script
+        .split("--replication-factor ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("a --replication-factor");
+    assert!(factor > 1, "replication factor {factor}");
+    assert!(script.contains("min.insync.replicas=2"));
+    for topic in ["ipaudit.events", "ipaudit.alerts", "ipaudit.commands"] {
+        assert!(
+            script.contains(&format!("create {topic} ")),
+            "{topic} not created"
+        );
+    }
+    let collector = yaml_documents("deploy/collector.yaml");
+    let container = &kind(&collector, "Deployment", "ipaudit-collector")["spec"]["template"]
+        ["spec"]["containers"][0];
+    let env = container["env"].as_sequence().expect("env");
+    let create = env
+        .iter()
+        .find(|e| e["name"] == "IPAUDIT_CREATE_TOPIC_PARTITIONS")
+        .map(|e| e["value"].clone());
+    assert_eq!(
+        create,
+        Some(Value::from("0")),
+        "the collector must not create the topic"
+    );
+}
+
+#[test]
+fn the_analyzer_statefulset_passes_only_flags_and_variables_the_analyzer_has() {
+    let docs = yaml_documents("deploy/analyzer.yaml");
+    let set = kind(&docs, "StatefulSet", "ipaudit-analyzer");
+    let container = &set["spec"]["template"]["spec"]["containers"][0];
+    let names: Vec<String> = container["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .filter_map(|e| e["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_known("deploy/analyzer.yaml", &strings(&container["args"]), &names);
+    let options = container["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "IPAUDIT_KAFKA_OPTIONS")
+        .and_then(|e| e["value"].as_str())
+        .unwrap_or_default();
+    assert!(
+        options.contains("group.instance.id=$(POD_NAME)"),
+        "static membership: {options}"
+    );
+}
+
+#[test]
+fn docker_compose_publishes_kafka_and_metrics_on_localhost_only() {
+    let compose = &yaml_documents("docker-compose.yml")[0];
+    let mut published = 0;
+    for (name, service) in compose["services"].as_mapping().expect("services") {
+        for port in strings(&service["ports"]) {
+            published += 1;
+            assert!(
+                port.starts_with("127.0.0.1:"),
+                "{name:?} publishes {port} on every interface"
+            );
+        }
+    }
+    assert_eq!(published, 2, "Kafka and the collector's metrics");
+}
