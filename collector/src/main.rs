@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Watch and ship every event to Kafka through a SQLite outbox (the in-cluster mode).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Watch and write every event to an Avro container file (for `analyzer replay`).
     /// Stops on SIGINT/SIGTERM or after --duration.
     Record(RecordArgs),
@@ -314,6 +314,7 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => {
+            let args = *args;
             let kafka = KafkaConfig {
                 brokers: args.brokers,
                 topic: args.topic,

@@ -304,19 +304,19 @@ mod tests {
         let k = key("0123456789abcdef0123");
         let mut signed = command();
         k.sign(&mut signed);
-        let changes: Vec<Box<dyn Fn(&mut CleanupCommand)>> = vec![
-            Box::new(|c| c.command_id.push('x')),
-            Box::new(|c| c.cluster_id = "other".into()),
-            Box::new(|c| c.action = CleanupAction::Nudge),
-            Box::new(|c| c.target_kind = "Subnet".into()),
-            Box::new(|c| c.target_name = "vm-2.ns".into()),
-            Box::new(|c| c.target_uid = "u2".into()),
-            Box::new(|c| c.expected_resource_version = "119".into()),
-            Box::new(|c| c.finalizer = None),
-            Box::new(|c| c.subnet = "net-2".into()),
-            Box::new(|c| c.reason_alert_id = "a2".into()),
-            Box::new(|c| c.issued_at_ms += 1),
-            Box::new(|c| c.alert_fired_at_ms += 1),
+        let changes: [fn(&mut CleanupCommand); 12] = [
+            |c| c.command_id.push('x'),
+            |c| c.cluster_id = "other".into(),
+            |c| c.action = CleanupAction::Nudge,
+            |c| c.target_kind = "Subnet".into(),
+            |c| c.target_name = "vm-2.ns".into(),
+            |c| c.target_uid = "u2".into(),
+            |c| c.expected_resource_version = "119".into(),
+            |c| c.finalizer = None,
+            |c| c.subnet = "net-2".into(),
+            |c| c.reason_alert_id = "a2".into(),
+            |c| c.issued_at_ms += 1,
+            |c| c.alert_fired_at_ms += 1,
         ];
         for change in changes {
             let mut c = signed.clone();
