@@ -107,7 +107,7 @@ impl RemediateConfig {
 /// the state database may work again.
 #[derive(Debug, thiserror::Error)]
 pub enum RemediateError {
-    /// The consumer could not be created, subscribed, or commit.
+    /// The consumer could not be created or subscribed.
     #[error("commands consumer")]
     Kafka(#[from] KafkaError),
     /// The record of handled commands failed.
@@ -369,8 +369,12 @@ pub async fn run_remediator(
             Some(Ok(message)) => {
                 let open = remediator.on_message(&message, &mut shutdown).await?;
                 if open {
-                    // Recorded: the command will not be lost if the process dies now.
-                    consumer.commit_message(&message, CommitMode::Sync)?;
+                    // Recorded: the command will not be lost if the process dies now. A
+                    // failed commit only means the command is read again, and its id is
+                    // recorded: it is not run twice.
+                    if let Err(error) = consumer.commit_message(&message, CommitMode::Sync) {
+                        warn!(%error, offset = message.offset(), "cannot commit a handled command; it will be read again and skipped");
+                    }
                 }
                 open
             }
