@@ -303,6 +303,9 @@ fn consumer(
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "error")
         .set("session.timeout.ms", "10000")
+        // Brokers that count a member's last contact from its join and heartbeats only
+        // (tansu) expire a member still syncing after one session with librdkafka's 3 s.
+        .set("heartbeat.interval.ms", "1000")
         .set("statistics.interval.ms", "1000")
         // Alerts within seconds: do not let the broker hold a fetch for librdkafka's 500 ms.
         .set("fetch.wait.max.ms", "100")

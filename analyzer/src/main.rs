@@ -285,6 +285,7 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter);
     if cli.log_json {
         logs.json().with_current_span(true).with_span_list(false).init();
