@@ -210,3 +210,49 @@ fn the_collector_deployment_probes_healthz_and_readyz_on_the_port_it_listens_on(
         &names,
     );
 }
+
+#[test]
+fn the_analyzer_is_a_statefulset_whose_pod_name_is_its_static_group_member_id() {
+    let docs = yaml_documents("deploy/analyzer.yaml");
+    let set = kind(&docs, "StatefulSet", "ipaudit-analyzer");
+    assert!(
+        !set["spec"]["volumeClaimTemplates"]
+            .as_sequence()
+            .expect("volumeClaimTemplates")
+            .is_empty(),
+        "each replica keeps its own state volume"
+    );
+    let pod = &set["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let env = container["env"].as_sequence().expect("env");
+    let instance = env
+        .iter()
+        .find(|e| e["name"] == "IPAUDIT_INSTANCE_ID")
+        .expect("IPAUDIT_INSTANCE_ID");
+    assert_eq!(
+        instance["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name",
+        "the pod name is stable across restarts: the member id"
+    );
+    let listen = env
+        .iter()
+        .find(|e| e["name"] == "IPAUDIT_LISTEN")
+        .and_then(|e| e["value"].as_str())
+        .expect("IPAUDIT_LISTEN");
+    let port = container["ports"][0]["containerPort"]
+        .as_u64()
+        .expect("port");
+    assert!(listen.ends_with(&format!(":{port}")));
+    let state = env
+        .iter()
+        .find(|e| e["name"] == "IPAUDIT_STATE_DIR")
+        .and_then(|e| e["value"].as_str())
+        .expect("IPAUDIT_STATE_DIR");
+    assert_eq!(container["volumeMounts"][0]["mountPath"], state);
+    let names: Vec<String> = env
+        .iter()
+        .filter_map(|e| e["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_known("deploy/analyzer.yaml", &strings(&container["args"]), &names);
+}
