@@ -54,18 +54,14 @@ fn leak(world: &World, name: &str, third_octet: u8) {
 }
 
 fn alert_for(receiver: &Receiver, subnet: &str) -> Option<Received> {
-    receiver.received("/hook").into_iter().find(|r| {
-        r.body["subnet"] == subnet && r.body["rule"] == "subnet-deleted-before-ip"
-    })
+    receiver
+        .received("/hook")
+        .into_iter()
+        .find(|r| r.body["subnet"] == subnet && r.body["rule"] == "subnet-deleted-before-ip")
 }
 
 /// `analyzer run` in `group` as static member `instance`, with its own state directory.
-fn member(
-    world: &World,
-    receiver: &Receiver,
-    group: &str,
-    instance: &str,
-) -> AnalyzerProcess {
+fn member(world: &World, receiver: &Receiver, group: &str, instance: &str) -> AnalyzerProcess {
     AnalyzerProcess::start(
         &world.brokers,
         &world.topic,
@@ -85,8 +81,7 @@ fn owns_a_partition(process: &AnalyzerProcess) -> bool {
     process
         .log_text()
         .lines()
-        .filter(|l| l.contains("partitions assigned") || l.contains("partitions revoked"))
-        .next_back()
+        .rfind(|l| l.contains("partitions assigned") || l.contains("partitions revoked"))
         .is_some_and(|l| l.contains("partitions assigned") && !l.contains("starts=[]"))
 }
 
@@ -97,9 +92,11 @@ fn an_analyzer_sigkilled_and_restarted_reports_an_incident_after_the_restart_wit
     let _collector = world.collector();
     let group = format!("ipaudit-restart-{}", std::process::id());
     let first = member(&world, &receiver, &group, "analyzer-0");
-    wait_for("the first start owns the partition", Duration::from_secs(30), || {
-        owns_a_partition(&first).then_some(())
-    });
+    wait_for(
+        "the first start owns the partition",
+        Duration::from_secs(30),
+        || owns_a_partition(&first).then_some(()),
+    );
     leak(&world, "before", 11);
     wait_for("the alert before the kill", Duration::from_secs(15), || {
         alert_for(&receiver, "before")
@@ -155,9 +152,11 @@ fn with_two_analyzers_in_one_group_the_survivor_takes_over_the_partition_of_one_
     );
     let (owner, survivor) = if a_owns { (a, b) } else { (b, a) };
     leak(&world, "first", 21);
-    wait_for("the first alert, by the owner", Duration::from_secs(15), || {
-        alert_for(&receiver, "first")
-    });
+    wait_for(
+        "the first alert, by the owner",
+        Duration::from_secs(15),
+        || alert_for(&receiver, "first"),
+    );
     owner.kill();
     wait_for(
         "the survivor takes the partition over",

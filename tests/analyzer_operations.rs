@@ -55,9 +55,10 @@ fn leak(world: &World, name: &str, third_octet: u8) {
 }
 
 fn alert_for(receiver: &Receiver, subnet: &str) -> Option<Received> {
-    receiver.received("/hook").into_iter().find(|r| {
-        r.body["subnet"] == subnet && r.body["rule"] == "subnet-deleted-before-ip"
-    })
+    receiver
+        .received("/hook")
+        .into_iter()
+        .find(|r| r.body["subnet"] == subnet && r.body["rule"] == "subnet-deleted-before-ip")
 }
 
 fn analyzer(world: &World, receiver: &Receiver, name: &str) -> AnalyzerProcess {
@@ -68,12 +69,16 @@ fn analyzer(world: &World, receiver: &Receiver, name: &str) -> AnalyzerProcess {
         &world.dir.path().join("analyzer"),
         &["--webhook-url", &format!("{}/hook", receiver.url)],
     );
-    wait_for("the analyzer joins its group", Duration::from_secs(30), || {
-        process
-            .log_text()
-            .contains("partitions assigned")
-            .then_some(())
-    });
+    wait_for(
+        "the analyzer joins its group",
+        Duration::from_secs(30),
+        || {
+            process
+                .log_text()
+                .contains("partitions assigned")
+                .then_some(())
+        },
+    );
     process
 }
 
@@ -136,7 +141,10 @@ fn a_receiver_answering_413_does_not_hold_back_the_next_transition_and_the_refus
     );
     let listed = dead_letters(&world, "list");
     assert!(listed.contains("413"), "{listed}");
-    assert!(!listed.contains("/hook"), "no URL path in the listing: {listed}");
+    assert!(
+        !listed.contains("/hook"),
+        "no URL path in the listing: {listed}"
+    );
     // After the receiver is fixed, re-driving delivers it to the running analyzer's sink.
     receiver.set_refusing(None::<fn(&serde_json::Value) -> Option<StatusCode>>);
     let redriven = dead_letters(&world, "replay");
@@ -157,12 +165,16 @@ fn metrics_show_the_consumer_lag_and_the_firing_alerts_and_readyz_answers() {
     wait_for("the alert", Duration::from_secs(15), || {
         alert_for(&receiver, "watched")
     });
-    let text = wait_for("the firing gauge and the lag", Duration::from_secs(10), || {
-        let text = analyzer.metrics();
-        (text.contains("ipaudit_analyzer_alerts_firing{rule=\"subnet-deleted-before-ip\"} 1")
-            && text.contains("ipaudit_analyzer_consumer_lag_messages{partition=\"0\"}"))
-        .then_some(text)
-    });
+    let text = wait_for(
+        "the firing gauge and the lag",
+        Duration::from_secs(10),
+        || {
+            let text = analyzer.metrics();
+            (text.contains("ipaudit_analyzer_alerts_firing{rule=\"subnet-deleted-before-ip\"} 1")
+                && text.contains("ipaudit_analyzer_consumer_lag_messages{partition=\"0\"}"))
+            .then_some(text)
+        },
+    );
     assert!(
         text.contains("ipaudit_analyzer_events_total{stream=\"subnet\",type=\"DELETED\"} 1"),
         "{text}"

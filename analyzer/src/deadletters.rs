@@ -124,7 +124,9 @@ pub fn list(path: &Path, sink: Option<&str>) -> Result<DeadLetters, DeadLetterEr
                 partition: r.get(1)?,
                 offset: r.get(2)?,
                 error: r.get(3)?,
-                bytes: r.get::<_, i64>(4).map(|n| usize::try_from(n).unwrap_or(0))?,
+                bytes: r
+                    .get::<_, i64>(4)
+                    .map(|n| usize::try_from(n).unwrap_or(0))?,
             })
         })
         .map_err(err)?
@@ -249,20 +251,34 @@ mod tests {
         let path = dir.path().join("analyzer.db");
         let store = Store::open(&path).unwrap();
         store
-            .dead_letter("events", 0, 7, "unknown schema fingerprint", Some(b"\xc3\x01junk"))
+            .dead_letter(
+                "events",
+                0,
+                7,
+                "unknown schema fingerprint",
+                Some(b"\xc3\x01junk"),
+            )
             .unwrap();
         let ledger = Ledger::open(&path).unwrap();
-        ledger.dead_letter("webhook:x", 1, "a/FIRING/1", "413").unwrap();
+        ledger
+            .dead_letter("webhook:x", 1, "a/FIRING/1", "413")
+            .unwrap();
         let listed = list(&path, None).unwrap();
         assert_eq!(listed.messages.len(), 1);
         assert_eq!(listed.messages[0].offset, 7);
         assert_eq!(listed.messages[0].bytes, 6);
         assert_eq!(listed.transitions.len(), 1);
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let done = runtime.block_on(replay(&path, None, None)).unwrap();
         assert_eq!(done.requeued, 1);
         let listed = list(&path, None).unwrap();
         assert!(listed.transitions.is_empty());
-        assert_eq!(listed.messages.len(), 1, "messages stay without a broker to publish to");
+        assert_eq!(
+            listed.messages.len(),
+            1,
+            "messages stay without a broker to publish to"
+        );
     }
 }

@@ -392,7 +392,9 @@ fn apply_group_event(event: GroupEvent, state: GroupState<'_>) -> Result<(), Liv
                         Ok(analyzer) => {
                             resume(state.metrics, state.analyzers, cluster.clone(), analyzer)
                         }
-                        Err(error) => warn!(%error, %cluster, partition, "cannot read this cluster's checkpoint"),
+                        Err(error) => {
+                            warn!(%error, %cluster, partition, "cannot read this cluster's checkpoint")
+                        }
                     }
                 }
             }
@@ -477,7 +479,11 @@ fn out_of_range_partitions(
     owned: &HashSet<i32>,
     shared: &GroupShared,
 ) -> Vec<i32> {
-    let next = shared.next.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let next = shared
+        .next
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let mut out = Vec::new();
     for partition in owned {
         let Some(offset) = next.get(partition).copied() else {
@@ -519,7 +525,11 @@ fn commit_offsets(
     owned: &HashSet<i32>,
     shared: &GroupShared,
 ) {
-    let next = shared.next.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let next = shared
+        .next
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let mut list = TopicPartitionList::new();
     for partition in owned {
         if let Some(offset) = next.get(partition) {
@@ -592,7 +602,11 @@ fn save(
     analyzers: &HashMap<String, Analyzer>,
     shared: &GroupShared,
 ) -> Result<(), StoreError> {
-    let offsets = shared.next.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let offsets = shared
+        .next
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     store.checkpoint(
         topic,
         analyzers.iter().map(|(c, a)| (c.as_str(), a.snapshot())),

@@ -288,7 +288,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter);
     if cli.log_json {
-        logs.json().with_current_span(true).with_span_list(false).init();
+        logs.json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
     } else {
         logs.init();
     }
@@ -330,8 +333,8 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         sinks.push(AlertSink::Webhook(sink));
     }
     if let Some(url) = args.alertmanager_url.filter(|u| !u.is_empty()) {
-        let sink = AlertmanagerSink::new(&url, &http)
-            .context("cannot set up the Alertmanager sink")?;
+        let sink =
+            AlertmanagerSink::new(&url, &http).context("cannot set up the Alertmanager sink")?;
         sinks.push(AlertSink::Alertmanager(sink));
     }
     if let Some(topic) = args.alerts_topic.as_ref().filter(|t| !t.is_empty()) {
@@ -405,7 +408,11 @@ fn run_dead_letters(command: DeadLettersCommand) -> anyhow::Result<ExitCode> {
         });
         let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
         let done = runtime
-            .block_on(deadletters::replay(&path, republish.as_ref(), args.sink.as_deref()))
+            .block_on(deadletters::replay(
+                &path,
+                republish.as_ref(),
+                args.sink.as_deref(),
+            ))
             .context("re-drive failed")?;
         println!(
             "republished {} message(s), {} still undecodable, requeued {} transition(s)",

@@ -198,7 +198,9 @@ impl Metrics {
 
     /// Sets a partition's consumer lag.
     pub fn lag(&self, partition: i32, messages: i64) {
-        self.lag.get_or_create(&partition_labels(partition)).set(messages.max(0));
+        self.lag
+            .get_or_create(&partition_labels(partition))
+            .set(messages.max(0));
     }
 
     /// Forgets a partition this instance no longer owns.
@@ -328,7 +330,9 @@ impl Metrics {
 
     /// Counts a partition started at its latest snapshot.
     pub fn snapshot_rebuild(&self, partition: i32) {
-        self.rebuilds.get_or_create(&partition_labels(partition)).inc();
+        self.rebuilds
+            .get_or_create(&partition_labels(partition))
+            .inc();
     }
 
     /// Sets how many partitions this instance owns; it is ready from its first assignment
@@ -446,7 +450,13 @@ mod tests {
         stats.reorder.epochs = 1;
         metrics.analysis_problems("c", &stats);
         let text = metrics.encode();
-        assert!(text.contains("ipaudit_analyzer_input_problems_total{kind=\"stale\"} 2"), "{text}");
-        assert!(text.contains("ipaudit_analyzer_input_problems_total{kind=\"new_epoch\"} 1"), "{text}");
+        assert!(
+            text.contains("ipaudit_analyzer_input_problems_total{kind=\"stale\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ipaudit_analyzer_input_problems_total{kind=\"new_epoch\"} 1"),
+            "{text}"
+        );
     }
 }

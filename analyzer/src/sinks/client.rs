@@ -146,7 +146,10 @@ mod tests {
             redact("http://user:pw@alertmanager:9093/api/v2/alerts?token=s"),
             "http://alertmanager:9093/…"
         );
-        assert_eq!(redact("http://alertmanager:9093"), "http://alertmanager:9093");
+        assert_eq!(
+            redact("http://alertmanager:9093"),
+            "http://alertmanager:9093"
+        );
         assert_eq!(redact("not a url SECRET"), "<unparsable URL>");
     }
 

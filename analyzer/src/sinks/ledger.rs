@@ -188,7 +188,9 @@ impl Ledger {
             )
             .map_err(self.err("read re-driven transitions"))?;
         let rows = stmt
-            .query_map([sink], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .query_map([sink], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
             .map_err(self.err("read re-driven transitions"))?;
         let mut out = Vec::new();
         for row in rows {
@@ -403,10 +405,20 @@ mod tests {
         let ledger = Ledger::open(&path).unwrap();
         ledger.delivered("webhook:http://h/secret", 1).unwrap();
         let start = ledger
-            .start("webhook:http://h/…#ab", &["webhook:http://h/secret".into()], false)
+            .start(
+                "webhook:http://h/…#ab",
+                &["webhook:http://h/secret".into()],
+                false,
+            )
             .unwrap();
         assert_eq!(start, 1);
-        assert_eq!(ledger.undelivered("webhook:http://h/…#ab", 10).unwrap().len(), 1);
+        assert_eq!(
+            ledger
+                .undelivered("webhook:http://h/…#ab", 10)
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -419,7 +431,11 @@ mod tests {
         let listed = ledger.dead_letters(None).unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].transition_id, "a/FIRING/10");
-        assert!(ledger.firing_delivered("w").unwrap().iter().all(|a| a.alert_id != "a"));
+        assert!(ledger
+            .firing_delivered("w")
+            .unwrap()
+            .iter()
+            .all(|a| a.alert_id != "a"));
         assert_eq!(ledger.redrive(Some("w")).unwrap(), 1);
         assert!(ledger.dead_letters(None).unwrap().is_empty());
         let again = ledger.redriven("w").unwrap();

@@ -155,11 +155,9 @@ async fn with_ledger<T: Send + 'static>(
     call: impl FnOnce(&mut Ledger) -> Result<T, LedgerError> + Send + 'static,
 ) -> Result<T, LedgerError> {
     let ledger = Arc::clone(ledger);
-    tokio::task::spawn_blocking(move || {
-        call(&mut ledger.lock().unwrap_or_else(|e| e.into_inner()))
-    })
-    .await
-    .expect("ledger task does not panic")
+    tokio::task::spawn_blocking(move || call(&mut ledger.lock().unwrap_or_else(|e| e.into_inner())))
+        .await
+        .expect("ledger task does not panic")
 }
 
 /// How one sink's delivery runs.
@@ -203,7 +201,11 @@ pub async fn run_delivery(
         let (redriven, batch, backlog) = {
             let name = name.clone();
             with_ledger(&ledger, move |l| {
-                Ok((l.redriven(&name)?, l.undelivered(&name, 100)?, l.backlog(&name)?))
+                Ok((
+                    l.redriven(&name)?,
+                    l.undelivered(&name, 100)?,
+                    l.backlog(&name)?,
+                ))
             })
             .await?
         };
