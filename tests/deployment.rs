@@ -299,41 +299,60 @@ fn only_the_collector_which_uses_the_api_gets_a_service_account_token() {
     );
 }
 
-#[test]
-fn network_policies_admit_only_the_metrics_port_of_the_collector_and_nothing_to_the_analyzer() {
-    let docs: Vec<Value> = deploy_documents().into_iter().map(|(_, d)| d).collect();
-    let collector = kind(&docs, "Deployment", "ipaudit-collector");
-    let labels = &collector["spec"]["template"]["metadata"]["labels"];
-    let port = collector["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
-        .as_u64()
-        .expect("metrics port");
-    let metrics = kind(&docs, "NetworkPolicy", "ipaudit-collector-metrics");
-    assert_eq!(&metrics["spec"]["podSelector"]["matchLabels"], labels);
-    assert_eq!(strings(&metrics["spec"]["policyTypes"]), ["Ingress"]);
-    let rules = metrics["spec"]["ingress"]
+/// Asserts that `policy` admits only `port` of the pods labelled `labels`, from a selected
+/// namespace rather than from everyone.
+fn assert_admits_only_port_from_selected_namespaces(policy: &Value, labels: &Value, port: u64) {
+    let name = policy["metadata"]["name"].as_str().unwrap_or_default();
+    assert_eq!(
+        &policy["spec"]["podSelector"]["matchLabels"], labels,
+        "{name}"
+    );
+    assert_eq!(
+        strings(&policy["spec"]["policyTypes"]),
+        ["Ingress"],
+        "{name}"
+    );
+    let rules = policy["spec"]["ingress"]
         .as_sequence()
         .expect("ingress rules");
-    assert_eq!(rules.len(), 1);
+    assert_eq!(rules.len(), 1, "{name}");
     let ports = rules[0]["ports"].as_sequence().expect("ports");
-    assert_eq!(ports.len(), 1);
-    assert_eq!(ports[0]["port"].as_u64(), Some(port));
+    assert_eq!(ports.len(), 1, "{name}");
+    assert_eq!(ports[0]["port"].as_u64(), Some(port), "{name}");
     assert!(
         rules[0]["from"]
             .as_sequence()
             .is_some_and(|f| !f.is_empty()),
-        "the metrics port is open to a selected namespace, not to everyone"
+        "{name}: the metrics port is open to a selected namespace, not to everyone"
     );
-    let analyzer = kind(&docs, "StatefulSet", "ipaudit-analyzer");
-    let quiet = kind(&docs, "NetworkPolicy", "ipaudit-analyzer-no-ingress");
-    assert_eq!(
-        quiet["spec"]["podSelector"]["matchLabels"],
-        analyzer["spec"]["template"]["metadata"]["labels"]
-    );
-    assert_eq!(strings(&quiet["spec"]["policyTypes"]), ["Ingress"]);
-    assert!(
-        quiet["spec"]["ingress"].is_null(),
-        "no ingress rule: nothing admitted"
-    );
+}
+
+#[test]
+fn network_policies_admit_only_the_metrics_port_of_each_program() {
+    let docs: Vec<Value> = deploy_documents().into_iter().map(|(_, d)| d).collect();
+    for (workload, name, policy) in [
+        (
+            "Deployment",
+            "ipaudit-collector",
+            "ipaudit-collector-metrics",
+        ),
+        (
+            "StatefulSet",
+            "ipaudit-analyzer",
+            "ipaudit-analyzer-metrics",
+        ),
+    ] {
+        let set = kind(&docs, workload, name);
+        let labels = &set["spec"]["template"]["metadata"]["labels"];
+        let port = set["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+            .as_u64()
+            .expect("metrics port");
+        assert_admits_only_port_from_selected_namespaces(
+            kind(&docs, "NetworkPolicy", policy),
+            labels,
+            port,
+        );
+    }
 }
 
 #[test]
@@ -371,28 +390,49 @@ fn deploy_creates_the_topics_with_replication_and_the_collector_does_not() {
 }
 
 #[test]
-fn the_analyzer_statefulset_passes_only_flags_and_variables_the_analyzer_has() {
+fn the_analyzer_is_a_statefulset_whose_pod_name_is_its_static_group_member_id() {
     let docs = yaml_documents("deploy/analyzer.yaml");
     let set = kind(&docs, "StatefulSet", "ipaudit-analyzer");
-    let container = &set["spec"]["template"]["spec"]["containers"][0];
-    let names: Vec<String> = container["env"]
-        .as_sequence()
-        .expect("env")
+    assert!(
+        !set["spec"]["volumeClaimTemplates"]
+            .as_sequence()
+            .expect("volumeClaimTemplates")
+            .is_empty(),
+        "each replica keeps its own state volume"
+    );
+    let pod = &set["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let env = container["env"].as_sequence().expect("env");
+    let instance = env
+        .iter()
+        .find(|e| e["name"] == "IPAUDIT_INSTANCE_ID")
+        .expect("IPAUDIT_INSTANCE_ID");
+    assert_eq!(
+        instance["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name",
+        "the pod name is stable across restarts: the member id"
+    );
+    let listen = env
+        .iter()
+        .find(|e| e["name"] == "IPAUDIT_LISTEN")
+        .and_then(|e| e["value"].as_str())
+        .expect("IPAUDIT_LISTEN");
+    let port = container["ports"][0]["containerPort"]
+        .as_u64()
+        .expect("port");
+    assert!(listen.ends_with(&format!(":{port}")));
+    let state = env
+        .iter()
+        .find(|e| e["name"] == "IPAUDIT_STATE_DIR")
+        .and_then(|e| e["value"].as_str())
+        .expect("IPAUDIT_STATE_DIR");
+    assert_eq!(container["volumeMounts"][0]["mountPath"], state);
+    let names: Vec<String> = env
         .iter()
         .filter_map(|e| e["name"].as_str().map(str::to_owned))
         .collect();
     assert_known("deploy/analyzer.yaml", &strings(&container["args"]), &names);
-    let options = container["env"]
-        .as_sequence()
-        .expect("env")
-        .iter()
-        .find(|e| e["name"] == "IPAUDIT_KAFKA_OPTIONS")
-        .and_then(|e| e["value"].as_str())
-        .unwrap_or_default();
-    assert!(
-        options.contains("group.instance.id=$(POD_NAME)"),
-        "static membership: {options}"
-    );
 }
 
 #[test]

@@ -95,6 +95,11 @@ impl AlertBook {
         self.active.get(id)
     }
 
+    /// Every active alert (no particular order).
+    pub fn iter(&self) -> impl Iterator<Item = &Alert> {
+        self.active.values()
+    }
+
     /// Active alerts.
     pub fn len(&self) -> usize {
         self.active.len()

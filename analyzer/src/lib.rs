@@ -9,9 +9,13 @@
 //! [`sinks`] (log, webhook, Alertmanager).
 
 pub mod alerts;
+pub mod deadletters;
 pub mod dedupe;
 pub mod engine;
+pub mod group;
+pub mod http;
 pub mod live;
+pub mod metrics;
 pub mod reorder;
 pub mod replay;
 pub mod report;

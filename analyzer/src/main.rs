@@ -17,6 +17,9 @@ use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 #[derive(Debug, Parser)]
 #[command(name = "analyzer", version, about, long_about = None)]
 struct Cli {
+    /// Log as JSON lines (with the current span's fields), for log collectors.
+    #[arg(long, global = true, env = "IPAUDIT_LOG_JSON")]
+    log_json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -37,6 +40,44 @@ enum Command {
     /// a restart resumes there, and each alert firing and resolution reaches each sink once
     /// (at least once, with its transition id as Idempotency-Key).
     Run(Box<RunArgs>),
+    /// What `analyzer run` set aside, and re-driving it after an upgrade.
+    ///
+    /// Two kinds are kept in the store under --state-dir: messages of the events topic
+    /// the analyzer could not decode, and alert transitions a sink refused for good (a
+    /// 4xx answer other than 408/429, a record too large).
+    #[command(name = "dead-letters", subcommand)]
+    DeadLetters(DeadLettersCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum DeadLettersCommand {
+    /// List every dead letter (one line each).
+    List(DeadLettersArgs),
+    /// Re-drive dead letters: messages that decode with this build are published to
+    /// their topic again (--brokers); refused transitions are queued for their sink again
+    /// (delivered by the running, or the next, `analyzer run`).
+    Replay(DeadLettersArgs),
+}
+
+#[derive(Debug, Args)]
+struct DeadLettersArgs {
+    /// Directory of the analyzer's SQLite store.
+    #[arg(
+        long,
+        env = "IPAUDIT_STATE_DIR",
+        default_value = "/var/lib/ipaudit-analyzer"
+    )]
+    state_dir: PathBuf,
+    /// Only this sink's transitions (its name as `list` shows it).
+    #[arg(long)]
+    sink: Option<String>,
+    /// Kafka bootstrap servers to publish re-decoded messages to (replay); without it,
+    /// messages stay set aside.
+    #[arg(long, env = "IPAUDIT_BROKERS")]
+    brokers: Option<String>,
+    /// Extra librdkafka producer setting, KEY=VALUE (repeatable).
+    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", value_delimiter = ',', value_parser = key_value)]
+    kafka_options: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -91,8 +132,9 @@ struct RunArgs {
         conflicts_with_all = ["webhook_hmac_secret", "webhook_hmac_secret_file"]
     )]
     webhook_bearer_token_file: Option<PathBuf>,
-    /// Sign webhook bodies: `X-Ipaudit-Signature: sha256=<hex HMAC-SHA256 of the body>`
-    /// (prefer --webhook-hmac-secret-file).
+    /// Sign webhook requests: `X-Ipaudit-Timestamp: <unix seconds>` and
+    /// `X-Ipaudit-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">` (prefer
+    /// --webhook-hmac-secret-file).
     #[arg(
         long,
         env = "IPAUDIT_WEBHOOK_HMAC_SECRET",
@@ -103,6 +145,17 @@ struct RunArgs {
     /// File holding the webhook HMAC secret (one trailing newline is ignored).
     #[arg(long, env = "IPAUDIT_WEBHOOK_HMAC_SECRET_FILE")]
     webhook_hmac_secret_file: Option<PathBuf>,
+    /// PEM file of CA certificates the webhook and Alertmanager are trusted by, beside
+    /// the bundled roots (a private CA).
+    #[arg(long, env = "IPAUDIT_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// Timeout of one webhook or Alertmanager request.
+    #[arg(long, env = "IPAUDIT_HTTP_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    http_timeout: Duration,
+    /// A sink seen for the first time (new, or its URL changed) gets every stored
+    /// transition; by default it starts with what happens after it was added.
+    #[arg(long, env = "IPAUDIT_SINK_FROM_BEGINNING")]
+    sink_from_beginning: bool,
     /// Send alerts to this Alertmanager (API v2), e.g. http://alertmanager:9093 (its value
     /// is never shown in --help: it may carry credentials).
     #[arg(long, env = "IPAUDIT_ALERTMANAGER_URL", hide_env_values = true)]
@@ -147,6 +200,14 @@ struct RunArgs {
         default_value = "snapshot"
     )]
     start_from: StartFrom,
+    /// This instance's static group membership id (`group.instance.id`): a restarted
+    /// instance gets its partitions back at once. Default: the host name (a StatefulSet's
+    /// pod name); an empty value means dynamic membership.
+    #[arg(long, env = "IPAUDIT_INSTANCE_ID")]
+    instance_id: Option<String>,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[arg(long, env = "IPAUDIT_LISTEN", default_value = "0.0.0.0:9090")]
+    listen: std::net::SocketAddr,
     /// Do not log alerts (they are logged by default).
     #[arg(long, env = "IPAUDIT_NO_LOG_ALERTS")]
     no_log_alerts: bool,
@@ -280,18 +341,26 @@ fn main() -> ExitCode {
     // Replay prints a report: only warnings go to stderr. Live analysis logs its work.
     let default_level = match cli.command {
         Command::Replay(_) => "warn",
-        Command::Run(_) => "info",
+        Command::Run(_) | Command::DeadLetters(_) => "info",
     };
-    tracing_subscriber::fmt()
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(filter);
+    if cli.log_json {
+        logs.json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
+    } else {
+        logs.init();
+    }
     let result = match cli.command {
         Command::Replay(args) => run_replay(args),
         Command::Run(args) => run_live(*args),
+        Command::DeadLetters(command) => run_dead_letters(command),
     };
     match result {
         Ok(code) => code,
@@ -304,7 +373,12 @@ fn main() -> ExitCode {
 
 fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
     use ipaudit_analyzer::sinks::{
-        AlertSink, AlertmanagerSink, CommandSink, KafkaSink, LogSink, WebhookAuth, WebhookSink,
+        AlertSink, AlertmanagerSink, CommandSink, HttpOptions, KafkaSink, LogSink, WebhookAuth,
+        WebhookSink,
+    };
+    let http = HttpOptions {
+        timeout: args.http_timeout,
+        ca_file: args.ca_file.clone(),
     };
     let mut sinks = Vec::new();
     if !args.no_log_alerts {
@@ -327,10 +401,13 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
             (None, Some(secret)) => WebhookAuth::Hmac(secret),
             (None, None) => WebhookAuth::None,
         };
-        sinks.push(AlertSink::Webhook(WebhookSink::new(url, auth)));
+        let sink = WebhookSink::new(url, auth, &http).context("cannot set up the webhook sink")?;
+        sinks.push(AlertSink::Webhook(sink));
     }
     if let Some(url) = args.alertmanager_url.filter(|u| !u.is_empty()) {
-        sinks.push(AlertSink::Alertmanager(AlertmanagerSink::new(&url)));
+        let sink =
+            AlertmanagerSink::new(&url, &http).context("cannot set up the Alertmanager sink")?;
+        sinks.push(AlertSink::Alertmanager(sink));
     }
     if let Some(topic) = args.alerts_topic.as_ref().filter(|t| !t.is_empty()) {
         let sink = KafkaSink::new(&args.brokers, topic, &args.kafka_options)
@@ -371,6 +448,12 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         sinks,
         exit_at_end: args.exit_at_end,
         start_at_snapshot: matches!(args.start_from, StartFrom::Snapshot),
+        instance_id: args
+            .instance_id
+            .or_else(ipaudit_analyzer::group::default_instance_id),
+        listen: Some(args.listen),
+        sink_from_beginning: args.sink_from_beginning,
+        metrics: ipaudit_analyzer::metrics::Metrics::new(),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime
@@ -392,6 +475,49 @@ async fn shutdown_signal() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
+}
+
+fn run_dead_letters(command: DeadLettersCommand) -> anyhow::Result<ExitCode> {
+    use ipaudit_analyzer::deadletters;
+    let (replay, args) = match command {
+        DeadLettersCommand::List(args) => (false, args),
+        DeadLettersCommand::Replay(args) => (true, args),
+    };
+    let path = args.state_dir.join("analyzer.db");
+    anyhow::ensure!(path.is_file(), "no analyzer store at {}", path.display());
+    if replay {
+        let republish = args.brokers.map(|brokers| deadletters::Republish {
+            brokers,
+            options: args.kafka_options,
+        });
+        let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+        let done = runtime
+            .block_on(deadletters::replay(
+                &path,
+                republish.as_ref(),
+                args.sink.as_deref(),
+            ))
+            .context("re-drive failed")?;
+        println!(
+            "republished {} message(s), {} still undecodable, requeued {} transition(s)",
+            done.republished, done.still_undecodable, done.requeued
+        );
+    } else {
+        let listed = deadletters::list(&path, args.sink.as_deref()).context("cannot list")?;
+        for m in &listed.messages {
+            println!(
+                "message\t{}/{}@{}\t{} bytes\t{}",
+                m.topic, m.partition, m.offset, m.bytes, m.error
+            );
+        }
+        for t in &listed.transitions {
+            println!(
+                "transition\t{}\t{}\tseq {}\t{}",
+                t.sink, t.transition_id, t.seq, t.error
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {

@@ -11,6 +11,9 @@ pub struct AnalyzerProcess {
     child: Child,
     /// Its log file.
     pub log: PathBuf,
+    /// Where /metrics, /healthz and /readyz are served (a free port of its own, unless
+    /// the flags name one).
+    pub metrics_port: u16,
 }
 
 impl AnalyzerProcess {
@@ -23,6 +26,9 @@ impl AnalyzerProcess {
         extra: &[&str],
     ) -> AnalyzerProcess {
         std::fs::create_dir_all(state_dir).expect("state dir");
+        let metrics_port = crate::broker::free_port();
+        let listen = format!("127.0.0.1:{metrics_port}");
+        let listen_flag = ["--listen", listen.as_str()];
         let log = state_dir.join(format!(
             "analyzer-{}.log",
             std::time::SystemTime::now()
@@ -38,14 +44,43 @@ impl AnalyzerProcess {
             } else {
                 &["--checkpoint-interval", "1s"][..]
             })
-            .args(["--kafka-option", "session.timeout.ms=6000"])
+            // tansu counts a static member's last contact from its first JoinGroup, and its
+            // join takes two 3 s pauses: a session under about 7 s expires every member at
+            // its first heartbeat.
+            .args(["--kafka-option", "session.timeout.ms=10000"])
+            .args(if extra.contains(&"--listen") {
+                &[][..]
+            } else {
+                &listen_flag[..]
+            })
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("analyzer log"))
             .spawn()
             .expect("start analyzer");
-        AnalyzerProcess { child, log }
+        AnalyzerProcess {
+            child,
+            log,
+            metrics_port,
+        }
+    }
+
+    /// The /metrics text (empty when it does not answer).
+    pub fn metrics(&self) -> String {
+        crate::collector::http_get(self.metrics_port, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    /// A series' value from /metrics (0 when absent).
+    pub fn value(&self, name_and_labels: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .find(|l| l.starts_with(name_and_labels))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
     }
 
     /// The log so far.

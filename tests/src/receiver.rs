@@ -1,5 +1,6 @@
 //! A real HTTP server standing in for a webhook receiver and for Alertmanager: it records
-//! every request, and can be told to fail (503) to test retries.
+//! every request, and can be told to fail (503) to test retries, or to refuse some
+//! requests for good (e.g. 413) to test dead letters.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,11 +27,16 @@ pub struct Received {
     pub at: Instant,
 }
 
+/// Decides a status for a request body; `None`: accept it.
+type Refusal = Box<dyn Fn(&Value) -> Option<StatusCode> + Send + Sync>;
+
 #[derive(Default)]
 struct Shared {
     received: Mutex<Vec<Received>>,
+    refused: Mutex<Vec<(StatusCode, Value)>>,
     attempts: std::sync::atomic::AtomicUsize,
     failing: AtomicBool,
+    refusal: Mutex<Option<Refusal>>,
 }
 
 /// The receiver.
@@ -65,6 +71,28 @@ impl Receiver {
         self.shared.failing.store(failing, Ordering::SeqCst);
     }
 
+    /// Answer `refuse(body)` when it is `Some(status)` (e.g. 413 for one subnet's alerts);
+    /// `None` clears it.
+    pub fn set_refusing(
+        &self,
+        refuse: Option<impl Fn(&Value) -> Option<StatusCode> + Send + Sync + 'static>,
+    ) {
+        *self
+            .shared
+            .refusal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = refuse.map(|f| Box::new(f) as Refusal);
+    }
+
+    /// Bodies refused so far, with the status they got.
+    pub fn refused(&self) -> Vec<(StatusCode, Value)> {
+        self.shared
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Requests of any outcome so far.
     pub fn attempts(&self) -> usize {
         self.shared.attempts.load(Ordering::SeqCst)
@@ -93,6 +121,21 @@ async fn record(
     if shared.failing.load(Ordering::SeqCst) {
         return StatusCode::SERVICE_UNAVAILABLE;
     }
+    let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let refusal = shared
+        .refusal
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|refuse| refuse(&json));
+    if let Some(status) = refusal {
+        shared
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((status, json));
+        return status;
+    }
     let received = Received {
         path: uri.path().to_owned(),
         headers: headers
@@ -104,7 +147,7 @@ async fn record(
                 )
             })
             .collect(),
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        body: json,
         at: Instant::now(),
     };
     shared

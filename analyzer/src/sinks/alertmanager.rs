@@ -6,35 +6,36 @@ use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{Alert, AlertStatus};
 use serde_json::json;
 
+use super::client::{build_client, parse_url, redact, HttpOptions, SinkBuildError};
 use super::{check, SinkError};
 
 /// An Alertmanager.
 pub struct AlertmanagerSink {
     url: String,
+    shown: String,
     client: reqwest::Client,
 }
 
 impl AlertmanagerSink {
     /// A sink for the Alertmanager at `base_url` (e.g. `http://alertmanager:9093`).
-    pub fn new(base_url: &str) -> Self {
-        let client = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
-        AlertmanagerSink {
-            url: format!("{}/api/v2/alerts", base_url.trim_end_matches('/')),
-            client,
-        }
+    pub fn new(base_url: &str, options: &HttpOptions) -> Result<Self, SinkBuildError> {
+        let url = format!("{}/api/v2/alerts", base_url.trim_end_matches('/'));
+        parse_url(&url)?;
+        Ok(AlertmanagerSink {
+            shown: redact(&url),
+            url,
+            client: build_client(options)?,
+        })
     }
 
-    /// The alerts endpoint.
+    /// The alerts endpoint (may hold credentials: never log it, see [`redact`]).
     pub fn url(&self) -> &str {
         &self.url
     }
 
     pub(super) async fn deliver(&self, alert: &Alert) -> Result<(), SinkError> {
         check(
-            &self.url,
+            &self.shown,
             self.client
                 .post(&self.url)
                 .json(&[payload(alert)])

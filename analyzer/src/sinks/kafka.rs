@@ -41,7 +41,22 @@ pub(super) async fn send(
         )
         .await
         .map(drop)
-        .map_err(|(error, _)| SinkError::Kafka(error.to_string()))
+        .map_err(|(error, _)| classify(&error))
+}
+
+/// A record the broker refuses for what it is (too large, invalid) is refused for good;
+/// anything else (no leader, timeout, broker down) may pass later.
+fn classify(error: &KafkaError) -> SinkError {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    match error.rdkafka_error_code() {
+        Some(
+            Code::MessageSizeTooLarge
+            | Code::InvalidMessage
+            | Code::InvalidMessageSize
+            | Code::InvalidRecord,
+        ) => SinkError::Rejected(error.to_string()),
+        _ => SinkError::Kafka(error.to_string()),
+    }
 }
 
 /// A topic of alerts (`ipaudit.alerts`).
@@ -69,7 +84,7 @@ impl KafkaSink {
     }
 
     pub(super) async fn deliver(&self, alert: &Alert) -> Result<(), SinkError> {
-        let payload = encode(alert).map_err(|e| SinkError::Kafka(e.to_string()))?;
+        let payload = encode(alert).map_err(|e| SinkError::Rejected(e.to_string()))?;
         send(
             &self.producer,
             &self.topic,

@@ -1,42 +1,65 @@
 //! POST each transition as JSON to a URL, with the transition id as `Idempotency-Key`, and
-//! optionally a bearer token or an HMAC-SHA256 signature of the body
-//! (`X-Ipaudit-Signature: sha256=<hex>`).
+//! optionally a bearer token or an HMAC-SHA256 signature over a timestamp and the body:
+//! `X-Ipaudit-Timestamp: <unix seconds>` and
+//! `X-Ipaudit-Signature: sha256=<hex HMAC of "<timestamp>.<body>">`. Signing the timestamp
+//! with the body lets a receiver refuse a captured request replayed later (check that the
+//! timestamp is recent, then the signature).
 
 use hmac::{Hmac, Mac};
 use ipaudit_schemas::Alert;
 use sha2::Sha256;
 
+use super::client::{build_client, parse_url, redact, HttpOptions, SinkBuildError};
 use super::{check, SinkError};
 
 /// How the webhook authenticates.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum WebhookAuth {
     /// No authentication.
     None,
     /// `Authorization: Bearer <token>`.
     Bearer(String),
-    /// `X-Ipaudit-Signature: sha256=<hex HMAC of the body>`.
+    /// `X-Ipaudit-Timestamp` and `X-Ipaudit-Signature: sha256=<hex HMAC>` of
+    /// `<timestamp>.<body>`.
     Hmac(String),
+}
+
+impl std::fmt::Debug for WebhookAuth {
+    // Secrets never reach a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WebhookAuth::None => "None",
+            WebhookAuth::Bearer(_) => "Bearer(<redacted>)",
+            WebhookAuth::Hmac(_) => "Hmac(<redacted>)",
+        })
+    }
 }
 
 /// A webhook receiver.
 pub struct WebhookSink {
     url: String,
+    shown: String,
     auth: WebhookAuth,
     client: reqwest::Client,
 }
 
 impl WebhookSink {
-    /// A sink posting to `url`.
-    pub fn new(url: String, auth: WebhookAuth) -> Self {
-        let client = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
-        WebhookSink { url, auth, client }
+    /// A sink posting to `url` (an absolute http(s) URL).
+    pub fn new(
+        url: String,
+        auth: WebhookAuth,
+        options: &HttpOptions,
+    ) -> Result<Self, SinkBuildError> {
+        parse_url(&url)?;
+        Ok(WebhookSink {
+            shown: redact(&url),
+            url,
+            auth,
+            client: build_client(options)?,
+        })
     }
 
-    /// Where it posts.
+    /// Where it posts (the secret form: never log it, see [`redact`]).
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -60,18 +83,23 @@ impl WebhookSink {
             WebhookAuth::None => {}
             WebhookAuth::Bearer(token) => request = request.bearer_auth(token),
             WebhookAuth::Hmac(secret) => {
-                request = request.header("x-ipaudit-signature", signature(secret, &bytes))
+                let timestamp = (crate::live::now_ms() / 1000).to_string();
+                request = request
+                    .header("x-ipaudit-timestamp", &timestamp)
+                    .header("x-ipaudit-signature", signature(secret, &timestamp, &bytes));
             }
         }
-        check(&self.url, request.body(bytes).send().await)
+        check(&self.shown, request.body(bytes).send().await)
     }
 }
 
-/// `sha256=<hex>` of the body under `secret`.
-pub fn signature(secret: &str, body: &[u8]) -> String {
+/// `sha256=<hex>` of `<timestamp>.<body>` under `secret`.
+pub fn signature(secret: &str, timestamp: &str, body: &[u8]) -> String {
     // HMAC takes keys of any length.
     let mut mac =
         Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC accepts any key length");
+    mac.update(timestamp.as_bytes());
+    mac.update(b".");
     mac.update(body);
     let digest = mac.finalize().into_bytes();
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -83,11 +111,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_signature_is_hex_hmac_sha256_of_the_body() {
-        // RFC 4231-style known answer (the classic "quick brown fox" vector).
+    fn the_signature_is_hex_hmac_sha256_of_the_timestamp_a_dot_and_the_body() {
+        // Known answer from Python: hmac.new(b"key", b'1700000000.{"a":1}', sha256).
         assert_eq!(
-            signature("key", b"The quick brown fox jumps over the lazy dog"),
-            "sha256=f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8"
+            signature("key", "1700000000", b"{\"a\":1}"),
+            "sha256=a438e398bfafc57e4396bb7fc2304422f0f768e965d073ca313cb52e22e6ad03"
         );
+        assert_ne!(
+            signature("key", "1700000001", b"{\"a\":1}"),
+            signature("key", "1700000000", b"{\"a\":1}"),
+            "another timestamp, another signature"
+        );
+    }
+
+    #[test]
+    fn a_secret_never_shows_in_debug_output() {
+        let shown = format!("{:?}", WebhookAuth::Hmac("s3cr3t".into()));
+        assert!(!shown.contains("s3cr3t"), "{shown}");
     }
 }

@@ -1,0 +1,198 @@
+//! Operating `analyzer run`, end to end on the real broker with a real HTTP receiver: a
+//! receiver that refuses one transition for good (413) does not hold back the next, the
+//! refused one is a counted dead letter that `analyzer dead-letters replay` re-drives, and
+//! `/metrics` shows the consumer lag and the firing alerts.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use ipaudit_tests::analyzer::AnalyzerProcess;
+use ipaudit_tests::collector::{http_get, workspace_binary};
+use ipaudit_tests::receiver::{Received, Receiver};
+use ipaudit_tests::scenario::{ip, subnet};
+use ipaudit_tests::world::World;
+use kube_sim::Kind;
+
+fn wait_for<T>(what: &str, timeout: Duration, mut found: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = found() {
+            return value;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "{what}: nothing after {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A subnet deleted under a live IP: rule 1 fires for `name`.
+fn leak(world: &World, name: &str, third_octet: u8) {
+    let cidr = format!("10.{third_octet}.0.0/24");
+    world
+        .sim
+        .create(Kind::Subnet, "", subnet(name, &cidr))
+        .unwrap();
+    world
+        .sim
+        .create(
+            Kind::Ip,
+            "",
+            ip(
+                &format!("{name}-ip.ns"),
+                name,
+                &format!("{name}-pod"),
+                "ns",
+                &format!("10.{third_octet}.0.2"),
+                "",
+            ),
+        )
+        .unwrap();
+    world.sim.delete(Kind::Subnet, "", name).unwrap();
+    world.sim.remove_finalizers(Kind::Subnet, "", name).unwrap();
+}
+
+fn alert_for(receiver: &Receiver, subnet: &str) -> Option<Received> {
+    receiver
+        .received("/hook")
+        .into_iter()
+        .find(|r| r.body["subnet"] == subnet && r.body["rule"] == "subnet-deleted-before-ip")
+}
+
+fn analyzer(world: &World, receiver: &Receiver, name: &str) -> AnalyzerProcess {
+    let process = AnalyzerProcess::start(
+        &world.brokers,
+        &world.topic,
+        &format!("ipaudit-{name}-{}", std::process::id()),
+        &world.dir.path().join("analyzer"),
+        &["--webhook-url", &format!("{}/hook", receiver.url)],
+    );
+    wait_for(
+        "the analyzer joins its group",
+        Duration::from_secs(30),
+        || {
+            process
+                .log_text()
+                .contains("partitions assigned")
+                .then_some(())
+        },
+    );
+    process
+}
+
+fn dead_letters(world: &World, command: &str) -> String {
+    let output = Command::new(workspace_binary("analyzer"))
+        .args(["dead-letters", command, "--state-dir"])
+        .arg(world.dir.path().join("analyzer"))
+        .output()
+        .expect("run analyzer dead-letters");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn a_receiver_answering_413_does_not_hold_back_the_next_transition_and_the_refused_one_can_be_redriven(
+) {
+    let world = World::new("sink-413", None);
+    let receiver = Receiver::start(&world.runtime);
+    receiver.set_refusing(Some(|body: &serde_json::Value| {
+        (body["subnet"] == "huge").then_some(StatusCode::PAYLOAD_TOO_LARGE)
+    }));
+    let _collector = world.collector();
+    let analyzer = analyzer(&world, &receiver, "sink-413");
+    leak(&world, "huge", 31);
+    wait_for("the refused attempt", Duration::from_secs(15), || {
+        (!receiver.refused().is_empty()).then_some(())
+    });
+    leak(&world, "next", 32);
+    wait_for(
+        "the next transition, past the refused one",
+        Duration::from_secs(15),
+        || alert_for(&receiver, "next"),
+    );
+    assert_eq!(
+        receiver.refused().len(),
+        1,
+        "a permanent refusal is not retried"
+    );
+    let failures = wait_for("the refusal counted", Duration::from_secs(5), || {
+        let text = analyzer.metrics();
+        text.lines()
+            .find(|l| {
+                l.starts_with("ipaudit_analyzer_sink_failures_total{")
+                    && l.contains("kind=\"permanent\"")
+            })
+            .map(str::to_owned)
+    });
+    assert!(failures.ends_with(" 1"), "{failures}");
+    assert!(
+        failures.contains(&format!("sink=\"webhook:{}/…#", receiver.url)),
+        "the sink is named by its redacted URL: {failures}"
+    );
+    assert_eq!(
+        analyzer.value("ipaudit_analyzer_dead_letters_total{kind=\"transition\"}"),
+        1.0
+    );
+    let listed = dead_letters(&world, "list");
+    assert!(listed.contains("413"), "{listed}");
+    assert!(
+        !listed.contains("/hook"),
+        "no URL path in the listing: {listed}"
+    );
+    // After the receiver is fixed, re-driving delivers it to the running analyzer's sink.
+    receiver.set_refusing(None::<fn(&serde_json::Value) -> Option<StatusCode>>);
+    let redriven = dead_letters(&world, "replay");
+    assert!(redriven.contains("requeued 1 transition"), "{redriven}");
+    wait_for("the re-driven transition", Duration::from_secs(15), || {
+        alert_for(&receiver, "huge")
+    });
+    assert!(dead_letters(&world, "list").trim().is_empty());
+}
+
+#[test]
+fn metrics_show_the_consumer_lag_and_the_firing_alerts_and_readyz_answers() {
+    let world = World::new("metrics", None);
+    let receiver = Receiver::start(&world.runtime);
+    let _collector = world.collector();
+    let analyzer = analyzer(&world, &receiver, "metrics");
+    leak(&world, "watched", 41);
+    wait_for("the alert", Duration::from_secs(15), || {
+        alert_for(&receiver, "watched")
+    });
+    let text = wait_for(
+        "the firing gauge and the lag",
+        Duration::from_secs(10),
+        || {
+            let text = analyzer.metrics();
+            (text.contains("ipaudit_analyzer_alerts_firing{rule=\"subnet-deleted-before-ip\"} 1")
+                && text.contains("ipaudit_analyzer_consumer_lag_messages{partition=\"0\"}"))
+            .then_some(text)
+        },
+    );
+    assert!(
+        text.contains("ipaudit_analyzer_events_total{stream=\"subnet\",type=\"DELETED\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ipaudit_analyzer_sink_backlog{sink=\"log\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ipaudit_analyzer_partitions_assigned 1"),
+        "{text}"
+    );
+    assert_eq!(
+        http_get(analyzer.metrics_port, "/readyz").map(|(code, _)| code),
+        Some(200)
+    );
+    assert_eq!(
+        http_get(analyzer.metrics_port, "/healthz").map(|(code, _)| code),
+        Some(200)
+    );
+}
