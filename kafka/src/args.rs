@@ -1,0 +1,249 @@
+//! The Kafka options of both programs' command lines (flattened with
+//! `#[command(flatten)]`), with environment fallbacks. Secret values never show: not in
+//! `--help` (environment values of secret options are hidden) and not in `Debug` output.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::{Args, ValueEnum};
+
+use crate::connection::is_secret_key;
+
+/// How ipaudit reaches Kafka: bootstrap servers, TLS, SASL, extra librdkafka settings.
+#[derive(Clone, Args)]
+pub struct KafkaArgs {
+    /// Kafka bootstrap servers, comma-separated HOST:PORT.
+    #[arg(long, env = "IPAUDIT_BROKERS", default_value = "localhost:9092")]
+    pub brokers: String,
+
+    /// How to talk to the brokers [default: sasl_ssl with a SASL mechanism, ssl with a CA,
+    /// certificate or key file, else plaintext].
+    #[arg(
+        long = "kafka-security-protocol",
+        env = "IPAUDIT_KAFKA_SECURITY_PROTOCOL",
+        value_enum,
+        ignore_case = true
+    )]
+    pub security_protocol: Option<SecurityProtocol>,
+
+    /// PEM file of the CA certificates that sign the brokers' certificates (TLS); without
+    /// it the system's trust store is used. The brokers' host names are verified.
+    #[arg(long = "kafka-ca-file", env = "IPAUDIT_KAFKA_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+
+    /// PEM file of this client's certificate, for brokers that require client
+    /// certificates (mutual TLS); needs --kafka-key-file.
+    #[arg(
+        long = "kafka-cert-file",
+        env = "IPAUDIT_KAFKA_CERT_FILE",
+        requires = "key_file"
+    )]
+    pub cert_file: Option<PathBuf>,
+
+    /// PEM file of this client's private key (unencrypted); needs --kafka-cert-file.
+    #[arg(
+        long = "kafka-key-file",
+        env = "IPAUDIT_KAFKA_KEY_FILE",
+        requires = "cert_file"
+    )]
+    pub key_file: Option<PathBuf>,
+
+    /// SASL mechanism; needs --kafka-sasl-username and a password.
+    #[arg(
+        long = "kafka-sasl-mechanism",
+        env = "IPAUDIT_KAFKA_SASL_MECHANISM",
+        value_enum,
+        ignore_case = true
+    )]
+    pub sasl_mechanism: Option<SaslMechanism>,
+
+    /// SASL user name.
+    #[arg(long = "kafka-sasl-username", env = "IPAUDIT_KAFKA_SASL_USERNAME")]
+    pub sasl_username: Option<String>,
+
+    /// File holding the SASL password (one line; a trailing newline is ignored), e.g. a
+    /// mounted Kubernetes Secret. Preferred over --kafka-sasl-password.
+    #[arg(
+        long = "kafka-sasl-password-file",
+        env = "IPAUDIT_KAFKA_SASL_PASSWORD_FILE",
+        conflicts_with = "sasl_password"
+    )]
+    pub sasl_password_file: Option<PathBuf>,
+
+    /// The SASL password itself (visible to other users of the machine as a flag; use the
+    /// environment variable or --kafka-sasl-password-file).
+    #[arg(
+        long = "kafka-sasl-password",
+        env = "IPAUDIT_KAFKA_SASL_PASSWORD",
+        hide_env_values = true
+    )]
+    pub sasl_password: Option<Secret>,
+
+    /// Extra librdkafka setting for every Kafka client, KEY=VALUE (repeatable, or
+    /// comma-separated in the environment variable); applied last, so it overrides
+    /// ipaudit's own settings.
+    #[arg(
+        long = "kafka-option",
+        env = "IPAUDIT_KAFKA_OPTIONS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub options: Vec<KafkaOption>,
+}
+
+impl fmt::Debug for KafkaArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaArgs")
+            .field("brokers", &self.brokers)
+            .field("security_protocol", &self.security_protocol)
+            .field("ca_file", &self.ca_file)
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .field("sasl_mechanism", &self.sasl_mechanism)
+            .field("sasl_username", &self.sasl_username)
+            .field("sasl_password_file", &self.sasl_password_file)
+            .field("sasl_password", &self.sasl_password)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl KafkaArgs {
+    /// Options for `brokers` with nothing else set (plaintext, librdkafka's defaults).
+    pub fn plaintext(brokers: &str) -> KafkaArgs {
+        KafkaArgs {
+            brokers: brokers.to_owned(),
+            security_protocol: None,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            sasl_mechanism: None,
+            sasl_username: None,
+            sasl_password_file: None,
+            sasl_password: None,
+            options: Vec::new(),
+        }
+    }
+}
+
+/// librdkafka's `security.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SecurityProtocol {
+    /// No TLS, no authentication.
+    Plaintext,
+    /// TLS.
+    Ssl,
+    /// SASL without TLS: the password (PLAIN) or its proof (SCRAM) travels in clear text.
+    SaslPlaintext,
+    /// SASL over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// The value librdkafka expects.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "plaintext",
+            SecurityProtocol::Ssl => "ssl",
+            SecurityProtocol::SaslPlaintext => "sasl_plaintext",
+            SecurityProtocol::SaslSsl => "sasl_ssl",
+        }
+    }
+
+    /// Whether the connection is encrypted.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether the client authenticates with SASL.
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+/// A SASL mechanism librdkafka supports without Kerberos or OAuth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SaslMechanism {
+    /// User name and password sent as they are (use it over TLS only).
+    #[value(name = "PLAIN")]
+    Plain,
+    /// Salted challenge-response with SHA-256; the password never crosses the wire.
+    #[value(name = "SCRAM-SHA-256")]
+    ScramSha256,
+    /// Salted challenge-response with SHA-512.
+    #[value(name = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// The value librdkafka expects in `sasl.mechanisms`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// One `--kafka-option KEY=VALUE`. Its `Debug` hides the value of secret keys
+/// (`sasl.password`, `ssl.key.password`, ...).
+#[derive(Clone, PartialEq, Eq)]
+pub struct KafkaOption {
+    /// The librdkafka property.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+}
+
+impl FromStr for KafkaOption {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        text.split_once('=')
+            .map(|(k, v)| KafkaOption {
+                key: k.trim().to_owned(),
+                value: v.trim().to_owned(),
+            })
+            .filter(|o| !o.key.is_empty())
+            // Not the text itself: it may hold a password.
+            .ok_or_else(|| "expected KEY=VALUE".to_owned())
+    }
+}
+
+impl fmt::Debug for KafkaOption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if is_secret_key(&self.key) {
+            write!(f, "{}=<redacted>", self.key)
+        } else {
+            write!(f, "{}={}", self.key, self.value)
+        }
+    }
+}
+
+/// A secret value: kept as given, shown as `<redacted>`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the one place that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Self {
+        Secret(value)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
