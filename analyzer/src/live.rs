@@ -26,14 +26,12 @@ use crate::store::{Store, StoreError};
 
 /// How the live analyzer runs.
 pub struct LiveConfig {
-    /// bootstrap.servers.
-    pub brokers: String,
+    /// The brokers and how to reach them (TLS, SASL, the operator's librdkafka settings).
+    pub connection: ipaudit_kafka::Connection,
     /// The events topic.
     pub topic: String,
     /// The consumer group.
     pub group_id: String,
-    /// Extra librdkafka consumer settings.
-    pub kafka_options: Vec<(String, String)>,
     /// Where the store lives.
     pub state_dir: PathBuf,
     /// The core's settings (one analysis per cluster id).
@@ -141,7 +139,6 @@ pub async fn run(
     };
     let mut client = ClientConfig::new();
     client
-        .set("bootstrap.servers", &config.brokers)
         .set("group.id", &config.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -153,9 +150,7 @@ pub async fn run(
             "enable.partition.eof",
             if config.exit_at_end { "true" } else { "false" },
         );
-    for (key, value) in &config.kafka_options {
-        client.set(key, value);
-    }
+    config.connection.apply(&mut client);
     let consumer: StreamConsumer<CheckpointedOffsets> = client.create_with_context(context)?;
     consumer.subscribe(&[&config.topic])?;
 
@@ -268,27 +263,14 @@ fn restore_checkpoint(
 
 /// With no local state: start every partition at its latest complete snapshot.
 async fn rebuild_offsets(config: &LiveConfig) -> HashMap<i32, i64> {
-    let (brokers, topic, options) = (
-        config.brokers.clone(),
-        config.topic.clone(),
-        config.kafka_options.clone(),
-    );
+    let (connection, topic) = (config.connection.clone(), config.topic.clone());
     let scan = tokio::task::spawn_blocking(move || -> Result<HashMap<i32, i64>, KafkaError> {
-        let mut client = ClientConfig::new();
-        client.set("bootstrap.servers", &brokers);
-        for (key, value) in &options {
-            client.set(key, value);
-        }
-        let consumer: BaseConsumer = client.create()?;
+        let consumer: BaseConsumer = connection.client_config().create()?;
         let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
         let mut starts = HashMap::new();
         for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
-            let offset = crate::snapshot::latest_snapshot_offset(
-                &brokers,
-                &topic,
-                partition.id(),
-                &options,
-            )?;
+            let offset =
+                crate::snapshot::latest_snapshot_offset(&connection, &topic, partition.id())?;
             info!(
                 partition = partition.id(),
                 offset, "no local state: rebuilding from the latest snapshot"

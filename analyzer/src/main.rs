@@ -49,18 +49,14 @@ enum StartFrom {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// Kafka bootstrap servers.
-    #[arg(long, env = "IPAUDIT_BROKERS", default_value = "localhost:9092")]
-    brokers: String,
+    #[command(flatten)]
+    kafka: ipaudit_kafka::KafkaArgs,
     /// Topic of watch events.
     #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
     topic: String,
     /// Consumer group.
     #[arg(long, env = "IPAUDIT_GROUP", default_value = "ipaudit-analyzer")]
     group: String,
-    /// Extra librdkafka consumer setting, KEY=VALUE (repeatable).
-    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", value_delimiter = ',', value_parser = key_value)]
-    kafka_options: Vec<(String, String)>,
     /// Directory of the SQLite store (checkpoints, alert outbox); keep it on a persistent volume.
     #[arg(
         long,
@@ -153,13 +149,6 @@ impl RuleArgs {
     }
 }
 
-fn key_value(text: &str) -> Result<(String, String), String> {
-    text.split_once('=')
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
-}
-
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Format {
     /// A report for an incident review.
@@ -239,10 +228,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// How long the start-up check waits for a broker before going on without one.
+const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Checks the Kafka options and the connection: a TLS or authentication failure stops the
+/// analyzer with that error; an unreachable broker is an outage the consumer waits out.
+fn kafka_connection(args: &ipaudit_kafka::KafkaArgs) -> anyhow::Result<ipaudit_kafka::Connection> {
+    let connection = args.connection().context("invalid Kafka options")?;
+    match connection.probe(KAFKA_PROBE_TIMEOUT) {
+        Ok(()) => {}
+        Err(error) if error.is_retryable() => {
+            tracing::warn!(%error, "Kafka is not reachable yet; waiting for it")
+        }
+        Err(error) => return Err(error).context("cannot use Kafka"),
+    }
+    Ok(connection)
+}
+
 fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
     use ipaudit_analyzer::sinks::{
         AlertSink, AlertmanagerSink, CommandSink, KafkaSink, LogSink, WebhookAuth, WebhookSink,
     };
+    let connection = kafka_connection(&args.kafka)?;
     let mut sinks = Vec::new();
     if !args.no_log_alerts {
         sinks.push(AlertSink::Log(LogSink));
@@ -260,20 +267,19 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         sinks.push(AlertSink::Alertmanager(AlertmanagerSink::new(&url)));
     }
     if let Some(topic) = args.alerts_topic.as_ref().filter(|t| !t.is_empty()) {
-        let sink = KafkaSink::new(&args.brokers, topic, &args.kafka_options)
+        let sink = KafkaSink::new(&connection, topic)
             .context("cannot create the alerts producer")?;
         sinks.push(AlertSink::Kafka(sink));
     }
     if args.cleanup_commands {
-        let sink = CommandSink::new(&args.brokers, &args.commands_topic, &args.kafka_options)
+        let sink = CommandSink::new(&connection, &args.commands_topic)
             .context("cannot create the commands producer")?;
         sinks.push(AlertSink::Commands(sink));
     }
     let config = ipaudit_analyzer::live::LiveConfig {
-        brokers: args.brokers,
+        connection,
         topic: args.topic,
         group_id: args.group,
-        kafka_options: args.kafka_options,
         state_dir: args.state_dir,
         analyzer: AnalyzerConfig {
             reorder: ReorderConfig {

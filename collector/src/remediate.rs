@@ -45,12 +45,10 @@ pub enum RemediationMode {
 pub struct RemediateConfig {
     /// Off, dry-run or on.
     pub mode: RemediationMode,
-    /// bootstrap.servers.
-    pub brokers: String,
+    /// The brokers and how to reach them.
+    pub connection: ipaudit_kafka::Connection,
     /// The commands topic.
     pub topic: String,
-    /// Extra librdkafka settings.
-    pub options: Vec<(String, String)>,
     /// At most this many patches per minute.
     pub max_per_minute: usize,
     /// Consumer group (default: `ipaudit-remediator-<cluster id>`).
@@ -87,7 +85,6 @@ pub async fn run_remediator(
     )?;
     let mut consumer_config = ClientConfig::new();
     consumer_config
-        .set("bootstrap.servers", &config.brokers)
         .set(
             "group.id",
             config
@@ -97,9 +94,7 @@ pub async fn run_remediator(
         )
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "true");
-    for (key, value) in &config.options {
-        consumer_config.set(key, value);
-    }
+    config.connection.apply(&mut consumer_config);
     let consumer: StreamConsumer = consumer_config.create()?;
     consumer.subscribe(&[&config.topic])?;
     info!(mode = ?config.mode, topic = %config.topic, "remediation enabled");

@@ -44,14 +44,10 @@ pub struct CommandSink {
 
 impl CommandSink {
     /// An idempotent producer to `topic` (`ipaudit.commands`).
-    pub fn new(
-        brokers: &str,
-        topic: &str,
-        options: &[(String, String)],
-    ) -> Result<Self, KafkaError> {
+    pub fn new(connection: &ipaudit_kafka::Connection, topic: &str) -> Result<Self, KafkaError> {
         Ok(CommandSink {
             topic: topic.to_owned(),
-            producer: idempotent_producer(brokers, options)?,
+            producer: idempotent_producer(connection)?,
         })
     }
 
