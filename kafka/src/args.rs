@@ -21,6 +21,7 @@ pub struct KafkaArgs {
     /// certificate or key file, else plaintext].
     #[arg(
         long = "kafka-security-protocol",
+        value_name = "PROTOCOL",
         env = "IPAUDIT_KAFKA_SECURITY_PROTOCOL",
         value_enum,
         ignore_case = true
@@ -29,13 +30,15 @@ pub struct KafkaArgs {
 
     /// PEM file of the CA certificates that sign the brokers' certificates (TLS); without
     /// it the system's trust store is used. The brokers' host names are verified.
-    #[arg(long = "kafka-ca-file", env = "IPAUDIT_KAFKA_CA_FILE")]
+    #[arg(long = "kafka-ca-file",
+        value_name = "FILE", env = "IPAUDIT_KAFKA_CA_FILE")]
     pub ca_file: Option<PathBuf>,
 
     /// PEM file of this client's certificate, for brokers that require client
     /// certificates (mutual TLS); needs --kafka-key-file.
     #[arg(
         long = "kafka-cert-file",
+        value_name = "FILE",
         env = "IPAUDIT_KAFKA_CERT_FILE",
         requires = "key_file"
     )]
@@ -44,6 +47,7 @@ pub struct KafkaArgs {
     /// PEM file of this client's private key (unencrypted); needs --kafka-cert-file.
     #[arg(
         long = "kafka-key-file",
+        value_name = "FILE",
         env = "IPAUDIT_KAFKA_KEY_FILE",
         requires = "cert_file"
     )]
@@ -52,6 +56,7 @@ pub struct KafkaArgs {
     /// SASL mechanism; needs --kafka-sasl-username and a password.
     #[arg(
         long = "kafka-sasl-mechanism",
+        value_name = "MECHANISM",
         env = "IPAUDIT_KAFKA_SASL_MECHANISM",
         value_enum,
         ignore_case = true
@@ -59,13 +64,14 @@ pub struct KafkaArgs {
     pub sasl_mechanism: Option<SaslMechanism>,
 
     /// SASL user name.
-    #[arg(long = "kafka-sasl-username", env = "IPAUDIT_KAFKA_SASL_USERNAME")]
+    #[arg(long = "kafka-sasl-username", value_name = "USER", env = "IPAUDIT_KAFKA_SASL_USERNAME")]
     pub sasl_username: Option<String>,
 
     /// File holding the SASL password (one line; a trailing newline is ignored), e.g. a
     /// mounted Kubernetes Secret. Preferred over --kafka-sasl-password.
     #[arg(
         long = "kafka-sasl-password-file",
+        value_name = "FILE",
         env = "IPAUDIT_KAFKA_SASL_PASSWORD_FILE",
         conflicts_with = "sasl_password"
     )]
@@ -75,6 +81,7 @@ pub struct KafkaArgs {
     /// environment variable or --kafka-sasl-password-file).
     #[arg(
         long = "kafka-sasl-password",
+        value_name = "PASSWORD",
         env = "IPAUDIT_KAFKA_SASL_PASSWORD",
         hide_env_values = true
     )]
@@ -85,6 +92,7 @@ pub struct KafkaArgs {
     /// ipaudit's own settings.
     #[arg(
         long = "kafka-option",
+        value_name = "KEY=VALUE",
         env = "IPAUDIT_KAFKA_OPTIONS",
         value_delimiter = ',',
         hide_env_values = true
@@ -135,8 +143,10 @@ pub enum SecurityProtocol {
     /// TLS.
     Ssl,
     /// SASL without TLS: the password (PLAIN) or its proof (SCRAM) travels in clear text.
+    #[value(name = "sasl_plaintext", alias = "sasl-plaintext")]
     SaslPlaintext,
     /// SASL over TLS.
+    #[value(name = "sasl_ssl", alias = "sasl-ssl")]
     SaslSsl,
 }
 
