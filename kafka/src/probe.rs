@@ -7,8 +7,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 
 use crate::connection::Connection;
 
@@ -71,7 +72,13 @@ impl ClientContext for Recorder {
     }
 }
 
-impl ConsumerContext for Recorder {}
+// A producer, because its poll hands librdkafka's error events, with their messages, to
+// the context; it never sends anything.
+impl ProducerContext for Recorder {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+}
 
 impl Recorder {
     fn fatal(&self, brokers: &str) -> Option<ProbeError> {
@@ -98,27 +105,28 @@ impl Connection {
     /// Returns as soon as they answer, or as soon as TLS or authentication fails.
     pub fn probe(&self, timeout: Duration) -> Result<(), ProbeError> {
         let mut config = self.client_config();
-        // Only the connection matters here: no group, nothing consumed.
         config.set("client.id", "ipaudit-probe");
-        let consumer: BaseConsumer<Recorder> = config
+        let producer: BaseProducer<Recorder> = config
             .create_with_context(Recorder::default())
             .map_err(ProbeError::Config)?;
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let step = left.min(Duration::from_millis(500));
-            let answered = consumer.fetch_metadata(None, step).is_ok();
+            let answered = producer.client().fetch_metadata(None, step).is_ok();
             if answered {
                 return Ok(());
             }
-            if let Some(fatal) = consumer.context().fatal(self.brokers()) {
+            // Serves the error events raised meanwhile to the recorder.
+            producer.poll(Duration::ZERO);
+            if let Some(fatal) = producer.context().fatal(self.brokers()) {
                 return Err(fatal);
             }
             if left <= step {
                 return Err(ProbeError::Unreachable {
                     brokers: self.brokers().to_owned(),
                     timeout,
-                    last: consumer.context().last(),
+                    last: producer.context().last(),
                 });
             }
         }
