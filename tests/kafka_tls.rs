@@ -97,12 +97,16 @@ impl TlsWorld {
             &self.dir.path().join(format!("analyzer-{name}")),
             &args,
         );
-        wait_for("the analyzer joins its group", Duration::from_secs(30), || {
-            process
-                .log_text()
-                .contains("partitions assigned")
-                .then_some(())
-        })
+        wait_for(
+            "the analyzer joins its group",
+            Duration::from_secs(30),
+            || {
+                process
+                    .log_text()
+                    .contains("partitions assigned")
+                    .then_some(())
+            },
+        )
         .unwrap_or_else(|| panic!("analyzer log:\n{}", process.log_text()));
         process
     }
@@ -190,7 +194,12 @@ fn analyzer_command(world: &TlsWorld, kafka_flags: &[String]) -> Command {
         .args(["--group", "refused"])
         .args([
             "--state-dir",
-            &world.dir.path().join("refused-analyzer").display().to_string(),
+            &world
+                .dir
+                .path()
+                .join("refused-analyzer")
+                .display()
+                .to_string(),
         ])
         .args(kafka_flags)
         .env("RUST_LOG", "info");
@@ -260,8 +269,8 @@ fn the_seed_goes_through_mutual_tls_from_collector_to_alert_and_cleanup() {
         Duration::from_secs(20),
         |p| !p.is_empty(),
     );
-    let first = decode::<Alert>(records.first().expect("an alert record over TLS"))
-        .expect("an Avro Alert");
+    let first =
+        decode::<Alert>(records.first().expect("an alert record over TLS")).expect("an Avro Alert");
     assert_eq!(first.rule, "subnet-deleted-before-ip");
 
     wait_for("the stuck IP released", Duration::from_secs(30), || {
@@ -279,6 +288,45 @@ fn the_seed_goes_through_mutual_tls_from_collector_to_alert_and_cleanup() {
     });
     let events = world.events(|e| e.iter().any(|e| e.object_key() == seed.leaked_ip));
     assert!(events.iter().any(|e| e.object_key() == seed.leaked_ip));
+
+    // The endpoint really demands the client certificate: without it, no connection.
+    let without_certificate = world.endpoint.flags()[..2].to_vec();
+    let log = world.dir.path().join("collector-no-cert.log");
+    let (success, stderr) = run_to_end(
+        collector_command(&world, &without_certificate),
+        &log,
+        Duration::from_secs(30),
+    );
+    assert_eq!(success, Some(false), "{stderr}");
+    assert!(
+        stderr.contains("TLS with the Kafka brokers") && stderr.contains("certificate required"),
+        "{stderr}"
+    );
+}
+
+/// SASL SCRAM-SHA-256 over TLS: the collector's events arrive.
+#[test]
+fn with_scram_sha_256_over_tls_the_collector_delivers_its_events() {
+    let world = TlsWorld::new(
+        "scram256",
+        TlsSetup {
+            client_certificates: false,
+            scram: Some(Scram {
+                mechanism: "SCRAM-SHA-256",
+                username: "collector".into(),
+                password: "s3cret-256".into(),
+            }),
+        },
+    );
+    let collector = world.collector(&[]);
+    let seed = play_kube_ovn_seed(&world.sim, false);
+    let events = world.events(|e| e.iter().any(|e| e.object_key() == seed.subnet));
+    assert!(
+        events.iter().any(|e| e.object_key() == seed.subnet),
+        "{} events; collector log:\n{}",
+        events.len(),
+        collector.log_text()
+    );
 }
 
 /// A CA that did not sign the broker's certificate: both programs stop at start with an
@@ -286,7 +334,9 @@ fn the_seed_goes_through_mutual_tls_from_collector_to_alert_and_cleanup() {
 #[test]
 fn with_a_wrong_ca_both_programs_exit_non_zero_naming_the_certificate_failure() {
     let world = TlsWorld::new("wrong-ca", TlsSetup::default());
-    let flags = world.endpoint.flags_trusting(&world.endpoint.certs.other_ca);
+    let flags = world
+        .endpoint
+        .flags_trusting(&world.endpoint.certs.other_ca);
     for (name, command) in [
         ("collector", collector_command(&world, &flags)),
         ("analyzer", analyzer_command(&world, &flags)),
@@ -331,13 +381,15 @@ fn with_scram_over_tls_the_alert_fires_and_a_wrong_password_is_refused() {
     );
     let receiver = Receiver::start(&world.runtime);
     let _collector = world.collector(&[]);
-    let analyzer = world.analyzer("scram", &["--webhook-url", &format!("{}/hook", receiver.url)]);
+    let analyzer = world.analyzer(
+        "scram",
+        &["--webhook-url", &format!("{}/hook", receiver.url)],
+    );
     let seed = play_kube_ovn_seed(&world.sim, false);
     wait_for("the rule-1 alert", Duration::from_secs(30), || {
-        receiver
-            .received("/hook")
-            .into_iter()
-            .find(|r| r.body["rule"] == "subnet-deleted-before-ip" && r.body["subnet"] == seed.subnet)
+        receiver.received("/hook").into_iter().find(|r| {
+            r.body["rule"] == "subnet-deleted-before-ip" && r.body["subnet"] == seed.subnet
+        })
     })
     .unwrap_or_else(|| panic!("no alert; analyzer log:\n{}", analyzer.log_text()));
 

@@ -267,8 +267,8 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         sinks.push(AlertSink::Alertmanager(AlertmanagerSink::new(&url)));
     }
     if let Some(topic) = args.alerts_topic.as_ref().filter(|t| !t.is_empty()) {
-        let sink = KafkaSink::new(&connection, topic)
-            .context("cannot create the alerts producer")?;
+        let sink =
+            KafkaSink::new(&connection, topic).context("cannot create the alerts producer")?;
         sinks.push(AlertSink::Kafka(sink));
     }
     if args.cleanup_commands {

@@ -30,8 +30,11 @@ pub struct KafkaArgs {
 
     /// PEM file of the CA certificates that sign the brokers' certificates (TLS); without
     /// it the system's trust store is used. The brokers' host names are verified.
-    #[arg(long = "kafka-ca-file",
-        value_name = "FILE", env = "IPAUDIT_KAFKA_CA_FILE")]
+    #[arg(
+        long = "kafka-ca-file",
+        value_name = "FILE",
+        env = "IPAUDIT_KAFKA_CA_FILE"
+    )]
     pub ca_file: Option<PathBuf>,
 
     /// PEM file of this client's certificate, for brokers that require client
@@ -64,7 +67,11 @@ pub struct KafkaArgs {
     pub sasl_mechanism: Option<SaslMechanism>,
 
     /// SASL user name.
-    #[arg(long = "kafka-sasl-username", value_name = "USER", env = "IPAUDIT_KAFKA_SASL_USERNAME")]
+    #[arg(
+        long = "kafka-sasl-username",
+        value_name = "USER",
+        env = "IPAUDIT_KAFKA_SASL_USERNAME"
+    )]
     pub sasl_username: Option<String>,
 
     /// File holding the SASL password (one line; a trailing newline is ignored), e.g. a

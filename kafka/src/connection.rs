@@ -89,12 +89,10 @@ impl KafkaArgs {
                     protocol.as_str()
                 )))
             }
-            (false, Some(_)) => {
-                return Err(ConnectionError::Conflict(format!(
-                    "--kafka-sasl-mechanism needs a SASL protocol, but --kafka-security-protocol is {}",
-                    protocol.as_str()
-                )))
-            }
+            (false, Some(_)) => return Err(ConnectionError::Conflict(format!(
+                "--kafka-sasl-mechanism needs a SASL protocol, but --kafka-security-protocol is {}",
+                protocol.as_str()
+            ))),
             (false, None) if sasl_given => {
                 return Err(ConnectionError::Conflict(
                     "a SASL user name or password needs --kafka-sasl-mechanism".into(),
@@ -112,7 +110,10 @@ impl KafkaArgs {
         if let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) {
             readable("--kafka-cert-file", cert)?;
             readable("--kafka-key-file", key)?;
-            settings.push(("ssl.certificate.location".into(), cert.display().to_string()));
+            settings.push((
+                "ssl.certificate.location".into(),
+                cert.display().to_string(),
+            ));
             settings.push(("ssl.key.location".into(), key.display().to_string()));
         }
         if let Some(mechanism) = self.sasl_mechanism {
@@ -318,7 +319,10 @@ mod tests {
             args.connection().unwrap(),
             with_env_password
         );
-        assert!(!shown.contains("s3cret") && !shown.contains("k3y"), "{shown}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("k3y"),
+            "{shown}"
+        );
         assert!(shown.contains("linger.ms=5") && shown.contains("ipaudit"));
     }
 

@@ -87,6 +87,14 @@ impl Recorder {
             let (brokers, message) = (brokers.to_owned(), message.clone());
             match code {
                 RDKafkaErrorCode::SSL => Some(ProbeError::Tls { brokers, message }),
+                // The peer ended the TLS session with an alert (TLS 1.3 reports a refused
+                // client certificate after the handshake, as a failed receive): it refused
+                // us, it did not merely go away.
+                RDKafkaErrorCode::BrokerTransportFailure
+                    if message.contains("SSL alert number") =>
+                {
+                    Some(ProbeError::Tls { brokers, message })
+                }
                 RDKafkaErrorCode::Authentication => {
                     Some(ProbeError::Authentication { brokers, message })
                 }

@@ -87,8 +87,21 @@ impl Certs {
             openssl(
                 d,
                 &[
-                    "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key",
-                    "-CAcreateserial", "-days", "2", "-out", &cert, "-extfile", &ext,
+                    "x509",
+                    "-req",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.pem",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-days",
+                    "2",
+                    "-out",
+                    &cert,
+                    "-extfile",
+                    &ext,
                 ],
             );
         }
