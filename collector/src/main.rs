@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Watch and ship every event to Kafka through a SQLite outbox (the in-cluster mode).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Watch and write every event to an Avro container file (for `analyzer replay`).
     /// Stops on SIGINT/SIGTERM or after --duration.
     Record(RecordArgs),
@@ -269,6 +269,7 @@ async fn kafka_connection(args: &ipaudit_kafka::KafkaArgs) -> anyhow::Result<Con
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => {
+            let args = *args;
             let connection = kafka_connection(&args.kafka).await?;
             let kafka = KafkaConfig {
                 connection,

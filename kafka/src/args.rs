@@ -215,20 +215,35 @@ pub struct KafkaOption {
     pub key: String,
     /// Its value.
     pub value: String,
+    /// Not of the form KEY=VALUE: refused by [`KafkaArgs::connection`], whose error does
+    /// not repeat the text (a parse error would, and it may hold a password).
+    pub(crate) malformed: bool,
+}
+
+impl KafkaOption {
+    /// `key=value`.
+    pub fn new(key: &str, value: &str) -> KafkaOption {
+        KafkaOption {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            malformed: false,
+        }
+    }
 }
 
 impl FromStr for KafkaOption {
-    type Err = String;
+    type Err = std::convert::Infallible;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        text.split_once('=')
-            .map(|(k, v)| KafkaOption {
-                key: k.trim().to_owned(),
-                value: v.trim().to_owned(),
-            })
+        Ok(text
+            .split_once('=')
+            .map(|(k, v)| KafkaOption::new(k.trim(), v.trim()))
             .filter(|o| !o.key.is_empty())
-            // Not the text itself: it may hold a password.
-            .ok_or_else(|| "expected KEY=VALUE".to_owned())
+            .unwrap_or(KafkaOption {
+                key: String::new(),
+                value: String::new(),
+                malformed: true,
+            }))
     }
 }
 

@@ -65,6 +65,12 @@ impl KafkaArgs {
     /// Checks the options (files readable, SASL complete, protocol consistent), reads the
     /// password file, and returns the connection every client is built from.
     pub fn connection(&self) -> Result<Connection, ConnectionError> {
+        if let Some(at) = self.options.iter().position(|o| o.malformed) {
+            return Err(ConnectionError::Conflict(format!(
+                "--kafka-option number {} is not KEY=VALUE",
+                at + 1
+            )));
+        }
         let tls_files = self.ca_file.is_some() || self.cert_file.is_some();
         let protocol = match (self.security_protocol, self.sasl_mechanism) {
             (Some(p), _) => p,
@@ -89,10 +95,12 @@ impl KafkaArgs {
                     protocol.as_str()
                 )))
             }
-            (false, Some(_)) => return Err(ConnectionError::Conflict(format!(
+            (false, Some(_)) => {
+                return Err(ConnectionError::Conflict(format!(
                 "--kafka-sasl-mechanism needs a SASL protocol, but --kafka-security-protocol is {}",
                 protocol.as_str()
-            ))),
+            )))
+            }
             (false, None) if sasl_given => {
                 return Err(ConnectionError::Conflict(
                     "a SASL user name or password needs --kafka-sasl-mechanism".into(),
@@ -376,19 +384,21 @@ mod tests {
                 sasl_password_file: Some(file(&dir, "empty", "\n")),
                 ..args()
             },
+            KafkaArgs {
+                options: vec!["sasl.password:s3cret".parse().unwrap()],
+                ..args()
+            },
         ];
         for case in cases {
-            assert!(case.connection().is_err(), "accepted {case:?}");
+            let error = case.connection().expect_err("accepted");
+            assert!(!error.to_string().contains("s3cret"), "{error}");
         }
     }
 
     #[test]
     fn operator_options_come_last_and_override() {
         let c = KafkaArgs {
-            options: vec![KafkaOption {
-                key: "security.protocol".into(),
-                value: "ssl".into(),
-            }],
+            options: vec![KafkaOption::new("security.protocol", "ssl")],
             ..args()
         }
         .connection()
