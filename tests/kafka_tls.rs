@@ -418,3 +418,23 @@ fn with_scram_over_tls_the_alert_fires_and_a_wrong_password_is_refused() {
         );
     }
 }
+
+/// `--help` of both programs with every Kafka secret in the environment shows none.
+#[test]
+fn help_with_kafka_secrets_in_the_environment_shows_none() {
+    for program in ["collector", "analyzer"] {
+        let output = Command::new(workspace_binary(program))
+            .args(["run", "--help"])
+            .env("IPAUDIT_KAFKA_SASL_PASSWORD", "pw-from-env-1")
+            .env("IPAUDIT_KAFKA_OPTIONS", "sasl.password=pw-from-env-2")
+            .output()
+            .expect("run --help");
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{program}: {help}");
+        assert!(
+            help.contains("--kafka-sasl-password-file") && help.contains("--kafka-ca-file"),
+            "{program} lacks the Kafka security options:\n{help}"
+        );
+        assert!(!help.contains("pw-from-env"), "{program}:\n{help}");
+    }
+}

@@ -279,3 +279,54 @@ impl fmt::Debug for Secret {
         f.write_str("<redacted>")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        kafka: KafkaArgs,
+    }
+
+    #[test]
+    fn mechanisms_and_protocols_parse_as_kafka_spells_them_in_any_case() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "--kafka-sasl-mechanism",
+            "scram-sha-256",
+            "--kafka-security-protocol",
+            "SASL_SSL",
+            "--kafka-option",
+            "linger.ms=5",
+            "--kafka-option",
+            "acks = all",
+        ])
+        .unwrap();
+        assert_eq!(cli.kafka.sasl_mechanism, Some(SaslMechanism::ScramSha256));
+        assert_eq!(cli.kafka.security_protocol, Some(SecurityProtocol::SaslSsl));
+        assert_eq!(
+            cli.kafka.options,
+            [
+                KafkaOption::new("linger.ms", "5"),
+                KafkaOption::new("acks", "all")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_certificate_without_its_key_is_a_usage_error() {
+        assert!(Cli::try_parse_from(["x", "--kafka-cert-file", "c.pem"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--kafka-key-file", "k.pem"]).is_err());
+    }
+
+    #[test]
+    fn a_malformed_option_is_not_repeated_in_any_error() {
+        let cli = Cli::try_parse_from(["x", "--kafka-option", "sasl.password:s3cret"]).unwrap();
+        let error = cli.kafka.connection().unwrap_err().to_string();
+        assert!(!error.contains("s3cret"), "{error}");
+    }
+}
