@@ -141,10 +141,8 @@ pub fn list(path: &Path, sink: Option<&str>) -> Result<DeadLetters, DeadLetterEr
 
 /// Where re-decoded messages are published.
 pub struct Republish {
-    /// bootstrap.servers.
-    pub brokers: String,
-    /// Extra librdkafka settings.
-    pub options: Vec<(String, String)>,
+    /// How to reach the brokers.
+    pub connection: ipaudit_kafka::Connection,
 }
 
 /// Re-drives what the store at `path` set aside: messages that decode with this build are
@@ -186,13 +184,8 @@ async fn republish_messages(
         return Ok(());
     }
     let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", &target.brokers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all");
-    for (key, value) in &target.options {
-        config.set(key, value);
-    }
+    config.set("enable.idempotence", "true").set("acks", "all");
+    target.connection.apply(&mut config);
     let producer: FutureProducer = config.create().map_err(|source| DeadLetterError::Kafka {
         topic: String::new(),
         source,

@@ -78,10 +78,8 @@ impl GroupShared {
 /// How to find a partition's latest snapshot.
 #[derive(Clone)]
 pub struct SnapshotScan {
-    /// bootstrap.servers.
-    pub brokers: String,
-    /// Extra librdkafka settings.
-    pub options: Vec<(String, String)>,
+    /// How to reach the brokers.
+    pub connection: ipaudit_kafka::Connection,
 }
 
 /// The consumer's context: assigns partitions where their state is (see the module doc).
@@ -182,12 +180,7 @@ impl GroupContext {
         // The scan blocks (it reads the partition's tail); the callback runs inside the
         // consumer's poll, which waits for the assignment anyway.
         let found = blocking(|| {
-            crate::snapshot::latest_snapshot_offset(
-                &scan.brokers,
-                &self.topic,
-                partition,
-                &scan.options,
-            )
+            crate::snapshot::latest_snapshot_offset(&scan.connection, &self.topic, partition)
         });
         match found {
             Ok(offset) => {

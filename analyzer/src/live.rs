@@ -30,14 +30,12 @@ use crate::store::{Store, StoreError};
 
 /// How the live analyzer runs.
 pub struct LiveConfig {
-    /// bootstrap.servers.
-    pub brokers: String,
+    /// The brokers and how to reach them (TLS, SASL, the operator's librdkafka settings).
+    pub connection: ipaudit_kafka::Connection,
     /// The events topic.
     pub topic: String,
     /// The consumer group.
     pub group_id: String,
-    /// Extra librdkafka consumer settings.
-    pub kafka_options: Vec<(String, String)>,
     /// Where the store lives.
     pub state_dir: PathBuf,
     /// The core's settings (one analysis per cluster id).
@@ -129,8 +127,7 @@ pub async fn run(
         topic: config.topic.clone(),
         shared: shared.clone(),
         snapshot: config.start_at_snapshot.then(|| SnapshotScan {
-            brokers: config.brokers.clone(),
-            options: config.kafka_options.clone(),
+            connection: config.connection.clone(),
         }),
         metrics: metrics.clone(),
     };
@@ -297,7 +294,6 @@ fn consumer(
 ) -> Result<StreamConsumer<GroupContext>, KafkaError> {
     let mut client = ClientConfig::new();
     client
-        .set("bootstrap.servers", &config.brokers)
         .set("group.id", &config.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -316,9 +312,7 @@ fn consumer(
     if let Some(instance) = config.instance_id.as_ref().filter(|i| !i.is_empty()) {
         client.set("group.instance.id", instance);
     }
-    for (key, value) in &config.kafka_options {
-        client.set(key, value);
-    }
+    config.connection.apply(&mut client);
     let consumer: StreamConsumer<GroupContext> = client.create_with_context(context)?;
     consumer.subscribe(&[&config.topic])?;
     Ok(consumer)
@@ -453,12 +447,7 @@ fn rebuild_start(config: &LiveConfig, partition: i32, metrics: &Metrics) -> Star
         return Start::Beginning;
     }
     let found = crate::group::blocking(|| {
-        crate::snapshot::latest_snapshot_offset(
-            &config.brokers,
-            &config.topic,
-            partition,
-            &config.kafka_options,
-        )
+        crate::snapshot::latest_snapshot_offset(&config.connection, &config.topic, partition)
     });
     match found {
         Ok(offset) => {

@@ -54,7 +54,7 @@ enum DeadLettersCommand {
     /// List every dead letter (one line each).
     List(DeadLettersArgs),
     /// Re-drive dead letters: messages that decode with this build are published to
-    /// their topic again (--brokers); refused transitions are queued for their sink again
+    /// their topic again (--republish); refused transitions are queued for their sink again
     /// (delivered by the running, or the next, `analyzer run`).
     Replay(DeadLettersArgs),
 }
@@ -71,13 +71,12 @@ struct DeadLettersArgs {
     /// Only this sink's transitions (its name as `list` shows it).
     #[arg(long)]
     sink: Option<String>,
-    /// Kafka bootstrap servers to publish re-decoded messages to (replay); without it,
-    /// messages stay set aside.
-    #[arg(long, env = "IPAUDIT_BROKERS")]
-    brokers: Option<String>,
-    /// Extra librdkafka producer setting, KEY=VALUE (repeatable).
-    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", value_delimiter = ',', value_parser = key_value)]
-    kafka_options: Vec<(String, String)>,
+    /// Publish messages that decode with this build to their topic again (replay), through
+    /// the Kafka connection below; without it, messages stay set aside.
+    #[arg(long)]
+    republish: bool,
+    #[command(flatten)]
+    kafka: ipaudit_kafka::KafkaArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -90,19 +89,14 @@ enum StartFrom {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// Kafka bootstrap servers.
-    #[arg(long, env = "IPAUDIT_BROKERS", default_value = "localhost:9092")]
-    brokers: String,
+    #[command(flatten)]
+    kafka: ipaudit_kafka::KafkaArgs,
     /// Topic of watch events.
     #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
     topic: String,
     /// Consumer group.
     #[arg(long, env = "IPAUDIT_GROUP", default_value = "ipaudit-analyzer")]
     group: String,
-    /// Extra librdkafka consumer setting, KEY=VALUE (repeatable). The variable's value is
-    /// never shown in --help: it can carry sasl.password.
-    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", hide_env_values = true, value_delimiter = ',', value_parser = key_value)]
-    kafka_options: Vec<(String, String)>,
     /// Directory of the SQLite store (checkpoints, alert outbox); keep it on a persistent volume.
     #[arg(
         long,
@@ -147,8 +141,8 @@ struct RunArgs {
     webhook_hmac_secret_file: Option<PathBuf>,
     /// PEM file of CA certificates the webhook and Alertmanager are trusted by, beside
     /// the bundled roots (a private CA).
-    #[arg(long, env = "IPAUDIT_CA_FILE")]
-    ca_file: Option<PathBuf>,
+    #[arg(long = "ca-file", env = "IPAUDIT_CA_FILE")]
+    http_ca_file: Option<PathBuf>,
     /// Timeout of one webhook or Alertmanager request.
     #[arg(long, env = "IPAUDIT_HTTP_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     http_timeout: Duration,
@@ -277,13 +271,6 @@ fn read_secret_file(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(text)
 }
 
-fn key_value(text: &str) -> Result<(String, String), String> {
-    text.split_once('=')
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
-}
-
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Format {
     /// A report for an incident review.
@@ -371,6 +358,23 @@ fn main() -> ExitCode {
     }
 }
 
+/// How long the start-up check waits for a broker before going on without one.
+const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Checks the Kafka options and the connection: a TLS or authentication failure stops the
+/// analyzer with that error; an unreachable broker is an outage the consumer waits out.
+fn kafka_connection(args: &ipaudit_kafka::KafkaArgs) -> anyhow::Result<ipaudit_kafka::Connection> {
+    let connection = args.connection().context("invalid Kafka options")?;
+    match connection.probe(KAFKA_PROBE_TIMEOUT) {
+        Ok(()) => {}
+        Err(error) if error.is_retryable() => {
+            tracing::warn!(%error, "Kafka is not reachable yet; waiting for it")
+        }
+        Err(error) => return Err(error).context("cannot use Kafka"),
+    }
+    Ok(connection)
+}
+
 fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
     use ipaudit_analyzer::sinks::{
         AlertSink, AlertmanagerSink, CommandSink, HttpOptions, KafkaSink, LogSink, WebhookAuth,
@@ -378,7 +382,7 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let http = HttpOptions {
         timeout: args.http_timeout,
-        ca_file: args.ca_file.clone(),
+        ca_file: args.http_ca_file.clone(),
     };
     let mut sinks = Vec::new();
     if !args.no_log_alerts {
@@ -395,6 +399,16 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         args.webhook_hmac_secret_file,
         "webhook HMAC secret",
     )?;
+    let commands_key = if args.cleanup_commands {
+        secret(args.commands_key, args.commands_key_file, "commands key")?
+            .map(|text| ipaudit_schemas::CommandKey::from_secret(&text))
+            .transpose()
+            .context("unusable commands key")?
+    } else {
+        None
+    };
+    // Everything local is checked before the broker probe, which may wait for Kafka.
+    let connection = kafka_connection(&args.kafka)?;
     if let Some(url) = args.webhook_url.filter(|u| !u.is_empty()) {
         let auth = match (bearer, hmac) {
             (Some(token), _) => WebhookAuth::Bearer(token),
@@ -410,32 +424,22 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         sinks.push(AlertSink::Alertmanager(sink));
     }
     if let Some(topic) = args.alerts_topic.as_ref().filter(|t| !t.is_empty()) {
-        let sink = KafkaSink::new(&args.brokers, topic, &args.kafka_options)
-            .context("cannot create the alerts producer")?;
+        let sink =
+            KafkaSink::new(&connection, topic).context("cannot create the alerts producer")?;
         sinks.push(AlertSink::Kafka(sink));
     }
     if args.cleanup_commands {
-        let key = secret(args.commands_key, args.commands_key_file, "commands key")?
-            .map(|text| ipaudit_schemas::CommandKey::from_secret(&text))
-            .transpose()
-            .context("unusable commands key")?;
-        if key.is_none() {
+        if commands_key.is_none() {
             tracing::warn!("cleanup commands are sent unsigned: collectors with a commands key refuse them (--commands-key-file)");
         }
-        let sink = CommandSink::new(
-            &args.brokers,
-            &args.commands_topic,
-            &args.kafka_options,
-            key,
-        )
-        .context("cannot create the commands producer")?;
+        let sink = CommandSink::new(&connection, &args.commands_topic, commands_key)
+            .context("cannot create the commands producer")?;
         sinks.push(AlertSink::Commands(sink));
     }
     let config = ipaudit_analyzer::live::LiveConfig {
-        brokers: args.brokers,
+        connection,
         topic: args.topic,
         group_id: args.group,
-        kafka_options: args.kafka_options,
         state_dir: args.state_dir,
         analyzer: AnalyzerConfig {
             reorder: ReorderConfig {
@@ -486,10 +490,13 @@ fn run_dead_letters(command: DeadLettersCommand) -> anyhow::Result<ExitCode> {
     let path = args.state_dir.join("analyzer.db");
     anyhow::ensure!(path.is_file(), "no analyzer store at {}", path.display());
     if replay {
-        let republish = args.brokers.map(|brokers| deadletters::Republish {
-            brokers,
-            options: args.kafka_options,
-        });
+        let republish = if args.republish {
+            Some(deadletters::Republish {
+                connection: kafka_connection(&args.kafka)?,
+            })
+        } else {
+            None
+        };
         let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
         let done = runtime
             .block_on(deadletters::replay(

@@ -65,19 +65,15 @@ impl Frames {
 /// The offset to start partition `partition` of `topic` at: the beginning of the latest
 /// complete snapshot, or the start of the partition when there is none.
 pub fn latest_snapshot_offset(
-    brokers: &str,
+    connection: &ipaudit_kafka::Connection,
     topic: &str,
     partition: i32,
-    options: &[(String, String)],
 ) -> Result<i64, KafkaError> {
     let mut config = ClientConfig::new();
     config
-        .set("bootstrap.servers", brokers)
         .set("group.id", "ipaudit-snapshot-scan")
         .set("enable.auto.commit", "false");
-    for (key, value) in options {
-        config.set(key, value);
-    }
+    connection.apply(&mut config);
     let consumer: BaseConsumer = config.create()?;
     let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
     let mut window = 10_000i64;

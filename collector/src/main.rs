@@ -12,6 +12,7 @@ use ipaudit_collector::event::Stamp;
 use ipaudit_collector::produce::KafkaConfig;
 use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
 use ipaudit_collector::watch::WatchConfig;
+use ipaudit_kafka::Connection;
 use ipaudit_schemas::{kinds, Stream, KINDS};
 
 /// Records every watch event of Pods and of the IPAM kinds the API server serves
@@ -75,16 +76,11 @@ struct KindArg(Option<Stream>);
 struct RunArgs {
     #[command(flatten)]
     watch: WatchArgs,
-    /// Kafka bootstrap servers.
-    #[arg(long, env = "IPAUDIT_BROKERS", default_value = "localhost:9092")]
-    brokers: String,
+    #[command(flatten)]
+    kafka: ipaudit_kafka::KafkaArgs,
     /// Topic for watch events.
     #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
     topic: String,
-    /// Extra librdkafka producer setting, KEY=VALUE (repeatable), e.g. security.protocol=SSL.
-    /// The variable's value is never shown in --help: it can carry sasl.password.
-    #[arg(long = "kafka-option", env = "IPAUDIT_KAFKA_OPTIONS", hide_env_values = true, value_delimiter = ',', value_parser = key_value)]
-    kafka_options: Vec<(String, String)>,
     /// Create the topic with this many partitions when it is missing (0: never create).
     #[arg(long, env = "IPAUDIT_CREATE_TOPIC_PARTITIONS", default_value_t = 1)]
     create_topic_partitions: i32,
@@ -243,13 +239,6 @@ fn read_secret_file(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(text)
 }
 
-fn key_value(text: &str) -> Result<(String, String), String> {
-    text.split_once('=')
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
-}
-
 fn collector_config(args: WatchArgs, listen: Option<SocketAddr>) -> CollectorConfig {
     let collector_id = args.collector_id.unwrap_or_else(|| {
         std::env::var("HOSTNAME")
@@ -311,15 +300,41 @@ fn main() -> ExitCode {
     }
 }
 
+/// How long the start-up check waits for a broker before going on without one.
+const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Checks the Kafka options and the connection: a TLS or authentication failure stops the
+/// collector with that error; an unreachable broker is an outage the outbox rides out.
+async fn kafka_connection(args: &ipaudit_kafka::KafkaArgs) -> anyhow::Result<Connection> {
+    let connection = args.connection().context("invalid Kafka options")?;
+    let probed = connection.clone();
+    let probe = tokio::task::spawn_blocking(move || probed.probe(KAFKA_PROBE_TIMEOUT))
+        .await
+        .context("Kafka start-up check")?;
+    match probe {
+        Ok(()) => {}
+        Err(error) if error.is_retryable() => {
+            tracing::warn!(%error, "Kafka is not reachable yet; events wait in the outbox")
+        }
+        Err(error) => return Err(error).context("cannot use Kafka"),
+    }
+    Ok(connection)
+}
+
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => {
             let args = *args;
+            // Everything local is checked before the broker probe, which may wait for Kafka.
+            let key = secret(args.commands_key, args.commands_key_file, "commands key")?
+                .map(|text| ipaudit_schemas::CommandKey::from_secret(&text))
+                .transpose()
+                .context("unusable commands key")?;
+            let connection = kafka_connection(&args.kafka).await?;
             let kafka = KafkaConfig {
-                brokers: args.brokers,
+                connection,
                 topic: args.topic,
                 cluster_id: args.watch.cluster_id.clone(),
-                options: args.kafka_options,
                 create_topic_partitions: (args.create_topic_partitions > 0)
                     .then_some(args.create_topic_partitions),
             };
@@ -329,15 +344,11 @@ async fn run(command: Command) -> anyhow::Result<()> {
                     Remediate::DryRun => RemediationMode::DryRun,
                     Remediate::On => RemediationMode::On,
                 },
-                brokers: kafka.brokers.clone(),
+                connection: kafka.connection.clone(),
                 topic: args.commands_topic,
-                options: kafka.options.clone(),
                 max_per_minute: args.remediate_max_per_minute,
                 group: args.remediate_group,
-                key: secret(args.commands_key, args.commands_key_file, "commands key")?
-                    .map(|text| ipaudit_schemas::CommandKey::from_secret(&text))
-                    .transpose()
-                    .context("unusable commands key")?,
+                key,
                 max_age: args.remediate_max_age,
                 max_attempts: args.remediate_max_attempts,
                 retry_backoff: args.remediate_retry_backoff,

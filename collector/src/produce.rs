@@ -21,14 +21,12 @@ use crate::outbox::{Outbox, OutboxError};
 /// Where and how events go to Kafka.
 #[derive(Debug, Clone)]
 pub struct KafkaConfig {
-    /// bootstrap.servers.
-    pub brokers: String,
+    /// The brokers and how to reach them (TLS, SASL, the operator's librdkafka settings).
+    pub connection: ipaudit_kafka::Connection,
     /// The events topic.
     pub topic: String,
     /// Message key: one cluster's history stays in one partition, in order.
     pub cluster_id: String,
-    /// Extra librdkafka settings (`key=value`), applied last.
-    pub options: Vec<(String, String)>,
     /// Create the topic when it is missing, with this many partitions.
     pub create_topic_partitions: Option<i32>,
 }
@@ -57,16 +55,13 @@ pub enum ProduceError {
 pub fn client_config(config: &KafkaConfig) -> ClientConfig {
     let mut client = ClientConfig::new();
     client
-        .set("bootstrap.servers", &config.brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("compression.type", "zstd")
         .set("linger.ms", "5")
         // Outages longer than this fail the batch; it is then sent again from the outbox.
         .set("message.timeout.ms", "300000");
-    for (key, value) in &config.options {
-        client.set(key, value);
-    }
+    config.connection.apply(&mut client);
     client
 }
 

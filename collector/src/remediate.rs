@@ -65,12 +65,10 @@ pub enum RemediationMode {
 pub struct RemediateConfig {
     /// Off, dry-run or on.
     pub mode: RemediationMode,
-    /// bootstrap.servers.
-    pub brokers: String,
+    /// The brokers and how to reach them.
+    pub connection: ipaudit_kafka::Connection,
     /// The commands topic.
     pub topic: String,
-    /// Extra librdkafka settings.
-    pub options: Vec<(String, String)>,
     /// At most this many patches per minute.
     pub max_per_minute: usize,
     /// Consumer group (default: `ipaudit-remediator-<cluster id>`).
@@ -83,24 +81,6 @@ pub struct RemediateConfig {
     pub max_attempts: u32,
     /// Wait before the first retry; doubles with each further one (at most 5 minutes).
     pub retry_backoff: Duration,
-}
-
-impl RemediateConfig {
-    /// Defaults for everything but where commands come from.
-    pub fn new(mode: RemediationMode, brokers: &str, topic: &str) -> Self {
-        RemediateConfig {
-            mode,
-            brokers: brokers.to_owned(),
-            topic: topic.to_owned(),
-            options: Vec::new(),
-            max_per_minute: 10,
-            group: None,
-            key: None,
-            max_age: Duration::from_secs(600),
-            max_attempts: 5,
-            retry_backoff: Duration::from_secs(5),
-        }
-    }
 }
 
 /// Why the remediator stopped. Both are worth a restart of the process: the consumer or
@@ -326,7 +306,6 @@ pub async fn run_remediator(
     }
     let mut consumer_config = ClientConfig::new();
     consumer_config
-        .set("bootstrap.servers", &config.brokers)
         .set(
             "group.id",
             config
@@ -337,9 +316,7 @@ pub async fn run_remediator(
         .set("auto.offset.reset", "earliest")
         // Offsets are committed by hand, each after its command's outcome is recorded.
         .set("enable.auto.commit", "false");
-    for (key, value) in &config.options {
-        consumer_config.set(key, value);
-    }
+    config.connection.apply(&mut consumer_config);
     let consumer: StreamConsumer = consumer_config.create()?;
     consumer.subscribe(&[&config.topic])?;
     if config.key.is_none() {

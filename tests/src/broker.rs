@@ -19,6 +19,10 @@ pub struct Broker {
     /// `127.0.0.1:PORT`.
     pub addr: String,
     port: u16,
+    /// The port in its metadata: `port`, or a TLS terminator's in front of it.
+    advertised_port: u16,
+    /// Extra `tansu broker` arguments (e.g. `--authentication`).
+    args: Vec<String>,
     storage: String,
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -67,17 +71,41 @@ impl Broker {
     }
 
     fn start_with(storage: String) -> Broker {
+        let mut broker = Self::configured(storage);
+        broker.restart();
+        broker
+    }
+
+    /// A broker not yet started, advertising its own port.
+    pub(crate) fn configured(storage: String) -> Broker {
         let port = free_port();
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut broker = Broker {
+        Broker {
             addr: format!("127.0.0.1:{port}"),
             port,
+            advertised_port: port,
+            args: Vec::new(),
             storage,
             dir,
             child: None,
-        };
-        broker.restart();
-        broker
+        }
+    }
+
+    /// Advertises `port` (where a TLS terminator forwards to this broker) and adds `args`
+    /// to the broker's command line; takes effect at the next [`Broker::restart`].
+    pub(crate) fn advertise(&mut self, port: u16, args: &[&str]) {
+        self.advertised_port = port;
+        self.args = args.iter().map(|a| (*a).to_owned()).collect();
+    }
+
+    /// The port the broker listens on (plaintext).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its scratch directory (storage, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// Stops the broker process (SIGKILL: an outage, not a clean shutdown).
@@ -98,7 +126,12 @@ impl Broker {
             binary.display()
         );
         let url = format!("tcp://127.0.0.1:{}", self.port);
-        let log = std::fs::File::create(self.dir.path().join("broker.log")).expect("broker log");
+        let advertised = format!("tcp://127.0.0.1:{}", self.advertised_port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("broker.log"))
+            .expect("broker log");
         // tansu reads a .env from its working directory: give it an empty one of its own.
         let child = Command::new(&binary)
             .args([
@@ -106,9 +139,10 @@ impl Broker {
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
-                &url,
+                &advertised,
             ])
             .args(["--storage-engine", &self.storage])
+            .args(&self.args)
             .current_dir(self.dir.path())
             .stdout(Stdio::null())
             .stderr(log)
@@ -127,22 +161,39 @@ impl Drop for Broker {
 
 /// Waits until something accepts connections on the port.
 pub fn wait_for_port(port: u16, timeout: Duration) {
+    assert!(
+        port_opens(port, timeout),
+        "nothing listens on port {port} after {timeout:?}"
+    );
+}
+
+/// Whether something accepts connections on the port within `timeout`.
+pub fn port_opens(port: u16, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "nothing listens on port {port} after {timeout:?}"
-        );
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
+    true
 }
 
 /// Creates a topic (one partition) for one test.
 pub async fn create_topic(brokers: &str, topic: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("admin client");
+    create_topic_via(plain(brokers), topic).await
+}
+
+/// A plaintext client configuration for `brokers`.
+fn plain(brokers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    config
+}
+
+/// Creates a topic (one partition) through a client configured by `config` (TLS, SASL).
+pub async fn create_topic_via(config: ClientConfig, topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = config.create().expect("admin client");
     let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
     let results = admin
         .create_topics(
@@ -170,8 +221,17 @@ pub fn read_topic(
     timeout: Duration,
     done: impl Fn(&[Vec<u8>]) -> bool,
 ) -> Vec<Vec<u8>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    read_topic_via(plain(brokers), topic, timeout, done)
+}
+
+/// [`read_topic`] through a client configured by `config` (TLS, SASL).
+pub fn read_topic_via(
+    mut config: ClientConfig,
+    topic: &str,
+    timeout: Duration,
+    done: impl Fn(&[Vec<u8>]) -> bool,
+) -> Vec<Vec<u8>> {
+    let consumer: BaseConsumer = config
         .set("group.id", format!("test-reader-{}", std::process::id()))
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")

@@ -6,6 +6,7 @@ pub mod broker;
 pub mod collector;
 pub mod receiver;
 pub mod scenario;
+pub mod tls;
 pub mod world;
 
 use std::path::{Path, PathBuf};

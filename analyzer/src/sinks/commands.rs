@@ -54,14 +54,13 @@ impl CommandSink {
     /// An idempotent producer to `topic` (`ipaudit.commands`); commands are signed with
     /// `key` when one is given.
     pub fn new(
-        brokers: &str,
+        connection: &ipaudit_kafka::Connection,
         topic: &str,
-        options: &[(String, String)],
         key: Option<CommandKey>,
     ) -> Result<Self, KafkaError> {
         Ok(CommandSink {
             topic: topic.to_owned(),
-            producer: idempotent_producer(brokers, options)?,
+            producer: idempotent_producer(connection)?,
             key,
         })
     }

@@ -12,18 +12,14 @@ use super::SinkError;
 
 /// An idempotent, acks=all producer with the operator's extra settings.
 pub(super) fn idempotent_producer(
-    brokers: &str,
-    options: &[(String, String)],
+    connection: &ipaudit_kafka::Connection,
 ) -> Result<FutureProducer, KafkaError> {
     let mut config = ClientConfig::new();
     config
-        .set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("message.timeout.ms", "30000");
-    for (key, value) in options {
-        config.set(key, value);
-    }
+    connection.apply(&mut config);
     config.create()
 }
 
@@ -67,14 +63,10 @@ pub struct KafkaSink {
 
 impl KafkaSink {
     /// An idempotent producer to `topic`.
-    pub fn new(
-        brokers: &str,
-        topic: &str,
-        options: &[(String, String)],
-    ) -> Result<Self, KafkaError> {
+    pub fn new(connection: &ipaudit_kafka::Connection, topic: &str) -> Result<Self, KafkaError> {
         Ok(KafkaSink {
             topic: topic.to_owned(),
-            producer: idempotent_producer(brokers, options)?,
+            producer: idempotent_producer(connection)?,
         })
     }
 

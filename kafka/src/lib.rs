@@ -1,0 +1,14 @@
+//! How ipaudit's programs reach Kafka. Both the collector and the analyzer flatten
+//! [`KafkaArgs`] into their command line, turn it into a validated [`Connection`] once at
+//! start, and build every Kafka client (producers, consumers, admin) from it, so TLS, SASL
+//! and the operator's `--kafka-option`s apply to all of them alike. [`Connection::probe`]
+//! tells a misconfigured connection (TLS verification, authentication) from a broker that is
+//! merely down.
+
+mod args;
+mod connection;
+mod probe;
+
+pub use args::{KafkaArgs, KafkaOption, SaslMechanism, Secret, SecurityProtocol};
+pub use connection::{Connection, ConnectionError};
+pub use probe::ProbeError;

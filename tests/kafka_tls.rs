@@ -1,0 +1,440 @@
+//! Kafka over TLS and SASL end to end: the collector (against the simulated API server)
+//! and `analyzer run` reach the test broker only through a TLS endpoint (stunnel in front
+//! of tansu, certificates made for the test), with the broker's certificate verified
+//! against the CA given by `--kafka-ca-file`; a wrong CA or a wrong password stops either
+//! program with a clear error instead of a silent retry loop.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ipaudit_schemas::{decode, Alert, WatchEvent};
+use ipaudit_tests::analyzer::AnalyzerProcess;
+use ipaudit_tests::broker::{create_topic_via, free_port, read_topic_via};
+use ipaudit_tests::collector::{workspace_binary, CollectorProcess, CollectorSetup};
+use ipaudit_tests::receiver::Receiver;
+use ipaudit_tests::scenario::play_kube_ovn_seed;
+use ipaudit_tests::tls::{Scram, TlsBroker, TlsSetup};
+use kube_sim::{Kind, KubeSim, SimConfig};
+
+/// A simulated API server and a broker reachable only over TLS.
+struct TlsWorld {
+    sim: KubeSim,
+    dir: tempfile::TempDir,
+    kubeconfig: std::path::PathBuf,
+    endpoint: TlsBroker,
+    topic: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl TlsWorld {
+    fn new(name: &str, setup: TlsSetup) -> TlsWorld {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let sim = runtime
+            .block_on(KubeSim::start(SimConfig {
+                bookmark_interval: Duration::from_millis(500),
+                ..SimConfig::default()
+            }))
+            .expect("simulated API server");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        let endpoint = TlsBroker::start(setup);
+        let world = TlsWorld {
+            sim,
+            dir,
+            kubeconfig,
+            endpoint,
+            topic: format!("ipaudit.events.{name}"),
+            runtime,
+        };
+        world.create_topic(&world.topic);
+        world
+    }
+
+    fn create_topic(&self, topic: &str) {
+        self.runtime
+            .block_on(create_topic_via(self.endpoint.client_config(), topic));
+    }
+
+    fn setup(&self) -> CollectorSetup<'_> {
+        CollectorSetup {
+            kubeconfig: &self.kubeconfig,
+            brokers: &self.endpoint.addr,
+            topic: &self.topic,
+            state_dir: self.dir.path(),
+            cluster_id: "lab",
+        }
+    }
+
+    /// `collector run` with the endpoint's TLS (and SASL) flags plus `extra`.
+    fn collector(&self, extra: &[&str]) -> CollectorProcess {
+        let flags = self.endpoint.flags();
+        let args: Vec<&str> = flags
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+            .collect();
+        CollectorProcess::start(&self.setup(), &args)
+    }
+
+    /// `analyzer run` with the endpoint's flags plus `extra`, once it has joined its group.
+    fn analyzer(&self, name: &str, extra: &[&str]) -> AnalyzerProcess {
+        let flags = self.endpoint.flags();
+        let args: Vec<&str> = flags
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+            .collect();
+        let process = AnalyzerProcess::start(
+            &self.endpoint.addr,
+            &self.topic,
+            &format!("ipaudit-{name}"),
+            &self.dir.path().join(format!("analyzer-{name}")),
+            &args,
+        );
+        wait_for(
+            "the analyzer joins its group",
+            Duration::from_secs(30),
+            || {
+                process
+                    .log_text()
+                    .contains("partitions assigned")
+                    .then_some(())
+            },
+        )
+        .unwrap_or_else(|| panic!("analyzer log:\n{}", process.log_text()));
+        process
+    }
+
+    fn events(&self, done: impl Fn(&[WatchEvent]) -> bool) -> Vec<WatchEvent> {
+        let decode_all = |payloads: &[Vec<u8>]| -> Vec<WatchEvent> {
+            payloads
+                .iter()
+                .filter_map(|p| decode::<WatchEvent>(p).ok())
+                .collect()
+        };
+        let payloads = read_topic_via(
+            self.endpoint.client_config(),
+            &self.topic,
+            Duration::from_secs(20),
+            |p| done(&decode_all(p)),
+        );
+        decode_all(&payloads)
+    }
+}
+
+impl Drop for TlsWorld {
+    fn drop(&mut self) {
+        self.sim.cut_watches();
+    }
+}
+
+fn wait_for<T>(_what: &str, timeout: Duration, mut found: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = found() {
+            return Some(value);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs a program to its end (at most `timeout`); `(exited with success, stderr)`.
+fn run_to_end(mut command: Command, log: &Path, timeout: Duration) -> (Option<bool>, String) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log"))
+        .spawn()
+        .expect("start");
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break Some(status.success());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status, std::fs::read_to_string(log).unwrap_or_default())
+}
+
+fn collector_command(world: &TlsWorld, kafka_flags: &[String]) -> Command {
+    let mut command = Command::new(workspace_binary("collector"));
+    command
+        .arg("run")
+        .args(["--kubeconfig", &world.kubeconfig.display().to_string()])
+        .args(["--cluster-id", "lab", "--collector-id", "refused"])
+        .args(["--brokers", &world.endpoint.addr, "--topic", &world.topic])
+        .args([
+            "--state-dir",
+            &world.dir.path().join("refused").display().to_string(),
+        ])
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(kafka_flags)
+        .env("RUST_LOG", "info");
+    command
+}
+
+fn analyzer_command(world: &TlsWorld, kafka_flags: &[String]) -> Command {
+    let mut command = Command::new(workspace_binary("analyzer"));
+    command
+        .arg("run")
+        .args(["--brokers", &world.endpoint.addr, "--topic", &world.topic])
+        .args(["--group", "refused"])
+        .args([
+            "--state-dir",
+            &world
+                .dir
+                .path()
+                .join("refused-analyzer")
+                .display()
+                .to_string(),
+        ])
+        .args(kafka_flags)
+        .env("RUST_LOG", "info");
+    command
+}
+
+/// The kube-ovn seed through mutual TLS: events in, an alert to the webhook and to the
+/// alerts topic, a cleanup command back, and the stuck IP released by the collector.
+#[test]
+fn the_seed_goes_through_mutual_tls_from_collector_to_alert_and_cleanup() {
+    let world = TlsWorld::new(
+        "mtls",
+        TlsSetup {
+            client_certificates: true,
+            scram: None,
+        },
+    );
+    let receiver = Receiver::start(&world.runtime);
+    let (alerts, commands) = (
+        format!("{}.alerts", world.topic),
+        format!("{}.commands", world.topic),
+    );
+    world.create_topic(&alerts);
+    world.create_topic(&commands);
+    let collector = world.collector(&[
+        "--remediate",
+        "on",
+        "--commands-topic",
+        &commands,
+        "--remediate-group",
+        "remediator-mtls",
+    ]);
+    let analyzer = world.analyzer(
+        "mtls",
+        &[
+            "--webhook-url",
+            &format!("{}/hook", receiver.url),
+            "--alerts-topic",
+            &alerts,
+            "--cleanup-commands",
+            "--commands-topic",
+            &commands,
+        ],
+    );
+    let seed = play_kube_ovn_seed(&world.sim, false);
+
+    let hook = wait_for("the rule-1 alert", Duration::from_secs(30), || {
+        receiver
+            .received("/hook")
+            .into_iter()
+            .find(|r| r.body["rule"] == "subnet-deleted-before-ip")
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no alert; collector log:\n{}\nanalyzer log:\n{}\nstunnel log:\n{}",
+            collector.log_text(),
+            analyzer.log_text(),
+            world.endpoint.stunnel_log()
+        )
+    });
+    assert_eq!(hook.body["subject_name"], seed.leaked_ip);
+    assert_eq!(hook.body["subnet"], seed.subnet);
+
+    let records = read_topic_via(
+        world.endpoint.client_config(),
+        &alerts,
+        Duration::from_secs(20),
+        |p| !p.is_empty(),
+    );
+    let first =
+        decode::<Alert>(records.first().expect("an alert record over TLS")).expect("an Avro Alert");
+    assert_eq!(first.rule, "subnet-deleted-before-ip");
+
+    wait_for("the stuck IP released", Duration::from_secs(30), || {
+        world
+            .sim
+            .get(Kind::Ip, "", seed.leaked_ip)
+            .is_err()
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the stuck IP is still there; collector log:\n{}",
+            collector.log_text()
+        )
+    });
+    let events = world.events(|e| e.iter().any(|e| e.object_key() == seed.leaked_ip));
+    assert!(events.iter().any(|e| e.object_key() == seed.leaked_ip));
+
+    // The endpoint really demands the client certificate: without it, no connection.
+    let without_certificate = world.endpoint.flags()[..2].to_vec();
+    let log = world.dir.path().join("collector-no-cert.log");
+    let (success, stderr) = run_to_end(
+        collector_command(&world, &without_certificate),
+        &log,
+        Duration::from_secs(30),
+    );
+    assert_eq!(success, Some(false), "{stderr}");
+    assert!(
+        stderr.contains("TLS with the Kafka brokers") && stderr.contains("certificate required"),
+        "{stderr}"
+    );
+}
+
+/// SASL SCRAM-SHA-256 over TLS: the collector's events arrive.
+#[test]
+fn with_scram_sha_256_over_tls_the_collector_delivers_its_events() {
+    let world = TlsWorld::new(
+        "scram256",
+        TlsSetup {
+            client_certificates: false,
+            scram: Some(Scram {
+                mechanism: "SCRAM-SHA-256",
+                username: "collector".into(),
+                password: "s3cret-256".into(),
+            }),
+        },
+    );
+    let collector = world.collector(&[]);
+    let seed = play_kube_ovn_seed(&world.sim, false);
+    let events = world.events(|e| e.iter().any(|e| e.object_key() == seed.subnet));
+    assert!(
+        events.iter().any(|e| e.object_key() == seed.subnet),
+        "{} events; collector log:\n{}",
+        events.len(),
+        collector.log_text()
+    );
+}
+
+/// A CA that did not sign the broker's certificate: both programs stop at start with an
+/// error naming the failed verification, instead of retrying in their logs for ever.
+#[test]
+fn with_a_wrong_ca_both_programs_exit_non_zero_naming_the_certificate_failure() {
+    let world = TlsWorld::new("wrong-ca", TlsSetup::default());
+    let flags = world
+        .endpoint
+        .flags_trusting(&world.endpoint.certs.other_ca);
+    for (name, command) in [
+        ("collector", collector_command(&world, &flags)),
+        ("analyzer", analyzer_command(&world, &flags)),
+    ] {
+        let started = Instant::now();
+        let log = world.dir.path().join(format!("{name}-wrong-ca.log"));
+        let (success, stderr) = run_to_end(command, &log, Duration::from_secs(30));
+        assert_eq!(
+            success,
+            Some(false),
+            "{name} did not exit non-zero within 30s; log:\n{stderr}"
+        );
+        assert!(
+            stderr.contains("TLS with the Kafka brokers")
+                && stderr.contains("certificate verify failed"),
+            "{name}: {stderr}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{name} took {:?}",
+            started.elapsed()
+        );
+    }
+    // The same flags with the right CA work: the failure was the CA, nothing else.
+    let _collector = world.collector(&[]);
+}
+
+/// SASL SCRAM-SHA-512 over TLS: the events reach the analyzer with the password from a
+/// file; the same user with a wrong password is refused at start with a clear error.
+#[test]
+fn with_scram_over_tls_the_alert_fires_and_a_wrong_password_is_refused() {
+    let world = TlsWorld::new(
+        "scram",
+        TlsSetup {
+            client_certificates: false,
+            scram: Some(Scram {
+                mechanism: "SCRAM-SHA-512",
+                username: "ipaudit".into(),
+                password: "correct horse battery staple".into(),
+            }),
+        },
+    );
+    let receiver = Receiver::start(&world.runtime);
+    let _collector = world.collector(&[]);
+    let analyzer = world.analyzer(
+        "scram",
+        &["--webhook-url", &format!("{}/hook", receiver.url)],
+    );
+    let seed = play_kube_ovn_seed(&world.sim, false);
+    wait_for("the rule-1 alert", Duration::from_secs(30), || {
+        receiver.received("/hook").into_iter().find(|r| {
+            r.body["rule"] == "subnet-deleted-before-ip" && r.body["subnet"] == seed.subnet
+        })
+    })
+    .unwrap_or_else(|| panic!("no alert; analyzer log:\n{}", analyzer.log_text()));
+
+    let wrong = world.dir.path().join("wrong-password");
+    std::fs::write(&wrong, "tr0ub4dor&3\n").expect("password file");
+    let mut flags = world.endpoint.flags();
+    let at = flags
+        .iter()
+        .position(|f| f == "--kafka-sasl-password-file")
+        .expect("a password file flag");
+    flags[at + 1] = wrong.display().to_string();
+    for (name, command) in [
+        ("collector", collector_command(&world, &flags)),
+        ("analyzer", analyzer_command(&world, &flags)),
+    ] {
+        let log = world.dir.path().join(format!("{name}-wrong-password.log"));
+        let (success, stderr) = run_to_end(command, &log, Duration::from_secs(30));
+        assert_eq!(success, Some(false), "{name}; log:\n{stderr}");
+        assert!(
+            stderr.contains("SASL authentication with the Kafka brokers"),
+            "{name}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("tr0ub4dor") && !stderr.contains("correct horse"),
+            "{name} printed a password: {stderr}"
+        );
+    }
+}
+
+/// `--help` of both programs with every Kafka secret in the environment shows none.
+#[test]
+fn help_with_kafka_secrets_in_the_environment_shows_none() {
+    for program in ["collector", "analyzer"] {
+        let output = Command::new(workspace_binary(program))
+            .args(["run", "--help"])
+            .env("IPAUDIT_KAFKA_SASL_PASSWORD", "pw-from-env-1")
+            .env("IPAUDIT_KAFKA_OPTIONS", "sasl.password=pw-from-env-2")
+            .output()
+            .expect("run --help");
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{program}: {help}");
+        assert!(
+            help.contains("--kafka-sasl-password-file") && help.contains("--kafka-ca-file"),
+            "{program} lacks the Kafka security options:\n{help}"
+        );
+        assert!(!help.contains("pw-from-env"), "{program}:\n{help}");
+    }
+}
