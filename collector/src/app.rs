@@ -126,7 +126,20 @@ pub enum AppError {
 
 /// A client for the configured API server.
 pub async fn client(source: &KubeSource) -> Result<Client, AppError> {
-    let config = match source {
+    Client::try_from(kube_config(source).await?).map_err(|e| AppError::KubeConfig(e.to_string()))
+}
+
+/// A client for the watchers: without kube's built-in retry of 429/503/504 (up to 15
+/// attempts over minutes, inside one request), so that a failing list or watch reaches
+/// the watcher at once, which backs off itself and reports it on /readyz.
+pub async fn watch_client(source: &KubeSource) -> Result<Client, AppError> {
+    let mut config = kube_config(source).await?;
+    config.default_retry = false;
+    Client::try_from(config).map_err(|e| AppError::KubeConfig(e.to_string()))
+}
+
+async fn kube_config(source: &KubeSource) -> Result<Config, AppError> {
+    Ok(match source {
         KubeSource::Kubeconfig(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .map_err(|e| AppError::KubeConfig(format!("{}: {e}", path.display())))?;
@@ -137,8 +150,7 @@ pub async fn client(source: &KubeSource) -> Result<Client, AppError> {
         KubeSource::Infer => Config::infer()
             .await
             .map_err(|e| AppError::KubeConfig(e.to_string()))?,
-    };
-    Client::try_from(config).map_err(|e| AppError::KubeConfig(e.to_string()))
+    })
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -187,6 +199,7 @@ async fn start(
     remediate: Option<(RemediateConfig, PathBuf)>,
 ) -> Result<Pipeline, AppError> {
     let client = client(&config.kube).await?;
+    let watch_client = watch_client(&config.kube).await?;
     let kinds = discovery::discover(&client, config.kinds.as_deref()).await?;
     let watched: Vec<Stream> = kinds.iter().map(|k| k.stream).collect();
     let names: Vec<String> = kinds.iter().map(|k| discovery::served_name(k)).collect();
@@ -224,7 +237,7 @@ async fn start(
     let mut feeders = JoinSet::new();
     for kind in kinds {
         let watcher = Watcher::new(
-            client.clone(),
+            watch_client.clone(),
             kind,
             config.stamp.clone(),
             config.watch.clone(),
