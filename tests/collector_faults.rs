@@ -255,6 +255,22 @@ fn a_producer_that_cannot_be_created_ends_the_process_non_zero_within_seconds() 
 }
 
 #[test]
+fn a_remediator_that_stops_ends_the_process_non_zero() {
+    let world = World::new("bad-remediator", None);
+    // librdkafka refuses to subscribe to an empty topic name.
+    let mut collector = CollectorProcess::start_unready(
+        &world.setup(),
+        &["--remediate", "dry-run", "--commands-topic", ""],
+    );
+    let status = collector
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("still running; log:\n{}", collector.log_text()));
+    assert!(!status.success(), "{status:?}");
+    let log = collector.log_text();
+    assert!(log.contains("remediation stopped"), "{log}");
+}
+
+#[test]
 fn a_watch_failing_longer_than_unready_after_turns_readyz_to_503_until_it_recovers() {
     let world = World::new("unready", None);
     let collector = CollectorProcess::start(&world.setup(), &["--unready-after", "3s"]);
