@@ -29,7 +29,7 @@ use crate::produce::{run_producer, KafkaConfig, ProduceError, ProducerTask};
 use crate::record::FileSink;
 use crate::remediate::{run_remediator, RemediateConfig, RemediationMode};
 use crate::sink::{self, EventSink, SinkError};
-use crate::watch::{StreamState, WatchConfig, WatchError, Watcher};
+use crate::watch::{StreamState, WatchConfig, WatchError, WatchOutputs, Watcher};
 
 /// How to reach the API server.
 #[derive(Debug, Clone)]
@@ -179,6 +179,13 @@ pub async fn shutdown_signal() {
 /// How each supervised task ended.
 type TaskResult = Result<(), AppError>;
 
+/// The producer's task and the signal that tells it to drain and stop (sent once the
+/// sink has stored its last event).
+type RunningProducer = (
+    tokio::task::JoinHandle<Result<(), ProduceError>>,
+    watch::Sender<bool>,
+);
+
 struct Pipeline {
     /// Watchers and the remediator: they feed the sink.
     feeders: JoinSet<(&'static str, TaskResult)>,
@@ -242,9 +249,11 @@ async fn start(
             config.stamp.clone(),
             config.watch.clone(),
             states.remove(&kind.stream).unwrap_or_default(),
-            tx.clone(),
-            metrics.clone(),
-            health.clone(),
+            WatchOutputs {
+                events: tx.clone(),
+                metrics: metrics.clone(),
+                health: health.clone(),
+            },
         );
         let stop_rx = stop_rx.clone();
         feeders.spawn(async move {
@@ -319,10 +328,7 @@ impl Pipeline {
     async fn run(
         mut self,
         shutdown: impl Future<Output = ()>,
-        producer: Option<(
-            tokio::task::JoinHandle<Result<(), ProduceError>>,
-            watch::Sender<bool>,
-        )>,
+        producer: Option<RunningProducer>,
     ) -> Result<u64, AppError> {
         let (mut producer, producer_stop) = match producer {
             Some((task, stop)) => (Some(task), Some(stop)),

@@ -109,6 +109,17 @@ enum Next {
     Stop,
 }
 
+/// Where a watcher reports: the events to store, its counters, its health (which also
+/// says when the outbox is full).
+pub struct WatchOutputs {
+    /// To the sink.
+    pub events: mpsc::Sender<Observed>,
+    /// Counters.
+    pub metrics: Metrics,
+    /// Readiness, and the outbox's fullness.
+    pub health: Health,
+}
+
 /// Watches one stream until shutdown.
 pub struct Watcher {
     client: Client,
@@ -133,9 +144,7 @@ impl Watcher {
         stamp: Stamp,
         config: WatchConfig,
         state: StreamState,
-        out: mpsc::Sender<Observed>,
-        metrics: Metrics,
-        health: Health,
+        outputs: WatchOutputs,
     ) -> Self {
         Watcher {
             client,
@@ -144,10 +153,10 @@ impl Watcher {
             stamp,
             config,
             state,
-            out,
-            metrics,
-            full: health.outbox_full(),
-            health,
+            out: outputs.events,
+            metrics: outputs.metrics,
+            full: outputs.health.outbox_full(),
+            health: outputs.health,
         }
     }
 
@@ -434,11 +443,14 @@ impl Watcher {
         };
         let mut snapshot = std::pin::pin!(snapshot);
         loop {
+            // Biased: a full outbox or a shutdown stops the watch before the next event,
+            // however fast events come.
             let item = tokio::select! {
-                item = events.next() => item,
-                _ = &mut snapshot => return Ok(Next::Relist("snapshot")),
-                _ = full.wait_for(|full| *full) => return Ok(Next::Pause),
+                biased;
                 _ = shutdown.changed() => return Ok(Next::Stop),
+                _ = full.wait_for(|full| *full) => return Ok(Next::Pause),
+                _ = &mut snapshot => return Ok(Next::Relist("snapshot")),
+                item = events.next() => item,
             };
             match item {
                 None => return Ok(Next::Rewatch),
