@@ -378,13 +378,20 @@ fn deploy_creates_the_topics_with_replication_and_the_collector_does_not() {
     let container = &kind(&collector, "Deployment", "ipaudit-collector")["spec"]["template"]
         ["spec"]["containers"][0];
     let env = container["env"].as_sequence().expect("env");
-    let create = env
+    let creation: Vec<&Value> = env
         .iter()
-        .find(|e| e["name"] == "IPAUDIT_CREATE_TOPIC_PARTITIONS")
-        .map(|e| e["value"].clone());
-    assert_eq!(
-        create,
-        Some(Value::from("0")),
+        .filter(|e| {
+            e["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("IPAUDIT_CREATE_TOPIC"))
+        })
+        .collect();
+    assert!(
+        creation.is_empty(),
+        "the collector must not create the topic (it does only when asked): {creation:?}"
+    );
+    assert!(
+        !strings(&container["args"]).contains(&"--create-topic".to_owned()),
         "the collector must not create the topic"
     );
 }

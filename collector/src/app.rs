@@ -2,6 +2,10 @@
 //! one sink thread (SQLite outbox or Avro file) -> the Kafka producer, plus the health
 //! endpoints; and shuts it down in order on SIGTERM: watchers stop, the sink stores what
 //! they sent, the producer drains the outbox.
+//!
+//! Every long-running task is supervised: a watcher, the remediator, the sink, the
+//! producer or the HTTP server that ends on its own stops the whole process with an error
+//! (a non-zero exit, so that Kubernetes restarts it), never silently.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,13 +22,14 @@ use tracing::{error, info, warn};
 
 use crate::discovery::{self, DiscoveryError};
 use crate::event::Stamp;
+use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::outbox::{Outbox, OutboxError};
-use crate::produce::{ensure_topic, run_producer, KafkaConfig, ProduceError};
+use crate::produce::{run_producer, KafkaConfig, ProduceError, ProducerTask};
 use crate::record::FileSink;
 use crate::remediate::{run_remediator, RemediateConfig, RemediationMode};
 use crate::sink::{self, EventSink, SinkError};
-use crate::watch::{StreamState, WatchConfig, WatchError, Watcher};
+use crate::watch::{StreamState, WatchConfig, WatchError, WatchOutputs, Watcher};
 
 /// How to reach the API server.
 #[derive(Debug, Clone)]
@@ -49,6 +54,12 @@ pub struct CollectorConfig {
     pub kinds: Option<Vec<Stream>>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub listen: Option<SocketAddr>,
+    /// `/readyz` fails while a watch has failed, or rows have waited with nothing
+    /// delivered, for longer than this.
+    pub unready_after: Duration,
+    /// Watches pause while the outbox holds this many payload bytes (`None`: no bound;
+    /// `collector record` has none).
+    pub outbox_max_bytes: Option<u64>,
 }
 
 /// The long-running collector: outbox and Kafka.
@@ -96,6 +107,9 @@ pub enum AppError {
     /// A watcher stopped.
     #[error(transparent)]
     Watch(#[from] WatchError),
+    /// Remediation was switched on and stopped.
+    #[error("remediation stopped: {0}")]
+    Remediate(String),
     /// A task of the collector itself failed (a bug).
     #[error("internal failure: {0}")]
     Internal(String),
@@ -112,7 +126,20 @@ pub enum AppError {
 
 /// A client for the configured API server.
 pub async fn client(source: &KubeSource) -> Result<Client, AppError> {
-    let config = match source {
+    Client::try_from(kube_config(source).await?).map_err(|e| AppError::KubeConfig(e.to_string()))
+}
+
+/// A client for the watchers: without kube's built-in retry of 429/503/504 (up to 15
+/// attempts over minutes, inside one request), so that a failing list or watch reaches
+/// the watcher at once, which backs off itself and reports it on /readyz.
+pub async fn watch_client(source: &KubeSource) -> Result<Client, AppError> {
+    let mut config = kube_config(source).await?;
+    config.default_retry = false;
+    Client::try_from(config).map_err(|e| AppError::KubeConfig(e.to_string()))
+}
+
+async fn kube_config(source: &KubeSource) -> Result<Config, AppError> {
+    Ok(match source {
         KubeSource::Kubeconfig(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .map_err(|e| AppError::KubeConfig(format!("{}: {e}", path.display())))?;
@@ -123,8 +150,7 @@ pub async fn client(source: &KubeSource) -> Result<Client, AppError> {
         KubeSource::Infer => Config::infer()
             .await
             .map_err(|e| AppError::KubeConfig(e.to_string()))?,
-    };
-    Client::try_from(config).map_err(|e| AppError::KubeConfig(e.to_string()))
+    })
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -150,52 +176,94 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// How each supervised task ended.
+type TaskResult = Result<(), AppError>;
+
+/// The producer's task and the signal that tells it to drain and stop (sent once the
+/// sink has stored its last event).
+type RunningProducer = (
+    tokio::task::JoinHandle<Result<(), ProduceError>>,
+    watch::Sender<bool>,
+);
+
 struct Pipeline {
-    watchers: JoinSet<Result<(), WatchError>>,
-    sink: std::thread::JoinHandle<Result<u64, SinkError>>,
+    /// Watchers and the remediator: they feed the sink.
+    feeders: JoinSet<(&'static str, TaskResult)>,
+    /// The sink thread, awaited from a blocking task; yields the number of events stored.
+    sink: tokio::task::JoinHandle<Result<u64, AppError>>,
+    /// The HTTP server, when one listens.
+    http: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     stored: Arc<Notify>,
     stop: watch::Sender<bool>,
     metrics: Metrics,
+    health: Health,
 }
 
 async fn start(
     config: &CollectorConfig,
     mut states: std::collections::HashMap<Stream, StreamState>,
-    sink: Box<dyn EventSink>,
+    sink: SinkKind,
     remediate: Option<(RemediateConfig, PathBuf)>,
 ) -> Result<Pipeline, AppError> {
     let client = client(&config.kube).await?;
+    let watch_client = watch_client(&config.kube).await?;
     let kinds = discovery::discover(&client, config.kinds.as_deref()).await?;
     let watched: Vec<Stream> = kinds.iter().map(|k| k.stream).collect();
     let names: Vec<String> = kinds.iter().map(|k| discovery::served_name(k)).collect();
     info!(kinds = %names.join(", "), "watching");
     let metrics = Metrics::new(&watched);
+    let health = Health::new(&watched, config.unready_after, config.outbox_max_bytes);
     let (stop, stop_rx) = watch::channel(false);
-    if let Some(addr) = config.listen {
-        let bound = crate::http::serve(addr, metrics.clone(), stop_rx.clone())
-            .await
-            .map_err(|source| AppError::Io {
-                context: format!("cannot listen on {addr}"),
-                source,
-            })?;
-        info!(%bound, "serving /metrics, /healthz, /readyz");
-    }
+    let http = match config.listen {
+        Some(addr) => {
+            let (bound, task) =
+                crate::http::serve(addr, metrics.clone(), health.clone(), stop_rx.clone())
+                    .await
+                    .map_err(|source| AppError::Io {
+                        context: format!("cannot listen on {addr}"),
+                        source,
+                    })?;
+            info!(%bound, "serving /metrics, /healthz, /readyz");
+            health.task_started("http");
+            Some(task)
+        }
+        None => None,
+    };
+    let sink: Box<dyn EventSink> = match sink {
+        SinkKind::Outbox(outbox) => Box::new(outbox.observed_by(health.clone(), metrics.clone())),
+        SinkKind::File(file) => Box::new(file),
+    };
     let (tx, rx) = mpsc::channel(16_384);
     let stored = Arc::new(Notify::new());
     let sink = sink::spawn(sink, rx, Arc::clone(&stored));
-    let mut watchers = JoinSet::new();
+    health.task_started("sink");
+    let sink = tokio::task::spawn_blocking(move || match sink.join() {
+        Ok(result) => result.map_err(AppError::Sink),
+        Err(_) => Err(AppError::Internal("the sink thread panicked".into())),
+    });
+    let mut feeders = JoinSet::new();
     for kind in kinds {
         let watcher = Watcher::new(
-            client.clone(),
+            watch_client.clone(),
             kind,
             config.stamp.clone(),
             config.watch.clone(),
             states.remove(&kind.stream).unwrap_or_default(),
-            tx.clone(),
-            metrics.clone(),
+            WatchOutputs {
+                events: tx.clone(),
+                metrics: metrics.clone(),
+                health: health.clone(),
+            },
         );
-        watchers.spawn(watcher.run(stop_rx.clone()));
+        let stop_rx = stop_rx.clone();
+        feeders.spawn(async move {
+            (
+                "watcher",
+                watcher.run(stop_rx).await.map_err(AppError::from),
+            )
+        });
     }
+    health.task_started("watcher");
     if let Some((remediate, db)) = remediate.filter(|(r, _)| r.mode != RemediationMode::Off) {
         let (client, stamp, tx, stop_rx) = (
             client.clone(),
@@ -203,62 +271,170 @@ async fn start(
             tx.clone(),
             stop_rx.clone(),
         );
-        // The remediator sends its outcomes through the same sink; it is joined with the
-        // watchers so that the sink outlives it.
-        watchers.spawn(async move {
-            if let Err(e) = run_remediator(client, remediate, stamp, &db, tx, stop_rx).await {
-                error!(error = %e, "remediation stopped");
-            }
-            Ok(())
+        health.task_started("remediator");
+        // The remediator sends its outcomes through the same sink, so it is one of the
+        // feeders the sink outlives.
+        feeders.spawn(async move {
+            let result = run_remediator(client, remediate, stamp, &db, tx, stop_rx)
+                .await
+                .map_err(|e| AppError::Remediate(error_chain(&e)));
+            ("remediator", result)
         });
     }
+    drop(tx);
     Ok(Pipeline {
-        watchers,
+        feeders,
         sink,
+        http,
         stored,
         stop,
         metrics,
+        health,
     })
 }
 
+/// An error and its sources on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Where the pipeline stores events.
+enum SinkKind {
+    Outbox(Outbox),
+    File(FileSink),
+}
+
+/// The outcome of one supervised task that ended before shutdown was asked for: every
+/// such end is a failure, also an `Ok` (a task that should run until shutdown stopped).
+fn unexpected(task: &str, result: TaskResult) -> AppError {
+    match result {
+        Err(e) => e,
+        Ok(()) => AppError::Internal(format!("the {task} task ended on its own")),
+    }
+}
+
 impl Pipeline {
-    /// Runs until `shutdown` resolves or a watcher fails; then stops the watchers and
-    /// waits for the sink to store everything they sent.
-    async fn run_until(
+    /// Runs until `shutdown` resolves or any supervised task (a watcher, the remediator,
+    /// the sink, the producer, the HTTP server) ends; then stops the feeders, waits for
+    /// the sink to store everything they sent, and lets the producer drain. A task that
+    /// ended on its own makes the result an error (the process exits non-zero).
+    async fn run(
         mut self,
         shutdown: impl Future<Output = ()>,
-    ) -> Result<(u64, watch::Sender<bool>), AppError> {
-        let mut failure = None;
+        producer: Option<RunningProducer>,
+    ) -> Result<u64, AppError> {
+        let (mut producer, producer_stop) = match producer {
+            Some((task, stop)) => (Some(task), Some(stop)),
+            None => (None, None),
+        };
+        let mut failure: Option<AppError> = None;
+        let mut sink_result: Option<Result<u64, AppError>> = None;
+        let mut http_done = false;
         tokio::select! {
             _ = shutdown => info!("shutting down"),
-            Some(result) = self.watchers.join_next() => {
-                failure = Some(match result {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(AppError::Watch(e)),
-                    Err(join) => Some(AppError::Internal(format!("watcher task failed: {join}"))),
-                });
+            Some(joined) = self.feeders.join_next() => {
+                let (task, result) = joined.unwrap_or_else(|e| ("feeder", Err(AppError::Internal(format!("task failed: {e}")))));
+                let e = unexpected(task, result);
+                self.health.task_ended(task, e.to_string());
+                failure = Some(e);
             }
+            joined = &mut self.sink => {
+                let result = joined.unwrap_or_else(|e| Err(AppError::Internal(format!("sink task failed: {e}"))));
+                let e = match result {
+                    Err(e) => e,
+                    Ok(_) => AppError::Internal("the sink ended on its own".into()),
+                };
+                self.health.task_ended("sink", e.to_string());
+                failure = Some(e);
+                sink_result = Some(Ok(0));
+            }
+            joined = async { producer.as_mut().expect("guarded").await }, if producer.is_some() => {
+                producer = None;
+                let e = match joined {
+                    Ok(Err(e)) => AppError::Produce(e),
+                    Ok(Ok(())) => AppError::Internal("the producer ended on its own".into()),
+                    Err(e) => AppError::Internal(format!("producer task failed: {e}")),
+                };
+                self.health.task_ended("producer", e.to_string());
+                failure = Some(e);
+            }
+            joined = async { self.http.as_mut().expect("guarded").await }, if self.http.is_some() => {
+                http_done = true;
+                let e = match joined {
+                    Ok(Err(source)) => AppError::Io { context: "the HTTP server failed".into(), source },
+                    Ok(Ok(())) => AppError::Internal("the HTTP server ended on its own".into()),
+                    Err(e) => AppError::Internal(format!("HTTP task failed: {e}")),
+                };
+                self.health.task_ended("http", e.to_string());
+                failure = Some(e);
+            }
+        }
+        if let Some(e) = &failure {
+            error!(error = %error_chain(e), "a task of the collector stopped; shutting down");
         }
         let _ = self.stop.send(true);
-        while let Some(result) = self.watchers.join_next().await {
-            if let Ok(Err(e)) = result {
-                warn!(error = %e, "watcher stopped with an error");
+        while let Some(joined) = self.feeders.join_next().await {
+            match joined {
+                Ok((task, Err(e))) => {
+                    warn!(task, error = %error_chain(&e), "stopped with an error");
+                    // A remediator that failed during shutdown is still a failure.
+                    if failure.is_none() && matches!(e, AppError::Remediate(_)) {
+                        failure = Some(e);
+                    }
+                }
+                Ok((_, Ok(()))) => {}
+                Err(e) => warn!(error = %e, "task failed"),
             }
         }
-        let sink = self.sink;
-        let stored = tokio::task::spawn_blocking(move || sink.join())
-            .await
-            .map_err(|e| AppError::Internal(format!("sink task failed: {e}")))?
-            .map_err(|_| AppError::Internal("the sink thread panicked".into()))??;
+        let stored = match sink_result {
+            Some(_) => 0,
+            None => match (&mut self.sink).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => {
+                    failure.get_or_insert(e);
+                    0
+                }
+                Err(e) => {
+                    failure.get_or_insert(AppError::Internal(format!("sink task failed: {e}")));
+                    0
+                }
+            },
+        };
         info!(events = stored, "all observed events stored");
-        match failure.flatten() {
+        if let Some(stop) = producer_stop {
+            let _ = stop.send(true);
+        }
+        if let Some(task) = producer {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    error!(error = %error_chain(&e), "producer failed");
+                    failure.get_or_insert(AppError::Produce(e));
+                }
+                Err(e) => {
+                    failure.get_or_insert(AppError::Internal(format!("producer task failed: {e}")));
+                }
+            }
+        }
+        if let (Some(task), false) = (self.http, http_done) {
+            let _ = task.await;
+        }
+        match failure {
             Some(e) => Err(e),
-            None => Ok((stored, self.stop)),
+            None => Ok(stored),
         }
     }
 }
 
-/// The long-running collector: watch -> outbox -> Kafka, until `shutdown` resolves.
+/// The long-running collector: watch -> outbox -> Kafka, until `shutdown` resolves or a
+/// task fails.
 pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
     std::fs::create_dir_all(&config.state_dir).map_err(|source| AppError::Io {
         context: format!(
@@ -267,36 +443,34 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
         ),
         source,
     })?;
+    // A configuration librdkafka refuses fails here, before anything is watched.
+    let producer = crate::produce::producer(&config.kafka)?;
     let path = config.state_dir.join("outbox.db");
     let outbox = Outbox::open(&path, &config.collector.stamp.cluster_id)?;
     let states = outbox.load()?;
-    if let Some(partitions) = config.kafka.create_topic_partitions {
-        if let Err(e) = ensure_topic(&config.kafka, partitions).await {
-            warn!(error = %e, "cannot create the topic now; events wait in the outbox");
-        }
-    }
     let pipeline = start(
         &config.collector,
         states,
-        Box::new(outbox),
+        SinkKind::Outbox(outbox),
         Some((config.remediate.clone(), path.clone())),
     )
     .await?;
-    let producer = tokio::spawn(run_producer(
-        path,
-        config.kafka.clone(),
-        pipeline.metrics.clone(),
-        Arc::clone(&pipeline.stored),
-        pipeline.stop.subscribe(),
-        config.shutdown_timeout,
-    ));
-    let result = pipeline.run_until(shutdown).await;
-    match producer.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => error!(error = %e, "producer failed"),
-        Err(e) => error!(error = %e, "producer task failed"),
-    }
-    result.map(drop)
+    let (producer_stop, producer_stop_rx) = watch::channel(false);
+    pipeline.health.task_started("producer");
+    let producer = tokio::spawn(run_producer(ProducerTask {
+        producer,
+        outbox_path: path,
+        config: config.kafka.clone(),
+        metrics: pipeline.metrics.clone(),
+        health: pipeline.health.clone(),
+        stored: Arc::clone(&pipeline.stored),
+        shutdown: producer_stop_rx,
+        drain_timeout: config.shutdown_timeout,
+    }));
+    pipeline
+        .run(shutdown, Some((producer, producer_stop)))
+        .await
+        .map(drop)
 }
 
 /// `collector record`: watch -> Avro file, until `shutdown` resolves. Returns the number
@@ -306,7 +480,12 @@ pub async fn record(
     shutdown: impl Future<Output = ()>,
 ) -> Result<u64, AppError> {
     let sink = FileSink::create(&config.out)?;
-    let pipeline = start(&config.collector, Default::default(), Box::new(sink), None).await?;
-    let (written, _stop) = pipeline.run_until(shutdown).await?;
-    Ok(written)
+    let pipeline = start(
+        &config.collector,
+        Default::default(),
+        SinkKind::File(sink),
+        None,
+    )
+    .await?;
+    pipeline.run(shutdown, None).await
 }

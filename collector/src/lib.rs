@@ -12,6 +12,7 @@
 pub mod app;
 pub mod discovery;
 pub mod event;
+pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod outbox;

@@ -9,7 +9,8 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use ipaudit_collector::app::{self, CollectorConfig, KubeSource, RecordConfig, RunConfig};
 use ipaudit_collector::event::Stamp;
-use ipaudit_collector::produce::KafkaConfig;
+use ipaudit_collector::outbox::Outbox;
+use ipaudit_collector::produce::{KafkaConfig, TopicCreation};
 use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
 use ipaudit_collector::watch::WatchConfig;
 use ipaudit_kafka::Connection;
@@ -34,6 +35,41 @@ enum Command {
     /// Watch and write every event to an Avro container file (for `analyzer replay`).
     /// Stops on SIGINT/SIGTERM or after --duration.
     Record(RecordArgs),
+    /// Inspect and repair the outbox of a state directory (works while `run` runs).
+    Outbox(OutboxArgs),
+}
+
+#[derive(Debug, Args)]
+struct OutboxArgs {
+    /// The state directory of `collector run` (holds outbox.db).
+    #[arg(long, env = "IPAUDIT_STATE_DIR", default_value = "/var/lib/ipaudit")]
+    state_dir: PathBuf,
+    #[command(subcommand)]
+    command: OutboxCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum OutboxCommand {
+    /// Rows Kafka refused for good (too large, invalid), kept aside so the rest flows on.
+    #[command(subcommand)]
+    Quarantine(QuarantineCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum QuarantineCommand {
+    /// One line per quarantined row: id, when, reason, stream, object, resourceVersion,
+    /// size, error.
+    List,
+    /// Move quarantined rows back to the end of the outbox (after raising the limit that
+    /// refused them, e.g. the topic's max.message.bytes).
+    Resend {
+        /// Ids from `list`.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        ids: Vec<i64>,
+        /// Every quarantined row.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -57,6 +93,15 @@ struct WatchArgs {
     /// Server-side timeout of each watch request.
     #[arg(long, env = "IPAUDIT_WATCH_TIMEOUT", default_value = "290s", value_parser = duration)]
     watch_timeout: Duration,
+    /// An event larger than this (encoded) is recorded without its raw JSON, with a
+    /// warning naming the object; keep it below the topic's message.max.bytes (1000000
+    /// by default). Accepts B, KiB, MiB, GiB, KB, MB, GB.
+    #[arg(long, env = "IPAUDIT_MAX_EVENT_BYTES", default_value = "900KiB", value_parser = byte_size)]
+    max_event_bytes: u64,
+    /// /readyz answers 503 while a watch has failed, or rows have waited with nothing
+    /// delivered to Kafka, for longer than this.
+    #[arg(long, env = "IPAUDIT_UNREADY_AFTER", default_value = "60s", value_parser = duration)]
+    unready_after: Duration,
     #[arg(
         long,
         env = "IPAUDIT_KINDS",
@@ -81,9 +126,22 @@ struct RunArgs {
     /// Topic for watch events.
     #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
     topic: String,
-    /// Create the topic with this many partitions when it is missing (0: never create).
-    #[arg(long, env = "IPAUDIT_CREATE_TOPIC_PARTITIONS", default_value_t = 1)]
+    /// Create the topic when it is missing. Without it a missing topic is logged as an
+    /// error and /readyz answers 503; events wait in the outbox until it exists.
+    #[arg(long, env = "IPAUDIT_CREATE_TOPIC")]
+    create_topic: bool,
+    /// Partitions of a topic created by --create-topic (-1: the broker's num.partitions).
+    #[arg(long, env = "IPAUDIT_CREATE_TOPIC_PARTITIONS", default_value_t = 1, value_parser = topic_count)]
     create_topic_partitions: i32,
+    /// Replication factor of a topic created by --create-topic (-1: the broker's
+    /// default.replication.factor).
+    #[arg(long, env = "IPAUDIT_CREATE_TOPIC_REPLICATION", default_value_t = -1, value_parser = topic_count)]
+    create_topic_replication: i32,
+    /// Bound of the outbox (payload bytes): when Kafka is away this long, the watches
+    /// pause, and resume (from where they stopped, or with a relist) once the producer
+    /// has freed a tenth of it. The bound is soft: events already observed are stored.
+    #[arg(long, env = "IPAUDIT_OUTBOX_MAX_BYTES", default_value = "1GiB", value_parser = byte_size)]
+    outbox_max_bytes: u64,
     /// Directory for the SQLite outbox and resume state (keep it on a persistent volume).
     #[arg(long, env = "IPAUDIT_STATE_DIR", default_value = "/var/lib/ipaudit")]
     state_dir: PathBuf,
@@ -160,6 +218,46 @@ enum Remediate {
     DryRun,
     /// Act.
     On,
+}
+
+/// A partition count or replication factor: at least 1, or -1 for the broker's default.
+fn topic_count(text: &str) -> Result<i32, String> {
+    match text.trim().parse::<i32>() {
+        Ok(n) if n == -1 || n >= 1 => Ok(n),
+        _ => Err(format!(
+            "expected a number of at least 1, or -1 for the broker's default; got {text:?}"
+        )),
+    }
+}
+
+/// `900KiB`, `1GiB`, `2MB`, `1000000`.
+fn byte_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("expected a size such as 900KiB or 1GiB, got {text:?}"))?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} (B, KiB, MiB, GiB, KB, MB, GB)"
+            ))
+        }
+    };
+    number
+        .checked_mul(factor)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{text:?} is not a usable size"))
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -239,7 +337,11 @@ fn read_secret_file(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(text)
 }
 
-fn collector_config(args: WatchArgs, listen: Option<SocketAddr>) -> CollectorConfig {
+fn collector_config(
+    args: WatchArgs,
+    listen: Option<SocketAddr>,
+    outbox_max_bytes: Option<u64>,
+) -> CollectorConfig {
     let collector_id = args.collector_id.unwrap_or_else(|| {
         std::env::var("HOSTNAME")
             .ok()
@@ -262,6 +364,7 @@ fn collector_config(args: WatchArgs, listen: Option<SocketAddr>) -> CollectorCon
         watch: WatchConfig {
             watch_timeout: args.watch_timeout,
             snapshot_interval: args.snapshot_interval,
+            max_event_bytes: usize::try_from(args.max_event_bytes).unwrap_or(usize::MAX),
             ..WatchConfig::default()
         },
         kinds: {
@@ -269,6 +372,8 @@ fn collector_config(args: WatchArgs, listen: Option<SocketAddr>) -> CollectorCon
             (!named.is_empty()).then_some(named)
         },
         listen,
+        unready_after: args.unready_after,
+        outbox_max_bytes,
     }
 }
 
@@ -335,8 +440,10 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 connection,
                 topic: args.topic,
                 cluster_id: args.watch.cluster_id.clone(),
-                create_topic_partitions: (args.create_topic_partitions > 0)
-                    .then_some(args.create_topic_partitions),
+                create_topic: args.create_topic.then_some(TopicCreation {
+                    partitions: args.create_topic_partitions,
+                    replication: args.create_topic_replication,
+                }),
             };
             let remediate = RemediateConfig {
                 mode: match args.remediate {
@@ -355,7 +462,11 @@ async fn run(command: Command) -> anyhow::Result<()> {
             };
             let config = RunConfig {
                 remediate,
-                collector: collector_config(args.watch, Some(args.listen)),
+                collector: collector_config(
+                    args.watch,
+                    Some(args.listen),
+                    Some(args.outbox_max_bytes),
+                ),
                 state_dir: args.state_dir,
                 kafka,
                 shutdown_timeout: args.shutdown_timeout,
@@ -367,7 +478,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Record(args) => {
             let out = args.out.clone();
             let config = RecordConfig {
-                collector: collector_config(args.watch, args.listen),
+                collector: collector_config(args.watch, args.listen, None),
                 out: args.out,
             };
             let stop_after = args.duration;
@@ -384,6 +495,50 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 .await
                 .context("recording failed")?;
             eprintln!("wrote {written} events to {}", out.display());
+            Ok(())
+        }
+        Command::Outbox(args) => outbox_command(args),
+    }
+}
+
+fn outbox_command(args: OutboxArgs) -> anyhow::Result<()> {
+    let path = args.state_dir.join("outbox.db");
+    let mut outbox = Outbox::open_existing(&path)?;
+    match args.command {
+        OutboxCommand::Quarantine(QuarantineCommand::List) => {
+            let rows = outbox.quarantined().context("cannot list the quarantine")?;
+            println!("ID\tQUARANTINED\tREASON\tSTREAM\tOBJECT\tRESOURCE_VERSION\tBYTES\tERROR");
+            for row in rows {
+                let when = time::OffsetDateTime::from_unix_timestamp_nanos(
+                    i128::from(row.quarantined_at_ms) * 1_000_000,
+                )
+                .ok()
+                .and_then(|t| {
+                    t.format(&time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
+                .unwrap_or_else(|| row.quarantined_at_ms.to_string());
+                println!(
+                    "{}\t{when}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    row.id,
+                    row.reason,
+                    row.stream.as_deref().unwrap_or("-"),
+                    row.object.as_deref().unwrap_or("-"),
+                    row.resource_version.as_deref().unwrap_or("-"),
+                    row.bytes,
+                    row.error
+                );
+            }
+            Ok(())
+        }
+        OutboxCommand::Quarantine(QuarantineCommand::Resend { ids, all }) => {
+            let moved = outbox
+                .resend(if all { None } else { Some(&ids) })
+                .context("cannot move rows back to the outbox")?;
+            eprintln!(
+                "moved {moved} rows back to the outbox of {}",
+                path.display()
+            );
             Ok(())
         }
     }

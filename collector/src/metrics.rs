@@ -1,7 +1,7 @@
-//! The collector's Prometheus metrics, one place that names and counts them.
+//! The collector's Prometheus metrics, one place that names and counts them. The metrics
+//! of the first releases are named `ipaudit_<name>`; those added since follow the
+//! `ipaudit_collector_<name>_<unit>` rule.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ipaudit_schemas::{EventType, Stream};
@@ -43,6 +43,13 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// `{reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OnlyReasonLabels {
+    /// Why.
+    pub reason: String,
+}
+
 /// Every metric of the collector.
 #[derive(Clone)]
 pub struct Metrics {
@@ -54,8 +61,11 @@ pub struct Metrics {
     kafka: Family<ResultLabels, Counter>,
     outbox_rows: Gauge,
     watching: Family<StreamLabels, Gauge>,
-    /// One flag per watched stream, fixed at start: readiness waits for exactly these.
-    synced: Arc<HashMap<Stream, AtomicBool>>,
+    quarantined: Family<OnlyReasonLabels, Counter>,
+    raw_omitted: Family<StreamLabels, Counter>,
+    outbox_bytes: Gauge,
+    outbox_full: Counter,
+    watch_pauses: Family<StreamLabels, Counter>,
 }
 
 impl Metrics {
@@ -107,6 +117,37 @@ impl Metrics {
         for stream in watched {
             watching.get_or_create(&stream_labels(*stream)).set(0);
         }
+        let collector = registry.sub_registry_with_prefix("collector");
+        let quarantined = Family::<OnlyReasonLabels, Counter>::default();
+        collector.register(
+            "quarantined",
+            "Outbox rows Kafka refused for good, moved to the quarantine table, by reason",
+            quarantined.clone(),
+        );
+        let raw_omitted = Family::<StreamLabels, Counter>::default();
+        collector.register(
+            "raw_objects_omitted",
+            "Events recorded without their raw JSON because they exceeded --max-event-bytes",
+            raw_omitted.clone(),
+        );
+        let outbox_bytes = Gauge::default();
+        collector.register(
+            "outbox_bytes",
+            "Payload bytes in the outbox not yet acknowledged by Kafka",
+            outbox_bytes.clone(),
+        );
+        let outbox_full = Counter::default();
+        collector.register(
+            "outbox_full",
+            "Times the outbox reached --outbox-max-bytes and the watches paused",
+            outbox_full.clone(),
+        );
+        let watch_pauses = Family::<StreamLabels, Counter>::default();
+        collector.register(
+            "watch_pauses",
+            "Watches paused because the outbox was full, by stream",
+            watch_pauses.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             events,
@@ -116,12 +157,11 @@ impl Metrics {
             kafka,
             outbox_rows,
             watching,
-            synced: Arc::new(
-                watched
-                    .iter()
-                    .map(|s| (*s, AtomicBool::new(false)))
-                    .collect(),
-            ),
+            quarantined,
+            raw_omitted,
+            outbox_bytes,
+            outbox_full,
+            watch_pauses,
         }
     }
 
@@ -170,23 +210,43 @@ impl Metrics {
     }
 
     /// Sets the outbox backlog.
-    pub fn outbox_rows(&self, rows: i64) {
-        self.outbox_rows.set(rows);
+    pub fn outbox_size(&self, size: crate::outbox::OutboxSize) {
+        self.outbox_rows.set(size.rows);
+        self.outbox_bytes.set(size.bytes);
     }
 
-    /// Marks a stream as watching (listed or resumed). A stream that is not watched has
-    /// no flag and changes nothing.
-    pub fn set_synced(&self, stream: Stream) {
-        if let Some(flag) = self.synced.get(&stream) {
-            flag.store(true, Ordering::Relaxed);
-            self.watching.get_or_create(&stream_labels(stream)).set(1);
-        }
+    /// Counts the outbox reaching its bound.
+    pub fn outbox_full(&self) {
+        self.outbox_full.inc();
     }
 
-    /// Whether every watched stream is watching: the collector is ready. A collector that
-    /// watches nothing is not.
-    pub fn all_synced(&self) -> bool {
-        !self.synced.is_empty() && self.synced.values().all(|s| s.load(Ordering::Relaxed))
+    /// Counts a watch paused by a full outbox.
+    pub fn watch_paused(&self, stream: Stream) {
+        self.watch_pauses
+            .get_or_create(&stream_labels(stream))
+            .inc();
+    }
+
+    /// Counts a row moved to quarantine.
+    pub fn quarantined(&self, reason: &str) {
+        self.quarantined
+            .get_or_create(&OnlyReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// Counts an event recorded without its raw JSON (too large).
+    pub fn raw_omitted(&self, stream: Stream) {
+        self.raw_omitted.get_or_create(&stream_labels(stream)).inc();
+    }
+
+    /// Sets a watched stream's `stream_watching` gauge: 1 while it watches, 0 while it
+    /// is paused or failing.
+    pub fn set_watching(&self, stream: Stream, watching: bool) {
+        self.watching
+            .get_or_create(&stream_labels(stream))
+            .set(i64::from(watching));
     }
 
     /// The text exposition format.
@@ -209,27 +269,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ready_once_every_watched_stream_and_only_those_is_synced() {
+    fn every_watched_stream_has_a_watching_series_and_new_metrics_carry_the_collector_prefix() {
         let metrics = Metrics::new(&[Stream::Pod, Stream::IpPool]);
-        assert!(!metrics.all_synced());
-        metrics.set_synced(Stream::Pod);
-        metrics.set_synced(Stream::Ip);
-        assert!(
-            !metrics.all_synced(),
-            "ip is not watched: it does not stand in for ippool"
-        );
-        metrics.set_synced(Stream::IpPool);
-        assert!(metrics.all_synced());
+        metrics.set_watching(Stream::IpPool, true);
+        metrics.quarantined("message_size_too_large");
         let text = metrics.encode();
         assert!(
             text.contains("ipaudit_stream_watching{stream=\"ippool\"} 1"),
             "{text}"
         );
+        assert!(
+            text.contains("ipaudit_stream_watching{stream=\"pod\"} 0"),
+            "{text}"
+        );
         assert!(!text.contains("stream=\"ip\""), "{text}");
-    }
-
-    #[test]
-    fn a_collector_watching_nothing_is_not_ready() {
-        assert!(!Metrics::new(&[]).all_synced());
+        assert!(
+            text.contains(
+                "ipaudit_collector_quarantined_total{reason=\"message_size_too_large\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

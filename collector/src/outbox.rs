@@ -2,6 +2,11 @@
 //! resume point and the live objects it changes, before it counts as seen; a row is
 //! deleted only after Kafka acknowledged it. A restart resumes exactly where the last
 //! transaction left off.
+//!
+//! The outbox keeps its own size (rows and payload bytes, maintained by triggers in the
+//! same transactions), so that neither the producer nor the bound (`--outbox-max-bytes`)
+//! ever counts the table. A row Kafka refuses for good moves to the `quarantine` table,
+//! from which an operator can list and re-send it (`collector outbox quarantine`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,7 +15,11 @@ use std::time::Duration;
 use ipaudit_schemas::{encode, kinds, Stream};
 use rusqlite::{params, Connection, OptionalExtension};
 
+use tracing::warn;
+
 use crate::event::LiveObject;
+use crate::health::Health;
+use crate::metrics::Metrics;
 use crate::watch::{LiveChange, Observed, StreamState};
 
 /// Why the outbox failed. SQLite errors are not retryable here: the disk or the file is
@@ -41,6 +50,12 @@ pub enum OutboxError {
     /// An event could not be encoded (a bug: every event fits the schema).
     #[error("cannot encode an event for the outbox")]
     Encode(#[from] ipaudit_schemas::EncodeError),
+    /// There is no outbox at this path (`collector outbox` never creates one).
+    #[error("no outbox at {0}: is --state-dir the collector's state directory?")]
+    Missing(PathBuf),
+    /// Quarantined rows asked for by id do not exist.
+    #[error("no quarantined rows with ids {0:?}")]
+    UnknownQuarantineIds(Vec<i64>),
 }
 
 const SCHEMA: &str = "
@@ -65,12 +80,102 @@ CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS quarantine (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    outbox_id         INTEGER NOT NULL,
+    quarantined_at_ms INTEGER NOT NULL,
+    reason            TEXT NOT NULL,
+    error             TEXT NOT NULL,
+    stream            TEXT,
+    object            TEXT,
+    resource_version  TEXT,
+    payload           BLOB NOT NULL
+);
 ";
+
+/// The outbox's size, kept by triggers in the transaction that changes it (created after
+/// [`SCHEMA`] in one transaction, which also counts an outbox written by an older build).
+const SIZE_SCHEMA: &str = "
+CREATE TABLE outbox_size (
+    singleton INTEGER PRIMARY KEY CHECK (singleton = 0),
+    rows      INTEGER NOT NULL,
+    bytes     INTEGER NOT NULL
+);
+INSERT INTO outbox_size (singleton, rows, bytes)
+    SELECT 0, COUNT(*), COALESCE(SUM(length(payload)), 0) FROM outbox;
+CREATE TRIGGER outbox_size_insert AFTER INSERT ON outbox BEGIN
+    UPDATE outbox_size SET rows = rows + 1, bytes = bytes + length(NEW.payload);
+END;
+CREATE TRIGGER outbox_size_delete AFTER DELETE ON outbox BEGIN
+    UPDATE outbox_size SET rows = rows - 1, bytes = bytes - length(OLD.payload);
+END;
+";
+
+/// Rows waiting for Kafka and their payload bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutboxSize {
+    /// Rows not yet acknowledged.
+    pub rows: i64,
+    /// Sum of their payload sizes.
+    pub bytes: i64,
+}
+
+/// One outbox row: an encoded event waiting for Kafka.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Its place in the outbox (rows are sent in this order).
+    pub id: i64,
+    /// The encoded event.
+    pub payload: Vec<u8>,
+}
+
+/// A row Kafka refused for good, moved out of the way of the rows after it.
+#[derive(Debug, Clone)]
+pub struct Quarantine {
+    /// The row's id in the outbox.
+    pub outbox_id: i64,
+    /// A short label (the metric's `reason`), e.g. `message_size_too_large`.
+    pub reason: &'static str,
+    /// The error as Kafka or librdkafka said it.
+    pub error: String,
+    /// The event's stream, object key and resourceVersion, when it decodes.
+    pub stream: Option<String>,
+    /// `namespace/name` or `name`.
+    pub object: Option<String>,
+    /// The event's resourceVersion.
+    pub resource_version: Option<String>,
+    /// The encoded event.
+    pub payload: Vec<u8>,
+}
+
+/// A quarantined row as `collector outbox quarantine list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuarantinedRow {
+    /// Id in the quarantine table (what `resend` takes).
+    pub id: i64,
+    /// Id it had in the outbox.
+    pub outbox_id: i64,
+    /// When it was quarantined (Unix ms).
+    pub quarantined_at_ms: i64,
+    /// Short label.
+    pub reason: String,
+    /// The full error.
+    pub error: String,
+    /// The event's stream.
+    pub stream: Option<String>,
+    /// The event's object.
+    pub object: Option<String>,
+    /// The event's resourceVersion.
+    pub resource_version: Option<String>,
+    /// Size of the encoded event.
+    pub bytes: i64,
+}
 
 /// One connection to the outbox database.
 pub struct Outbox {
     conn: Connection,
     path: PathBuf,
+    observer: Option<(Health, Metrics)>,
 }
 
 impl Outbox {
@@ -81,6 +186,7 @@ impl Outbox {
             .conn
             .execute_batch(SCHEMA)
             .map_err(outbox.err("create tables"))?;
+        outbox.ensure_size_table()?;
         let found: Option<String> = outbox
             .conn
             .query_row("SELECT value FROM meta WHERE key = 'cluster_id'", [], |r| {
@@ -125,7 +231,55 @@ impl Outbox {
         Ok(Outbox {
             conn,
             path: path.to_owned(),
+            observer: None,
         })
+    }
+
+    /// Reports the outbox's size to `health` (which pauses the watches when it is full)
+    /// and `metrics` after every batch stored, and marks each store as a step that must
+    /// not hang.
+    pub fn observed_by(mut self, health: Health, metrics: Metrics) -> Self {
+        if let Ok(size) = self.size() {
+            health.outbox_size(size);
+            metrics.outbox_size(size);
+        }
+        self.observer = Some((health, metrics));
+        self
+    }
+
+    /// Opens an outbox that must exist already (the operator's `collector outbox`
+    /// commands: a wrong `--state-dir` must not create an empty outbox).
+    pub fn open_existing(path: &Path) -> Result<Self, OutboxError> {
+        if !path.is_file() {
+            return Err(OutboxError::Missing(path.to_owned()));
+        }
+        let outbox = Self::connect(path)?;
+        outbox
+            .conn
+            .execute_batch(SCHEMA)
+            .map_err(outbox.err("create tables"))?;
+        outbox.ensure_size_table()?;
+        Ok(outbox)
+    }
+
+    /// Creates the size table and its triggers once, counting the rows already there in
+    /// the same transaction (an outbox of an older build).
+    fn ensure_size_table(&self) -> Result<(), OutboxError> {
+        let exists: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'outbox_size'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err("look for the size table"))?;
+        if exists.is_none() {
+            self.conn
+                .execute_batch(&format!("BEGIN IMMEDIATE; {SIZE_SCHEMA} COMMIT;"))
+                .map_err(self.err("create the size table"))?;
+        }
+        Ok(())
     }
 
     fn err(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> OutboxError + '_ {
@@ -241,38 +395,169 @@ impl Outbox {
         tx.commit().map_err(err("commit"))
     }
 
-    /// Events not yet acknowledged by Kafka.
-    pub fn pending_rows(&self) -> Result<i64, OutboxError> {
+    /// Rows not yet acknowledged by Kafka and their bytes (one row read, never a count).
+    pub fn size(&self) -> Result<OutboxSize, OutboxError> {
         self.conn
-            .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
-            .map_err(self.err("count outbox rows"))
+            .query_row(
+                "SELECT rows, bytes FROM outbox_size WHERE singleton = 0",
+                [],
+                |r| {
+                    Ok(OutboxSize {
+                        rows: r.get(0)?,
+                        bytes: r.get(1)?,
+                    })
+                },
+            )
+            .optional()
+            .map(Option::unwrap_or_default)
+            .map_err(self.err("read the outbox size"))
     }
 
-    /// The oldest rows, in order.
-    pub fn read_batch(&self, limit: usize) -> Result<Vec<(i64, Vec<u8>)>, OutboxError> {
+    /// Up to `limit` rows with ids above `after`, in order. Reading on from the last row
+    /// read keeps a drain linear in the rows, whatever was deleted before them.
+    pub fn read_after(&self, after: i64, limit: usize) -> Result<Vec<Row>, OutboxError> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT id, payload FROM outbox ORDER BY id LIMIT ?1")
+            .prepare_cached("SELECT id, payload FROM outbox WHERE id > ?1 ORDER BY id LIMIT ?2")
             .map_err(self.err("read outbox"))?;
         let rows = stmt
-            .query_map([limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map(params![after, limit as i64], |r| {
+                Ok(Row {
+                    id: r.get(0)?,
+                    payload: r.get(1)?,
+                })
+            })
             .map_err(self.err("read outbox"))?;
         rows.collect::<Result<_, _>>()
             .map_err(self.err("read outbox"))
     }
 
+    /// In one transaction: moves `quarantined` rows to the quarantine table and deletes
+    /// every row up to and including `through` (acknowledged by Kafka or quarantined).
+    pub fn settle(&mut self, through: i64, quarantined: &[Quarantine]) -> Result<(), OutboxError> {
+        let err = |context| sqlite_error(&self.path, context);
+        let tx = self.conn.transaction().map_err(err("begin"))?;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO quarantine (outbox_id, quarantined_at_ms, reason, error, stream, object, resource_version, payload)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )
+                .map_err(err("quarantine a row"))?;
+            let now = crate::event::now_ms();
+            for q in quarantined {
+                insert
+                    .execute(params![
+                        q.outbox_id,
+                        now,
+                        q.reason,
+                        q.error,
+                        q.stream,
+                        q.object,
+                        q.resource_version,
+                        q.payload
+                    ])
+                    .map_err(err("quarantine a row"))?;
+            }
+            tx.execute("DELETE FROM outbox WHERE id <= ?1", [through])
+                .map_err(err("delete acknowledged rows"))?;
+        }
+        tx.commit().map_err(err("commit"))
+    }
+
     /// Deletes every row up to and including `id` (acknowledged by Kafka).
-    pub fn delete_through(&self, id: i64) -> Result<(), OutboxError> {
-        self.conn
-            .execute("DELETE FROM outbox WHERE id <= ?1", [id])
-            .map(drop)
-            .map_err(self.err("delete acknowledged rows"))
+    pub fn delete_through(&mut self, id: i64) -> Result<(), OutboxError> {
+        self.settle(id, &[])
+    }
+
+    /// The quarantined rows, oldest first.
+    pub fn quarantined(&self) -> Result<Vec<QuarantinedRow>, OutboxError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, outbox_id, quarantined_at_ms, reason, error, stream, object, resource_version, length(payload)
+                 FROM quarantine ORDER BY id",
+            )
+            .map_err(self.err("read quarantine"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(QuarantinedRow {
+                    id: r.get(0)?,
+                    outbox_id: r.get(1)?,
+                    quarantined_at_ms: r.get(2)?,
+                    reason: r.get(3)?,
+                    error: r.get(4)?,
+                    stream: r.get(5)?,
+                    object: r.get(6)?,
+                    resource_version: r.get(7)?,
+                    bytes: r.get(8)?,
+                })
+            })
+            .map_err(self.err("read quarantine"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(self.err("read quarantine"))
+    }
+
+    /// Moves quarantined rows back to the end of the outbox, in their order: `ids`, or
+    /// every row when `None`. Returns how many moved; unknown ids move nothing.
+    pub fn resend(&mut self, ids: Option<&[i64]>) -> Result<usize, OutboxError> {
+        let err = |context| sqlite_error(&self.path, context);
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err("begin"))?;
+        let chosen: Vec<i64> = {
+            let mut stmt = tx
+                .prepare("SELECT id FROM quarantine ORDER BY id")
+                .map_err(err("read quarantine"))?;
+            let all: Vec<i64> = stmt
+                .query_map([], |r| r.get(0))
+                .map_err(err("read quarantine"))?
+                .collect::<Result<_, _>>()
+                .map_err(err("read quarantine"))?;
+            match ids {
+                None => all,
+                Some(ids) => {
+                    let unknown: Vec<i64> =
+                        ids.iter().copied().filter(|id| !all.contains(id)).collect();
+                    if !unknown.is_empty() {
+                        return Err(OutboxError::UnknownQuarantineIds(unknown));
+                    }
+                    all.into_iter().filter(|id| ids.contains(id)).collect()
+                }
+            }
+        };
+        for id in &chosen {
+            tx.execute(
+                "INSERT INTO outbox (payload) SELECT payload FROM quarantine WHERE id = ?1",
+                [id],
+            )
+            .map_err(err("move a row back to the outbox"))?;
+            tx.execute("DELETE FROM quarantine WHERE id = ?1", [id])
+                .map_err(err("move a row back to the outbox"))?;
+        }
+        tx.commit().map_err(err("commit"))?;
+        Ok(chosen.len())
     }
 }
 
 impl crate::sink::EventSink for Outbox {
     fn store(&mut self, batch: &[Observed]) -> Result<(), crate::sink::SinkError> {
-        Ok(self.append(batch)?)
+        let _busy = self.observer.as_ref().map(|(h, _)| h.busy("sink"));
+        self.append(batch)?;
+        if let Some((health, metrics)) = &self.observer {
+            let size = self.size()?;
+            metrics.outbox_size(size);
+            if health.outbox_size(size) {
+                metrics.outbox_full();
+                warn!(
+                    rows = size.rows,
+                    bytes = size.bytes,
+                    "the outbox is full: watches pause until Kafka has taken some of it"
+                );
+            }
+        }
+        Ok(())
     }
 
     fn finish(self: Box<Self>) -> Result<(), crate::sink::SinkError> {
@@ -337,10 +622,13 @@ mod tests {
         assert_eq!(ip.resume_from.as_deref(), Some("12"));
         assert_eq!(ip.sequence, 3);
         assert_eq!(ip.live.keys().collect::<Vec<_>>(), ["u-b"]);
-        assert_eq!(outbox.pending_rows().unwrap(), 3);
-        let rows = outbox.read_batch(2).unwrap();
-        outbox.delete_through(rows[1].0).unwrap();
-        assert_eq!(outbox.pending_rows().unwrap(), 1);
+        assert_eq!(outbox.size().unwrap().rows, 3);
+        let mut outbox = outbox;
+        let rows = outbox.read_after(0, 2).unwrap();
+        outbox.delete_through(rows[1].id).unwrap();
+        let left = outbox.read_after(0, 10).unwrap();
+        assert_eq!(outbox.size().unwrap().rows, 1);
+        assert_eq!(outbox.size().unwrap().bytes, left[0].payload.len() as i64);
     }
 
     #[test]
@@ -373,6 +661,103 @@ mod tests {
                 .as_deref(),
             Some("7")
         );
+    }
+
+    fn stamp() -> Stamp {
+        Stamp {
+            cluster_id: "c".into(),
+            collector_id: "k".into(),
+            raw_objects: false,
+        }
+    }
+
+    #[test]
+    fn the_size_follows_inserts_deletes_and_counts_an_outbox_of_an_older_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("outbox.db");
+        {
+            // What an older build left: rows and no size table.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute(
+                "INSERT INTO outbox (payload) VALUES (x'0102'), (x'030405')",
+                [],
+            )
+            .unwrap();
+        }
+        let mut outbox = Outbox::open(&path, "c").unwrap();
+        assert_eq!(outbox.size().unwrap(), OutboxSize { rows: 2, bytes: 5 });
+        outbox.append(&[observed(&stamp(), "a", "10", 1)]).unwrap();
+        let rows = outbox.read_after(0, 10).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            outbox.size().unwrap(),
+            OutboxSize {
+                rows: 3,
+                bytes: 5 + rows[2].payload.len() as i64
+            }
+        );
+        assert_eq!(outbox.read_after(rows[0].id, 10).unwrap().len(), 2);
+        outbox.delete_through(rows[2].id).unwrap();
+        assert_eq!(outbox.size().unwrap(), OutboxSize::default());
+    }
+
+    #[test]
+    fn a_quarantined_row_leaves_the_outbox_and_resend_puts_it_back_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("outbox.db");
+        let mut outbox = Outbox::open(&path, "c").unwrap();
+        let events: Vec<Observed> = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| observed(&stamp(), n, &format!("{}", 10 + i), i as i64 + 1))
+            .collect();
+        outbox.append(&events).unwrap();
+        let rows = outbox.read_after(0, 10).unwrap();
+        let refused = Quarantine {
+            outbox_id: rows[1].id,
+            reason: "message_size_too_large",
+            error: "Message size too large".into(),
+            stream: Some("ip".into()),
+            object: Some("b".into()),
+            resource_version: Some("11".into()),
+            payload: rows[1].payload.clone(),
+        };
+        outbox.settle(rows[1].id, &[refused]).unwrap();
+        assert_eq!(
+            outbox.size().unwrap().rows,
+            1,
+            "c waits, a was acknowledged"
+        );
+        let listed = outbox.quarantined().unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].object.as_deref(), Some("b"));
+        assert_eq!(listed[0].bytes, rows[1].payload.len() as i64);
+        assert!(matches!(
+            outbox.resend(Some(&[listed[0].id + 100])),
+            Err(OutboxError::UnknownQuarantineIds(ids)) if ids == [listed[0].id + 100]
+        ));
+        drop(outbox);
+        // The operator's command, on the same file.
+        let mut operator = Outbox::open_existing(&path).unwrap();
+        assert_eq!(operator.resend(Some(&[listed[0].id])).unwrap(), 1);
+        assert!(operator.quarantined().unwrap().is_empty());
+        let again = operator.read_after(0, 10).unwrap();
+        assert_eq!(again.len(), 2);
+        assert_eq!(again[1].payload, rows[1].payload, "b goes after c");
+        assert_eq!(operator.size().unwrap().rows, 2);
+        assert_eq!(operator.resend(None).unwrap(), 0);
+    }
+
+    #[test]
+    fn the_operators_commands_never_create_an_outbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("outbox.db");
+        assert!(matches!(
+            Outbox::open_existing(&path),
+            Err(OutboxError::Missing(_))
+        ));
+        assert!(!path.exists());
     }
 
     #[test]

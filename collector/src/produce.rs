@@ -2,21 +2,29 @@
 //! rows sent in order and deleted only after Kafka acknowledged them. After a failure the
 //! unacknowledged rows are sent again (a duplicate carries the same uid, resourceVersion
 //! and type, which the analyzer drops); a fatal producer error recreates the producer.
+//!
+//! A row that Kafka or librdkafka refuses for good (too large, invalid: see
+//! [`permanent_reason`]) moves to the outbox's quarantine table, counted and logged with
+//! its object, so that the rows after it flow on. The events topic is created only when
+//! asked (`--create-topic`); a missing topic is otherwise logged and makes the collector
+//! unready, and the rows wait for it.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ipaudit_schemas::{decode, WatchEvent};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::{watch, Notify};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
+use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::outbox::{Outbox, OutboxError};
+use crate::outbox::{Outbox, OutboxError, Quarantine, Row};
 
 /// Where and how events go to Kafka.
 #[derive(Debug, Clone)]
@@ -27,20 +35,29 @@ pub struct KafkaConfig {
     pub topic: String,
     /// Message key: one cluster's history stays in one partition, in order.
     pub cluster_id: String,
-    /// Create the topic when it is missing, with this many partitions.
-    pub create_topic_partitions: Option<i32>,
+    /// Create the topic when it is missing (`--create-topic`); `None`: never.
+    pub create_topic: Option<TopicCreation>,
+}
+
+/// How a missing events topic is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicCreation {
+    /// Partitions; -1: the broker's default (`num.partitions`).
+    pub partitions: i32,
+    /// Replication factor; -1: the broker's default (`default.replication.factor`).
+    pub replication: i32,
 }
 
 /// Why the producer stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ProduceError {
-    /// librdkafka refused the configuration.
+    /// librdkafka refused the configuration; not retryable: fix the options.
     #[error("invalid Kafka producer configuration")]
     Config(#[source] KafkaError),
-    /// The outbox failed.
+    /// The outbox failed; not retryable here: the disk or the file is broken.
     #[error(transparent)]
     Outbox(#[from] OutboxError),
-    /// The topic could not be created.
+    /// The topic could not be created; retryable when the broker was unreachable.
     #[error("cannot create topic {topic}")]
     CreateTopic {
         /// The topic.
@@ -49,6 +66,18 @@ pub enum ProduceError {
         #[source]
         source: KafkaError,
     },
+    /// The topic's metadata could not be read; retryable (the broker may be down).
+    #[error("cannot read the metadata of topic {topic}")]
+    Metadata {
+        /// The topic.
+        topic: String,
+        /// What Kafka said.
+        #[source]
+        source: KafkaError,
+    },
+    /// A blocking step of the producer panicked (a bug).
+    #[error("the producer's outbox step failed: {0}")]
+    Task(String),
 }
 
 /// The producer settings ipaudit relies on, then the operator's.
@@ -60,17 +89,32 @@ pub fn client_config(config: &KafkaConfig) -> ClientConfig {
         .set("compression.type", "zstd")
         .set("linger.ms", "5")
         // Outages longer than this fail the batch; it is then sent again from the outbox.
-        .set("message.timeout.ms", "300000");
+        .set("message.timeout.ms", "300000")
+        // A broker with auto.create.topics.enable would otherwise create the topic with
+        // its defaults on the first metadata request: creation is the operator's choice.
+        .set("allow.auto.create.topics", "false");
     config.connection.apply(&mut client);
     client
 }
 
+/// The producer, or why librdkafka refuses its configuration.
+pub fn producer(config: &KafkaConfig) -> Result<FutureProducer, ProduceError> {
+    client_config(config).create().map_err(ProduceError::Config)
+}
+
 /// Creates the topic unless it exists.
-pub async fn ensure_topic(config: &KafkaConfig, partitions: i32) -> Result<(), ProduceError> {
+pub async fn ensure_topic(
+    config: &KafkaConfig,
+    creation: TopicCreation,
+) -> Result<(), ProduceError> {
     let admin: AdminClient<DefaultClientContext> = client_config(config)
         .create()
         .map_err(ProduceError::Config)?;
-    let topic = NewTopic::new(&config.topic, partitions, TopicReplication::Fixed(1));
+    let topic = NewTopic::new(
+        &config.topic,
+        creation.partitions,
+        TopicReplication::Fixed(creation.replication),
+    );
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = admin
         .create_topics([&topic], &options)
@@ -81,7 +125,12 @@ pub async fn ensure_topic(config: &KafkaConfig, partitions: i32) -> Result<(), P
         })?;
     for result in results {
         match result {
-            Ok(_) => info!(topic = %config.topic, partitions, "created topic"),
+            Ok(_) => info!(
+                topic = %config.topic,
+                partitions = creation.partitions,
+                replication = creation.replication,
+                "created topic (-1: the broker's default)"
+            ),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((topic, code)) => {
                 return Err(ProduceError::CreateTopic {
@@ -94,33 +143,107 @@ pub async fn ensure_topic(config: &KafkaConfig, partitions: i32) -> Result<(), P
     Ok(())
 }
 
+/// Whether the topic exists, from the broker's metadata.
+pub async fn topic_exists(producer: &FutureProducer, topic: &str) -> Result<bool, ProduceError> {
+    let client = producer.clone();
+    let name = topic.to_owned();
+    let metadata = tokio::task::spawn_blocking(move || {
+        client
+            .client()
+            .fetch_metadata(Some(&name), Duration::from_secs(10))
+    })
+    .await
+    .map_err(|e| ProduceError::Task(e.to_string()))?
+    .map_err(|source| ProduceError::Metadata {
+        topic: topic.to_owned(),
+        source,
+    })?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+}
+
+/// The label of an error that refuses one message for good: sending the same bytes again
+/// cannot succeed, so the row is quarantined. Everything else (broker down, leader
+/// moving, timeouts, a missing topic, authorization) is retried.
+pub fn permanent_reason(code: RDKafkaErrorCode) -> Option<&'static str> {
+    Some(match code {
+        // Larger than message.max.bytes: librdkafka refuses it when it is queued, a
+        // broker (or a topic's max.message.bytes) when it arrives.
+        RDKafkaErrorCode::MessageSizeTooLarge => "message_size_too_large",
+        RDKafkaErrorCode::InvalidMessageSize => "invalid_message_size",
+        RDKafkaErrorCode::MessageBatchTooLarge => "message_batch_too_large",
+        RDKafkaErrorCode::InvalidMessage => "invalid_message",
+        RDKafkaErrorCode::InvalidRecord => "invalid_record",
+        RDKafkaErrorCode::InvalidTimestamp => "invalid_timestamp",
+        _ => return None,
+    })
+}
+
+fn topic_missing_code(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic
+    )
+}
+
 /// Rows read from the outbox per round.
 const BATCH: usize = 1_000;
 
+/// Everything the producer task needs.
+pub struct ProducerTask {
+    /// A producer made with [`producer`] (so that a bad configuration fails at start).
+    pub producer: FutureProducer,
+    /// The outbox file.
+    pub outbox_path: PathBuf,
+    /// Kafka settings.
+    pub config: KafkaConfig,
+    /// Counters.
+    pub metrics: Metrics,
+    /// Readiness: delivery progress, a missing topic, the outbox's size.
+    pub health: Health,
+    /// Notified when the sink stored a batch.
+    pub stored: Arc<Notify>,
+    /// Turns true when the sink has stored its last event: drain, then stop.
+    pub shutdown: watch::Receiver<bool>,
+    /// How long the drain may take.
+    pub drain_timeout: Duration,
+}
+
 /// Sends the outbox to Kafka until `shutdown` turns true and the outbox is empty (or
 /// `drain_timeout` has passed since).
-pub async fn run_producer(
-    outbox_path: PathBuf,
-    config: KafkaConfig,
-    metrics: Metrics,
-    stored: Arc<Notify>,
-    mut shutdown: watch::Receiver<bool>,
-    drain_timeout: Duration,
-) -> Result<(), ProduceError> {
+pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
+    let ProducerTask {
+        mut producer,
+        outbox_path,
+        config,
+        metrics,
+        health,
+        stored,
+        mut shutdown,
+        drain_timeout,
+    } = task;
     let outbox = Arc::new(Mutex::new(Outbox::connect(&outbox_path)?));
-    let mut producer: FutureProducer = client_config(&config)
-        .create()
-        .map_err(ProduceError::Config)?;
+    check_or_create_topic(&producer, &config, &health).await;
     let mut backoff = Duration::from_millis(200);
     let mut draining_since: Option<Instant> = None;
+    // Every row up to here is settled (acknowledged or quarantined) and deleted.
+    let mut settled_through = 0i64;
     loop {
         if draining_since.is_none() && *shutdown.borrow() {
             draining_since = Some(Instant::now());
             info!("draining the outbox before exit");
         }
-        let (rows, pending) =
-            with_outbox(&outbox, |o| Ok((o.read_batch(BATCH)?, o.pending_rows()?))).await?;
-        metrics.outbox_rows(pending);
+        let busy = health.busy("producer");
+        let (rows, size) = with_outbox(&outbox, move |o| {
+            Ok((o.read_after(settled_through, BATCH)?, o.size()?))
+        })
+        .await?;
+        drop(busy);
+        metrics.outbox_size(size);
+        health.outbox_size(size);
+        health.rows_waiting(size.rows);
         if rows.is_empty() {
             if draining_since.is_some() {
                 let _ = producer.flush(Duration::from_secs(5));
@@ -135,23 +258,54 @@ pub async fn run_producer(
         }
         if draining_since.is_some_and(|t| t.elapsed() > drain_timeout) {
             warn!(
-                pending,
+                pending = size.rows,
                 "outbox not drained in time; the rows stay for the next start"
             );
             return Ok(());
         }
-        let (acked_through, delivered, failed) = send_in_order(&producer, &config, &rows).await;
-        if let Some(id) = acked_through {
-            with_outbox(&outbox, move |o| o.delete_through(id)).await?;
+        let outcomes = send_in_order(&producer, &config, &rows).await;
+        let settled = settle_prefix(&rows, &outcomes);
+        let delivered = outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::Delivered))
+            .count() as u64;
+        let failed = outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::Failed(_)))
+            .count() as u64;
+        if let Some((through, quarantined)) = settled {
+            for q in &quarantined {
+                metrics.quarantined(q.reason);
+                error!(
+                    cluster = %config.cluster_id,
+                    stream = q.stream.as_deref().unwrap_or("?"),
+                    object = q.object.as_deref().unwrap_or("?"),
+                    resource_version = q.resource_version.as_deref().unwrap_or("?"),
+                    reason = q.reason,
+                    error = %q.error,
+                    bytes = q.payload.len(),
+                    outbox_id = q.outbox_id,
+                    "Kafka refused an event for good; moved to quarantine (collector outbox quarantine list)"
+                );
+            }
+            let busy = health.busy("producer");
+            with_outbox(&outbox, move |o| o.settle(through, &quarantined)).await?;
+            drop(busy);
+            settled_through = through;
+            health.delivered();
         }
         metrics.kafka("delivered", delivered);
         if failed > 0 {
             metrics.kafka("failed", failed);
+            if outcomes
+                .iter()
+                .any(|o| matches!(o, Outcome::Failed(Some(code)) if topic_missing_code(*code)))
+            {
+                check_or_create_topic(&producer, &config, &health).await;
+            }
             if let Some((code, reason)) = producer.client().fatal_error() {
                 warn!(?code, %reason, "fatal producer error; recreating the producer");
-                producer = client_config(&config)
-                    .create()
-                    .map_err(ProduceError::Config)?;
+                producer = self::producer(&config)?;
             }
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
@@ -164,36 +318,104 @@ pub async fn run_producer(
     }
 }
 
-async fn with_outbox<T: Send + 'static>(
-    outbox: &Arc<Mutex<Outbox>>,
-    f: impl FnOnce(&Outbox) -> Result<T, OutboxError> + Send + 'static,
-) -> Result<T, OutboxError> {
-    let outbox = Arc::clone(outbox);
-    tokio::task::spawn_blocking(move || {
-        let guard = outbox.lock().unwrap_or_else(|e| e.into_inner());
-        f(&guard)
-    })
-    .await
-    .expect("outbox task does not panic")
+/// Looks the topic up; creates it when that is allowed, else marks the collector
+/// unready. A broker that cannot be reached now is not an error: the rows wait.
+async fn check_or_create_topic(producer: &FutureProducer, config: &KafkaConfig, health: &Health) {
+    match topic_exists(producer, &config.topic).await {
+        Ok(true) => {}
+        Ok(false) => match config.create_topic {
+            Some(creation) => {
+                if let Err(e) = ensure_topic(config, creation).await {
+                    warn!(error = %e, topic = %config.topic, "cannot create the topic now; events wait in the outbox");
+                }
+            }
+            None => {
+                error!(
+                    topic = %config.topic,
+                    "the events topic does not exist: create it (see deploy/), or pass --create-topic; events wait in the outbox"
+                );
+                health.topic_missing(&config.topic);
+            }
+        },
+        Err(e) => warn!(error = %e, "cannot look the topic up now; events wait in the outbox"),
+    }
 }
 
-/// Sends rows in order; returns the last id of the acknowledged prefix and the counts of
-/// delivered and failed messages.
+/// What became of one row.
+#[derive(Debug)]
+enum Outcome {
+    /// Acknowledged by Kafka.
+    Delivered,
+    /// Refused for good.
+    Refused { reason: &'static str, error: String },
+    /// Not delivered this time (not sent, or failed in a way a retry may fix).
+    Failed(Option<RDKafkaErrorCode>),
+}
+
+/// The longest prefix of `rows` that is delivered or refused for good: the last id of it,
+/// and its refused rows as quarantine entries.
+fn settle_prefix(rows: &[Row], outcomes: &[Outcome]) -> Option<(i64, Vec<Quarantine>)> {
+    let mut through = None;
+    let mut quarantined = Vec::new();
+    for (row, outcome) in rows.iter().zip(outcomes) {
+        match outcome {
+            Outcome::Delivered => {}
+            Outcome::Refused { reason, error } => {
+                let event = decode::<WatchEvent>(&row.payload).ok();
+                quarantined.push(Quarantine {
+                    outbox_id: row.id,
+                    reason,
+                    error: error.clone(),
+                    stream: event.as_ref().map(|e| e.stream.as_str().to_owned()),
+                    object: event.as_ref().map(WatchEvent::object_key),
+                    resource_version: event.map(|e| e.resource_version),
+                    payload: row.payload.clone(),
+                });
+            }
+            Outcome::Failed(_) => break,
+        }
+        through = Some(row.id);
+    }
+    through.map(|t| (t, quarantined))
+}
+
+async fn with_outbox<T: Send + 'static>(
+    outbox: &Arc<Mutex<Outbox>>,
+    f: impl FnOnce(&mut Outbox) -> Result<T, OutboxError> + Send + 'static,
+) -> Result<T, ProduceError> {
+    let outbox = Arc::clone(outbox);
+    tokio::task::spawn_blocking(move || {
+        let mut guard = outbox.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut guard)
+    })
+    .await
+    .map_err(|e| ProduceError::Task(e.to_string()))?
+    .map_err(ProduceError::from)
+}
+
+fn code_of(error: &KafkaError) -> Option<RDKafkaErrorCode> {
+    error.rdkafka_error_code()
+}
+
+/// Sends rows in order; returns what became of each.
 async fn send_in_order(
     producer: &FutureProducer,
     config: &KafkaConfig,
-    rows: &[(i64, Vec<u8>)],
-) -> (Option<i64>, u64, u64) {
-    // Only a prefix of the rows is enqueued when enqueuing fails: nothing is sent out of order.
+    rows: &[Row],
+) -> Vec<Outcome> {
+    // Enqueuing stops at the first error that is not back-pressure nor a refusal of that
+    // one row: nothing after it is sent out of order.
+    let mut outcomes: Vec<Outcome> = Vec::with_capacity(rows.len());
     let mut pending = Vec::with_capacity(rows.len());
-    'rows: for (id, payload) in rows {
+    'rows: for (index, row) in rows.iter().enumerate() {
         let mut record = FutureRecord::to(&config.topic)
             .key(config.cluster_id.as_bytes())
-            .payload(payload.as_slice());
+            .payload(row.payload.as_slice());
         loop {
             match producer.send_result(record) {
                 Ok(delivery) => {
-                    pending.push((*id, delivery));
+                    outcomes.push(Outcome::Failed(None));
+                    pending.push((index, delivery));
                     break;
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
@@ -202,35 +424,95 @@ async fn send_in_order(
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
                 Err((error, _)) => {
-                    warn!(%error, "cannot enqueue message");
-                    break 'rows;
+                    match code_of(&error).and_then(permanent_reason) {
+                        Some(reason) => outcomes.push(Outcome::Refused {
+                            reason,
+                            error: error.to_string(),
+                        }),
+                        None => {
+                            warn!(%error, "cannot enqueue message");
+                            break 'rows;
+                        }
+                    }
+                    break;
                 }
             }
         }
     }
-    let mut acked_through = None;
-    let mut in_prefix = true;
-    let (mut delivered, mut failed) = (0u64, (rows.len() - pending.len()) as u64);
-    for (id, delivery) in pending {
-        match delivery.await {
-            Ok(Ok(_)) => {
-                delivered += 1;
-                if in_prefix {
-                    acked_through = Some(id);
+    outcomes.resize_with(rows.len(), || Outcome::Failed(None));
+    let mut warned = false;
+    for (index, delivery) in pending {
+        outcomes[index] = match delivery.await {
+            Ok(Ok(_)) => Outcome::Delivered,
+            Ok(Err((error, _))) => match code_of(&error).and_then(permanent_reason) {
+                Some(reason) => Outcome::Refused {
+                    reason,
+                    error: error.to_string(),
+                },
+                None => {
+                    if !warned {
+                        warn!(%error, "delivery failed; the rest of the outbox is sent again");
+                        warned = true;
+                    }
+                    Outcome::Failed(code_of(&error))
                 }
-            }
-            Ok(Err((error, _))) => {
-                if failed == 0 {
-                    warn!(%error, "delivery failed; the rest of the outbox is sent again");
-                }
-                failed += 1;
-                in_prefix = false;
-            }
-            Err(_) => {
-                failed += 1;
-                in_prefix = false;
-            }
+            },
+            Err(_) => Outcome::Failed(None),
+        };
+    }
+    outcomes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64) -> Row {
+        Row {
+            id,
+            payload: vec![1, 2, 3],
         }
     }
-    (acked_through, delivered, failed)
+
+    fn refused() -> Outcome {
+        Outcome::Refused {
+            reason: "message_size_too_large",
+            error: "too large".into(),
+        }
+    }
+
+    #[test]
+    fn a_refused_row_does_not_end_the_settled_prefix_but_a_failed_one_does() {
+        let rows: Vec<Row> = (1..=5).map(row).collect();
+        let outcomes = vec![
+            Outcome::Delivered,
+            refused(),
+            Outcome::Delivered,
+            Outcome::Failed(None),
+            Outcome::Delivered,
+        ];
+        let (through, quarantined) = settle_prefix(&rows, &outcomes).unwrap();
+        assert_eq!(through, 3);
+        assert_eq!(quarantined.len(), 1);
+        assert_eq!(quarantined[0].outbox_id, 2);
+        assert!(quarantined[0].object.is_none(), "the bytes are no event");
+        assert!(settle_prefix(&rows[..1], &[Outcome::Failed(None)]).is_none());
+    }
+
+    #[test]
+    fn only_errors_about_the_message_itself_are_permanent() {
+        assert_eq!(
+            permanent_reason(RDKafkaErrorCode::MessageSizeTooLarge),
+            Some("message_size_too_large")
+        );
+        for transient in [
+            RDKafkaErrorCode::UnknownTopicOrPartition,
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+            RDKafkaErrorCode::NotEnoughReplicas,
+        ] {
+            assert_eq!(permanent_reason(transient), None, "{transient:?}");
+        }
+    }
 }

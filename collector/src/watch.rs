@@ -4,12 +4,19 @@
 //! or as the HTTP status) the watcher relists and diffs against the objects it knew,
 //! emitting `DELETED_ON_RELIST` for what vanished meanwhile, framed by `SYNC_START` and
 //! `SYNC_END`. The driving is modelled on kube-runtime's watcher, without folding events.
+//!
+//! While the outbox is full the watchers pause: each drops its watch and, once there is
+//! room again, watches on from the last version it recorded (exactly the events missed,
+//! while the API server still has them) or relists when that has expired (410), whose
+//! diff against the live set loses no deletion. An event larger than `--max-event-bytes`
+//! is recorded without its raw JSON, with a field problem saying so.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
-use ipaudit_schemas::{EventType, KindSpec, Stream, WatchEvent};
+use ipaudit_schemas::kubernetes::FieldProblem;
+use ipaudit_schemas::{encode, EventType, KindSpec, Stream, WatchEvent};
 use kube::api::{ListParams, WatchParams};
 use kube::core::{Request, WatchEvent as KubeEvent};
 use kube::Client;
@@ -18,6 +25,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::event::{LiveObject, Stamp};
+use crate::health::Health;
 use crate::metrics::Metrics;
 
 /// Where a stream stands: the version to resume from, its last sequence number, and the
@@ -65,7 +73,13 @@ pub struct WatchConfig {
     pub page_size: u32,
     /// Longest pause between retries.
     pub max_backoff: Duration,
+    /// An event whose encoding is larger than this is recorded without its raw JSON.
+    pub max_event_bytes: usize,
 }
+
+/// Default of `--max-event-bytes`: below the 1,000,000 bytes of librdkafka's and a
+/// topic's default `message.max.bytes`, with room for the record's key and headers.
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 900 * 1024;
 
 impl Default for WatchConfig {
     fn default() -> Self {
@@ -74,6 +88,7 @@ impl Default for WatchConfig {
             snapshot_interval: None,
             page_size: 500,
             max_backoff: Duration::from_secs(10),
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
         }
     }
 }
@@ -88,9 +103,21 @@ pub enum WatchError {
 
 enum Next {
     Rewatch,
+    Pause,
     Relist(&'static str),
     Backoff,
     Stop,
+}
+
+/// Where a watcher reports: the events to store, its counters, its health (which also
+/// says when the outbox is full).
+pub struct WatchOutputs {
+    /// To the sink.
+    pub events: mpsc::Sender<Observed>,
+    /// Counters.
+    pub metrics: Metrics,
+    /// Readiness, and the outbox's fullness.
+    pub health: Health,
 }
 
 /// Watches one stream until shutdown.
@@ -104,6 +131,9 @@ pub struct Watcher {
     state: StreamState,
     out: mpsc::Sender<Observed>,
     metrics: Metrics,
+    health: Health,
+    /// True while the outbox is full.
+    full: watch::Receiver<bool>,
 }
 
 impl Watcher {
@@ -114,8 +144,7 @@ impl Watcher {
         stamp: Stamp,
         config: WatchConfig,
         state: StreamState,
-        out: mpsc::Sender<Observed>,
-        metrics: Metrics,
+        outputs: WatchOutputs,
     ) -> Self {
         Watcher {
             client,
@@ -124,8 +153,10 @@ impl Watcher {
             stamp,
             config,
             state,
-            out,
-            metrics,
+            out: outputs.events,
+            metrics: outputs.metrics,
+            full: outputs.health.outbox_full(),
+            health: outputs.health,
         }
     }
 
@@ -156,7 +187,22 @@ impl Watcher {
                 Next::Rewatch => backoff = Duration::from_millis(100),
                 Next::Relist(reason) => relist_reason = Some(reason),
                 Next::Stop => return Ok(()),
+                Next::Pause => {
+                    self.metrics.watch_paused(self.stream);
+                    self.metrics.set_watching(self.stream, false);
+                    info!(resume_from = ?self.state.resume_from, "outbox full: watch paused");
+                    let mut full = self.full.clone();
+                    tokio::select! {
+                        _ = full.wait_for(|full| !*full) => {}
+                        _ = shutdown.changed() => return Ok(()),
+                    }
+                    info!(resume_from = ?self.state.resume_from, "outbox has room again: watch resumes");
+                    if self.state.resume_from.is_none() {
+                        relist_reason = Some("outbox_full");
+                    }
+                }
                 Next::Backoff => {
+                    self.health.watch_failed(self.stream);
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
                         _ = shutdown.changed() => return Ok(()),
@@ -209,7 +255,12 @@ impl Watcher {
         from_watch: bool,
     ) -> Result<Option<String>, WatchError> {
         match self.stamp.object_event(self.stream, event_type, object, 0) {
-            Ok((event, problems)) => {
+            Ok((mut event, problems)) => {
+                if let Some(problem) = self.fit(&mut event) {
+                    warn!(object = %event.object_key(), resource_version = %event.resource_version,
+                        field = %problem.path, problem = problem.problem, max_event_bytes = self.config.max_event_bytes,
+                        "event recorded without its raw JSON");
+                }
                 if !problems.is_empty() {
                     self.metrics.malformed(self.stream);
                     let fields: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
@@ -234,6 +285,27 @@ impl Watcher {
                 Ok(None)
             }
         }
+    }
+
+    /// Drops the raw JSON of an event whose encoding exceeds `--max-event-bytes`, so that
+    /// it is not refused by Kafka; returns the field problem that says so.
+    fn fit(&self, event: &mut WatchEvent) -> Option<FieldProblem> {
+        let raw = event.raw_object.as_ref()?;
+        // Cheap first: an event is its raw JSON plus a much smaller rest; encode only when
+        // the raw JSON alone comes near the limit.
+        if raw.len() < self.config.max_event_bytes / 2 {
+            return None;
+        }
+        let size = encode(event).map_or(usize::MAX, |bytes| bytes.len());
+        if size <= self.config.max_event_bytes {
+            return None;
+        }
+        event.raw_object = None;
+        self.metrics.raw_omitted(self.stream);
+        Some(FieldProblem {
+            path: "raw_object".into(),
+            problem: "omitted: the event with it exceeds --max-event-bytes",
+        })
     }
 
     async fn relist(
@@ -315,7 +387,8 @@ impl Watcher {
             .stamp
             .marker(self.stream, EventType::SyncEnd, &list_rv, 0);
         self.emit(end, LiveChange::None, Some(list_rv)).await?;
-        self.metrics.set_synced(self.stream);
+        self.metrics.set_watching(self.stream, true);
+        self.health.watching(self.stream);
         Ok(Next::Rewatch)
     }
 
@@ -357,8 +430,10 @@ impl Watcher {
                 return Ok(Next::Backoff);
             }
         };
-        self.metrics.set_synced(self.stream);
+        self.metrics.set_watching(self.stream, true);
+        self.health.watching(self.stream);
         let mut events = std::pin::pin!(events);
+        let mut full = self.full.clone();
         let snapshot_interval = self.config.snapshot_interval;
         let snapshot = async move {
             match snapshot_interval {
@@ -368,10 +443,14 @@ impl Watcher {
         };
         let mut snapshot = std::pin::pin!(snapshot);
         loop {
+            // Biased: a full outbox or a shutdown stops the watch before the next event,
+            // however fast events come.
             let item = tokio::select! {
-                item = events.next() => item,
-                _ = &mut snapshot => return Ok(Next::Relist("snapshot")),
+                biased;
                 _ = shutdown.changed() => return Ok(Next::Stop),
+                _ = full.wait_for(|full| *full) => return Ok(Next::Pause),
+                _ = &mut snapshot => return Ok(Next::Relist("snapshot")),
+                item = events.next() => item,
             };
             match item {
                 None => return Ok(Next::Rewatch),

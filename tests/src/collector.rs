@@ -58,6 +58,14 @@ pub struct CollectorSetup<'a> {
 impl CollectorProcess {
     /// Starts `collector run` and waits until /readyz says every stream is watching.
     pub fn start(setup: &CollectorSetup<'_>, extra: &[&str]) -> CollectorProcess {
+        let mut process = Self::start_unready(setup, extra);
+        process.wait_ready(Duration::from_secs(30));
+        process
+    }
+
+    /// Starts `collector run` without waiting for anything (for collectors that are
+    /// meant to fail or stay unready).
+    pub fn start_unready(setup: &CollectorSetup<'_>, extra: &[&str]) -> CollectorProcess {
         let metrics_port = crate::broker::free_port();
         let log = setup
             .state_dir
@@ -91,7 +99,9 @@ impl CollectorProcess {
             .args(["--cluster-id", "lab", "--collector-id", "recorder-test"])
             .args(["--out", &out.display().to_string()])
             .args(extra);
-        Self::spawn(command, metrics_port, out.with_extension("log"))
+        let mut process = Self::spawn(command, metrics_port, out.with_extension("log"));
+        process.wait_ready(Duration::from_secs(30));
+        process
     }
 
     fn spawn(mut command: Command, metrics_port: u16, log: PathBuf) -> CollectorProcess {
@@ -102,16 +112,16 @@ impl CollectorProcess {
             .stderr(std::fs::File::create(&log).expect("collector log"))
             .spawn()
             .expect("start collector");
-        let mut process = CollectorProcess {
+        CollectorProcess {
             child,
             metrics_port,
             log,
-        };
-        process.wait_ready(Duration::from_secs(30));
-        process
+        }
     }
 
-    fn wait_ready(&mut self, timeout: Duration) {
+    /// Waits until /readyz answers 200; panics with the log when the collector exits or
+    /// the timeout passes.
+    pub fn wait_ready(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
             if http_get(self.metrics_port, "/readyz").is_some_and(|(code, _)| code == 200) {
@@ -153,6 +163,26 @@ impl CollectorProcess {
             .unwrap_or(0.0)
     }
 
+    /// `/readyz`: (status, body), `None` while nothing answers.
+    pub fn readyz(&self) -> Option<(u16, String)> {
+        http_get(self.metrics_port, "/readyz")
+    }
+
+    /// Waits for the process to exit; its status, or `None` when it still runs after
+    /// `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Whether the process still runs.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -187,6 +217,15 @@ impl Drop for CollectorProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `collector ARGS...` to completion (the operator's commands, e.g. `outbox
+/// quarantine list`); its exit status and standard output and error.
+pub fn collector_command(args: &[&str]) -> std::process::Output {
+    Command::new(workspace_binary("collector"))
+        .args(args)
+        .output()
+        .expect("run collector")
 }
 
 /// A plain HTTP/1.0 GET on 127.0.0.1; `(status, body)`.

@@ -204,6 +204,26 @@ impl KubeSim {
             .retain(|k| *k != kind);
     }
 
+    /// Refuses list and watch requests of one kind with 503 until [`KubeSim::heal`], and
+    /// ends the open watches (the other kinds' clients simply watch again).
+    pub fn fail_kind(&self, kind: Kind) {
+        self.shared
+            .failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(kind);
+        self.cut_watches();
+    }
+
+    /// Serves lists and watches of a kind failed by [`KubeSim::fail_kind`] again.
+    pub fn heal(&self, kind: Kind) {
+        self.shared
+            .failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&kind);
+    }
+
     /// Forgets the history: watches from any earlier version get 410 Gone.
     pub fn expire_history(&self) {
         self.shared.store().expire_history();

@@ -66,6 +66,9 @@ pub(crate) struct Shared {
     pub(crate) store: Mutex<Store>,
     /// While true, watch requests are refused with 503 (the API server is unavailable).
     pub(crate) watches_paused: std::sync::atomic::AtomicBool,
+    /// Kinds whose list and watch requests are refused with 503 (a broken aggregated API
+    /// or a CRD's conversion webhook down).
+    pub(crate) failing: Mutex<std::collections::HashSet<Kind>>,
     pub(crate) cut: watch::Sender<u64>,
     pub(crate) config: SimConfig,
     pub(crate) served: Served,
@@ -80,6 +83,7 @@ impl Shared {
         Shared {
             store: Mutex::new(Store::new(config.history_window, config.starting_rv)),
             watches_paused: std::sync::atomic::AtomicBool::new(false),
+            failing: Mutex::new(std::collections::HashSet::new()),
             cut,
             served: Served::only(&config.kinds),
             withdrawn: Mutex::new(Vec::new()),
@@ -388,7 +392,12 @@ fn list_or_watch(
     // Subscribe to cuts before looking at the pause flag: `pause` sets the flag, then cuts,
     // so a watch either sees the flag or is cut.
     let cut = sim.cut.subscribe();
-    if sim.watches_paused.load(std::sync::atomic::Ordering::SeqCst) {
+    let kind_failing = sim
+        .failing
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&kind.stream);
+    if kind_failing || sim.watches_paused.load(std::sync::atomic::Ordering::SeqCst) {
         return error(ApiError {
             details: None,
             code: 503,
