@@ -214,7 +214,7 @@ pub async fn run(
             _ = tick.tick() => {
                 let now = crate::live::now_ms();
                 for analyzer in analyzers.values_mut() {
-                    analyzer.advance_time(now, &mut outputs);
+                    analyzer.tick(now, &mut outputs);
                 }
             }
             _ = checkpoint.tick() => {
