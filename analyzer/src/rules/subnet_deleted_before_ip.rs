@@ -8,7 +8,7 @@
 //!   pods keep addresses no IPAM tracks any more. One alert per allocation; resolved when
 //!   its pod is gone or the pool exists again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ipaudit_schemas::{EventType, Severity, Stream};
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,12 @@ struct AllocationAlert {
 pub struct SubnetDeletedBeforeIp {
     /// Firing alerts about allocations of deleted pools, by alert id.
     allocation_alerts: BTreeMap<String, AllocationAlert>,
+    /// The same alerts by owner pod and by pool, so that a pod going or a pool coming
+    /// back costs what it resolves, not a scan of every alert. Rebuilt on restore.
+    #[serde(skip)]
+    by_owner: BTreeMap<String, BTreeSet<String>>,
+    #[serde(skip)]
+    by_pool: BTreeMap<PoolRef, BTreeSet<String>>,
 }
 
 impl Rule for SubnetDeletedBeforeIp {
@@ -61,23 +67,31 @@ impl Rule for SubnetDeletedBeforeIp {
                     recheck_ip(ctx, &change.event.name, change.event);
                 }
             }
-            Stream::Subnet if change.after.is_some() => {
+            Stream::Subnet if change.appeared() => {
+                // The subnet exists again: the IPs naming it no longer leak.
                 let pool = PoolRef::new(Stream::Subnet, &change.event.name);
                 for (_, ip) in ctx.state.naming(&pool) {
                     recheck_ip(ctx, &ip, change.event);
                 }
             }
-            Stream::IpPool | Stream::SpiderIpPool if change.after.is_some() => {
+            Stream::IpPool | Stream::SpiderIpPool if change.appeared() => {
                 let pool = PoolRef::new(stream, &change.event.name);
-                self.resolve_where(ctx, change.event, |a| a.pool == pool, "exists again");
+                let ids = self.by_pool.get(&pool).cloned().unwrap_or_default();
+                self.resolve(ctx, change.event, ids, |_| true, "exists again");
             }
             Stream::Pod => {
                 if let Some(removed) = change.removed() {
-                    let (name, uid) = (change.event.name.clone(), removed.uid.clone());
-                    self.resolve_where(
+                    let uid = removed.uid.as_str();
+                    let ids = self
+                        .by_owner
+                        .get(&*change.event.name)
+                        .cloned()
+                        .unwrap_or_default();
+                    self.resolve(
                         ctx,
                         change.event,
-                        |a| *a.owner == *name && a.owner_uid.as_ref().is_none_or(|u| *u == uid),
+                        ids,
+                        |a| a.owner_uid.as_deref().is_none_or(|u| u == uid),
                         "is gone",
                     );
                 }
@@ -86,7 +100,18 @@ impl Rule for SubnetDeletedBeforeIp {
         }
     }
 
-    state_is_self!();
+    fn save(&self) -> serde_json::Value {
+        super::save_state(self)
+    }
+
+    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
+        let restored: SubnetDeletedBeforeIp = super::restore_state(saved)?;
+        *self = SubnetDeletedBeforeIp::default();
+        for (id, alert) in restored.allocation_alerts {
+            self.track(id, alert);
+        }
+        Ok(())
+    }
 }
 
 impl SubnetDeletedBeforeIp {
@@ -142,7 +167,7 @@ impl SubnetDeletedBeforeIp {
             };
             let id = ctx.alert_id(NAME, &subject_uid, Some(&pool.name));
             ctx.fire(finding);
-            self.allocation_alerts.insert(
+            self.track(
                 id,
                 AllocationAlert {
                     pool: pool.clone(),
@@ -153,25 +178,55 @@ impl SubnetDeletedBeforeIp {
         }
     }
 
-    fn resolve_where(
+    /// Remembers a firing allocation alert, indexed.
+    fn track(&mut self, id: String, alert: AllocationAlert) {
+        self.by_owner
+            .entry(alert.owner.clone())
+            .or_default()
+            .insert(id.clone());
+        self.by_pool
+            .entry(alert.pool.clone())
+            .or_default()
+            .insert(id.clone());
+        self.allocation_alerts.insert(id, alert);
+    }
+
+    /// Forgets a firing allocation alert.
+    fn untrack(&mut self, id: &str) -> Option<AllocationAlert> {
+        let alert = self.allocation_alerts.remove(id)?;
+        unindex(&mut self.by_owner, &alert.owner, id);
+        unindex(&mut self.by_pool, &alert.pool, id);
+        Some(alert)
+    }
+
+    /// Resolves those of the alerts `ids` that `matches`.
+    fn resolve(
         &mut self,
         ctx: &mut Context<'_>,
         by: &EventRef,
+        ids: BTreeSet<String>,
         matches: impl Fn(&AllocationAlert) -> bool,
         what: &str,
     ) {
-        let ids: Vec<String> = self
-            .allocation_alerts
-            .iter()
-            .filter(|(_, a)| matches(a))
-            .map(|(id, _)| id.clone())
-            .collect();
         for id in ids {
-            self.allocation_alerts.remove(&id);
+            if !self.allocation_alerts.get(&id).is_some_and(&matches) {
+                continue;
+            }
+            self.untrack(&id);
             ctx.resolve(
                 &id,
                 evidence(by, format!("{} {what} ({})", by.name, by.event_type)),
             );
+        }
+    }
+}
+
+/// Takes `id` out of `index` under `key`.
+fn unindex<K: Ord>(index: &mut BTreeMap<K, BTreeSet<String>>, key: &K, id: &str) {
+    if let Some(ids) = index.get_mut(key) {
+        ids.remove(id);
+        if ids.is_empty() {
+            index.remove(key);
         }
     }
 }
