@@ -771,3 +771,116 @@ mod event_time_tests {
         assert_eq!(analyzer.now_ms(), Some(T0 + 30 * MIN));
     }
 }
+
+#[cfg(test)]
+mod checkpoint_format_tests {
+    use super::*;
+    use ipaudit_schemas::builders::EventBuilder;
+
+    include!("../tests/fixtures/checkpoint_history.rs");
+
+    const T0: i64 = 1_750_000_000_000;
+    const MIN: i64 = 60_000;
+
+    /// What follows the fixture's history: time passes on every stream's bookmarks (rule
+    /// 3's grace for s2 ends), then the stuck IP goes (rules 1 and 2 resolve).
+    fn continuation() -> Vec<WatchEvent> {
+        let mut events: Vec<WatchEvent> = [Stream::Pod, Stream::Ip, Stream::Subnet]
+            .into_iter()
+            .map(|stream| {
+                let mut b = EventBuilder::bookmark(stream, 11);
+                b.observed_at_ms = Some(T0 + 15 * MIN);
+                b
+            })
+            .collect();
+        events.push(
+            EventBuilder::ip("a.default", "s1")
+                .ip_of("default", "a", "10.0.0.5", "")
+                .deleting(T0 + 2 * MIN)
+                .finalizers(&[])
+                .rv(12)
+                .at(T0 + 16 * MIN)
+                .deleted(),
+        );
+        events
+    }
+
+    fn run_on(analyzer: &mut Analyzer, events: Vec<WatchEvent>) -> Vec<Output> {
+        let mut out = Vec::new();
+        for e in events {
+            analyzer.step(e, &mut out);
+        }
+        out
+    }
+
+    /// Restores `fixture` and checks that it continues exactly like the history it was
+    /// written from, run without a break.
+    fn restores_and_continues(fixture: &[u8]) {
+        let mut restored = Analyzer::restore(fixture, AnalyzerConfig::default()).unwrap();
+        let mut got = run_on(&mut restored, continuation());
+        restored.finish(None, &mut got);
+
+        let mut whole = Analyzer::new(AnalyzerConfig::default());
+        let before = run_on(&mut whole, fixture_history());
+        assert_eq!(before.len(), 2, "rules 1 and 2 fire before the checkpoint");
+        let mut expected = run_on(&mut whole, continuation());
+        whole.finish(None, &mut expected);
+
+        let rules: Vec<(&str, &str)> = got
+            .iter()
+            .filter_map(|o| match o {
+                Output::Alert(a) => Some((a.rule.as_str(), a.status.as_str())),
+                Output::NewEpoch(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                ("subnet-stuck-terminating", "firing"),
+                ("subnet-deleted-before-ip", "resolved"),
+                ("ip-stuck-terminating", "resolved"),
+            ]
+        );
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn a_checkpoint_of_format_1_restores_and_continues() {
+        restores_and_continues(include_bytes!("../tests/fixtures/checkpoint-v1.json"));
+    }
+
+    #[test]
+    fn an_unversioned_checkpoint_of_the_release_before_formats_restores_and_continues() {
+        restores_and_continues(include_bytes!("../tests/fixtures/checkpoint-v0.json"));
+    }
+
+    #[test]
+    fn a_checkpoint_of_a_newer_format_is_refused_as_such() {
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&Analyzer::new(AnalyzerConfig::default()).snapshot()).unwrap();
+        json["format"] = (CHECKPOINT_FORMAT + 1).into();
+        let bytes = serde_json::to_vec(&json).unwrap();
+        assert!(matches!(
+            Analyzer::restore(&bytes, AnalyzerConfig::default()),
+            Err(CheckpointError::Newer { format }) if format == CHECKPOINT_FORMAT + 1
+        ));
+        assert!(matches!(
+            Analyzer::restore(b"{\"format\": 1, \"dedupe\": 7}", AnalyzerConfig::default()),
+            Err(CheckpointError::Unreadable(_))
+        ));
+    }
+
+    /// Writes `checkpoint-v1.json` (run by hand when a new format is introduced:
+    /// `cargo test -p ipaudit-analyzer --lib write_checkpoint_fixture -- --ignored`).
+    #[test]
+    #[ignore = "writes the fixture of a new checkpoint format"]
+    fn write_checkpoint_fixture() {
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        run_on(&mut analyzer, fixture_history());
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/checkpoint-v1.json"
+        );
+        std::fs::write(path, analyzer.snapshot()).unwrap();
+    }
+}

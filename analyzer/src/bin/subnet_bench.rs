@@ -47,6 +47,20 @@ impl History {
         event.cluster_id = "bench".into();
         event
     }
+
+    /// Bookmarks of every stream at the latest version: each phase ends with them, so that
+    /// the reorder buffer releases the phase's events within the phase.
+    fn bookmarks(&self) -> Vec<WatchEvent> {
+        [Stream::Pod, Stream::Ip, Stream::Subnet]
+            .into_iter()
+            .map(|stream| {
+                let mut event = EventBuilder::bookmark(stream, self.rv);
+                event.cluster_id = "bench".into();
+                event.observed_at_ms = Some(self.t_ms);
+                event
+            })
+            .collect()
+    }
 }
 
 fn subnet(name: &str) -> EventBuilder {
@@ -75,10 +89,7 @@ fn phases(n: usize) -> Vec<(&'static str, Vec<WatchEvent>)> {
         rv: 100,
         t_ms: 1_750_000_000_000,
     };
-    let mut pods = EventBuilder::bookmark(Stream::Pod, h.rv);
-    pods.cluster_id = "bench".into();
-    pods.observed_at_ms = Some(h.t_ms);
-    let mut create = vec![pods];
+    let mut create = h.bookmarks();
     for name in ["leaky", "healthy"] {
         create.push(h.event(subnet(name), EventType::Added));
         for i in 0..n {
@@ -86,7 +97,8 @@ fn phases(n: usize) -> Vec<(&'static str, Vec<WatchEvent>)> {
             create.push(h.event(ip(name, i), EventType::Added));
         }
     }
-    let churn = (0..n)
+    create.extend(h.bookmarks());
+    let mut churn: Vec<WatchEvent> = (0..n)
         .map(|i| {
             h.event(
                 subnet("leaky").using_ips((n - i % 7) as u64),
@@ -94,7 +106,9 @@ fn phases(n: usize) -> Vec<(&'static str, Vec<WatchEvent>)> {
             )
         })
         .collect();
-    let delete = vec![h.event(subnet("leaky").using_ips(n as u64), EventType::Deleted)];
+    churn.extend(h.bookmarks());
+    let mut delete = vec![h.event(subnet("leaky").using_ips(n as u64), EventType::Deleted)];
+    delete.extend(h.bookmarks());
     let mut cleanup = Vec::with_capacity(3 * n);
     for i in 0..n {
         let t = h.t_ms;
@@ -105,6 +119,7 @@ fn phases(n: usize) -> Vec<(&'static str, Vec<WatchEvent>)> {
             EventType::Deleted,
         ));
     }
+    cleanup.extend(h.bookmarks());
     let mut teardown = Vec::with_capacity(4 * n + 1);
     for i in 0..n {
         let t = h.t_ms;
