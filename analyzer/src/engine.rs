@@ -97,6 +97,9 @@ pub struct Analyzer {
 /// Bookmarks' (version, observation time), lowest version first.
 type ClockMarks = BinaryHeap<Reverse<(i64, i64)>>;
 
+/// Bookmarks waiting at most (about three days of a collector's bookmarks every minute).
+const CLOCK_MARKS: usize = 4_096;
+
 /// The checkpoint format this build writes. It reads this format and the unversioned
 /// checkpoints of the release before formats existed (the same shape without the fields
 /// added since, which default).
@@ -299,6 +302,16 @@ impl Analyzer {
             // events before it are.
             if let (Some(rv), Some(t)) = (event.resource_version_num, time) {
                 self.clock_marks.push(Reverse((rv, t)));
+                if self.clock_marks.len() > CLOCK_MARKS {
+                    // A stream that never passes them (it never showed up) must not let
+                    // them pile up: the lowest two become one at the higher version, which
+                    // only ever moves history later, never early.
+                    if let (Some(Reverse((_, t1))), Some(Reverse((rv2, t2)))) =
+                        (self.clock_marks.pop(), self.clock_marks.pop())
+                    {
+                        self.clock_marks.push(Reverse((rv2, t1.max(t2))));
+                    }
+                }
             }
         }
         let mut released = std::mem::take(&mut self.released);
@@ -749,6 +762,27 @@ mod event_time_tests {
         let wall = crate::live::now_ms();
         let (_, alerts) = run(&events, |_| Some(wall));
         assert!(alerts.is_empty(), "{alerts:?}");
+    }
+
+    #[test]
+    fn bookmarks_of_a_stream_no_other_stream_passes_stay_bounded_and_move_history_late_not_early(
+    ) {
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        let mut out = Vec::new();
+        // IP bookmarks only: the Subnet and Pod streams never show up to pass them.
+        let n = CLOCK_MARKS as i64 * 2;
+        for i in 1..=n {
+            let mut b = EventBuilder::bookmark(Stream::Ip, i);
+            b.observed_at_ms = Some(T0 + i * 1_000);
+            analyzer.step(b, &mut out);
+        }
+        assert!(analyzer.clock_marks.len() <= CLOCK_MARKS);
+        assert_eq!(analyzer.now_ms(), None, "nothing passed them yet");
+        for e in bookmarks(n, T0 + n * 1_000) {
+            analyzer.step(e, &mut out);
+        }
+        assert_eq!(analyzer.now_ms(), Some(T0 + n * 1_000));
+        assert!(analyzer.clock_marks.is_empty());
     }
 
     #[test]
