@@ -143,4 +143,25 @@ fn a_checkpoint_of_a_newer_format_is_set_aside_and_the_analysis_rebuilt_from_the
         !running.wait(Duration::from_millis(100)),
         "still running: {log}"
     );
+
+    // The next start resumes from the analyzer's own checkpoint: the unreadable one is
+    // gone, not met (and rebuilt from) again at every start.
+    std::thread::sleep(Duration::from_secs(2));
+    running.kill();
+    let again = analyzer(&world, &receiver, "newer-checkpoint");
+    wait_for(
+        "the restart resumes from its checkpoint",
+        Duration::from_secs(20),
+        || {
+            again
+                .log_text()
+                .contains("resuming from the checkpoint")
+                .then_some(())
+        },
+    );
+    let log = again.log_text();
+    assert!(
+        !log.contains("set aside") && !log.contains("rebuilding"),
+        "{log}"
+    );
 }
