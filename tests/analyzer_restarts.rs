@@ -114,8 +114,7 @@ fn a_corrupt_store_file_is_moved_aside_and_the_analysis_rebuilt_from_the_latest_
 }
 
 #[test]
-fn a_checkpoint_of_a_newer_format_is_set_aside_and_the_analysis_rebuilt_from_the_latest_snapshot(
-) {
+fn a_checkpoint_of_a_newer_format_is_set_aside_and_the_analysis_rebuilt_from_the_latest_snapshot() {
     let world = World::new("newer-checkpoint", None);
     let receiver = Receiver::start(&world.runtime);
     let (_collector, seed) = seed_with_snapshots(&world);

@@ -654,7 +654,11 @@ mod event_time_tests {
             T0 + 2,
             EventType::Added,
         ));
-        events.push(next(EventBuilder::subnet("s1"), T0 + MIN, EventType::Deleted));
+        events.push(next(
+            EventBuilder::subnet("s1"),
+            T0 + MIN,
+            EventType::Deleted,
+        ));
         events.push(next(
             EventBuilder::subnet("s2").deleting(T0 + MIN),
             T0 + MIN,
@@ -673,7 +677,9 @@ mod event_time_tests {
             EventType::Modified,
         ));
         events.push(next(
-            EventBuilder::subnet("s3").deleting(T0 + MIN).finalizers(&[]),
+            EventBuilder::subnet("s3")
+                .deleting(T0 + MIN)
+                .finalizers(&[]),
             T0 + 3 * MIN,
             EventType::Deleted,
         ));
@@ -765,8 +771,7 @@ mod event_time_tests {
     }
 
     #[test]
-    fn bookmarks_of_a_stream_no_other_stream_passes_stay_bounded_and_move_history_late_not_early(
-    ) {
+    fn bookmarks_of_a_stream_no_other_stream_passes_stay_bounded_and_move_history_late_not_early() {
         let mut analyzer = Analyzer::new(AnalyzerConfig::default());
         let mut out = Vec::new();
         // IP bookmarks only: the Subnet and Pod streams never show up to pass them.

@@ -372,16 +372,15 @@ mod tests {
         let old = br#"{"dedupe":{},"state":{"ips":{},"subnets":{},"pods":{}},"timers":{}}"#;
         let offsets = HashMap::from([(0, 42)]);
         store
-            .checkpoint(
-                "t",
-                [("a", good.clone()), ("b", old.to_vec())],
-                &offsets,
-            )
+            .checkpoint("t", [("a", good.clone()), ("b", old.to_vec())], &offsets)
             .unwrap();
         let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
         assert!(analyzers.is_empty() && kept.is_empty());
         let (states, kept) = store.load_checkpoint("t").unwrap();
-        assert!(states.is_empty() && kept.is_empty(), "set aside, not read again");
+        assert!(
+            states.is_empty() && kept.is_empty(),
+            "set aside, not read again"
+        );
         store.checkpoint("t", [("a", good)], &offsets).unwrap();
         let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
         assert_eq!(analyzers.len(), 1);

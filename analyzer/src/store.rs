@@ -133,7 +133,10 @@ impl Store {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(err("read format"))?;
         if format > STORE_FORMAT {
-            return Err(unreadable(path, "written by a newer analyzer (store format)"));
+            return Err(unreadable(
+                path,
+                "written by a newer analyzer (store format)",
+            ));
         }
         conn.execute_batch(SCHEMA).map_err(err("create tables"))?;
         // Format 0 has the same tables: only the number changes.
@@ -437,7 +440,10 @@ mod tests {
         assert!(Store::open(&path).is_err_and(|e| e.is_unreadable_file()));
         let (mut store, aside) = Store::open_or_set_aside(&path).unwrap();
         let aside = aside.expect("moved aside");
-        assert!(aside.exists(), "the old file is kept for a person to look at");
+        assert!(
+            aside.exists(),
+            "the old file is kept for a person to look at"
+        );
         assert!(aside
             .file_name()
             .unwrap()
@@ -469,7 +475,10 @@ mod tests {
         // Format 0 (before formats existed): same tables, kept.
         let (store, aside) = Store::open_or_set_aside(&path).unwrap();
         assert!(aside.is_none());
-        assert_eq!(store.load_checkpoint("t").unwrap().1, HashMap::from([(0, 7)]));
+        assert_eq!(
+            store.load_checkpoint("t").unwrap().1,
+            HashMap::from([(0, 7)])
+        );
         store
             .conn
             .pragma_update(None, "user_version", STORE_FORMAT + 1)
@@ -484,7 +493,9 @@ mod tests {
     fn a_store_that_cannot_be_opened_for_another_reason_is_an_error_not_moved() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("missing-dir").join("analyzer.db");
-        let error = Store::open_or_set_aside(&path).err().expect("no such directory");
+        let error = Store::open_or_set_aside(&path)
+            .err()
+            .expect("no such directory");
         assert!(!error.is_unreadable_file());
     }
 

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use ipaudit_schemas::{Severity, Stream};
-use serde::{Deserialize, Serialize};
 use rustc_hash::FxHashSet as HashSet;
+use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use super::{evidence, Change, Context, Rule};

@@ -242,9 +242,14 @@ impl Context<'_> {
         self.book.is_firing(id)
     }
 
+    /// Whether an alert of `rule` about `subject_uid` fires (allocates nothing).
+    pub fn is_firing_about(&self, rule: &str, subject_uid: &str) -> bool {
+        self.book.is_firing_about(rule, subject_uid)
+    }
+
     /// The firing alerts of `rule` about `subject_uid`.
     pub fn firing_about(&self, rule: &str, subject_uid: &str) -> Vec<Alert> {
-        if !self.book.has_active_for_subject(subject_uid) {
+        if !self.book.is_firing_about(rule, subject_uid) {
             return Vec::new();
         }
         self.book

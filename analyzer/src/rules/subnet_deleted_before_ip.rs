@@ -244,6 +244,7 @@ fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef)
         } else {
             "was deleted"
         };
+        let described = describe_ip(ip);
         let finding = Finding {
             rule: NAME,
             severity: Severity::Critical,
@@ -253,8 +254,7 @@ fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef)
             scope: Some(subnet.to_owned()),
             subnet: Some(subnet.to_owned()),
             summary: format!(
-                "Subnet {subnet} {how} while IP {name}{} still named it: kube-ovn cannot release this address",
-                describe_ip(ip)
+                "Subnet {subnet} {how} while IP {name}{described} still named it: kube-ovn cannot release this address",
             ),
             fix: Some(fix_for(ip, name, subnet)),
             cleanup: None,
@@ -262,8 +262,7 @@ fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef)
                 evidence(
                     &ip.last,
                     format!(
-                        "IP {name} on subnet {subnet}{}, finalizers [{}]",
-                        describe_ip(ip),
+                        "IP {name} on subnet {subnet}{described}, finalizers [{}]",
                         ip.finalizers.join(", ")
                     ),
                 ),
