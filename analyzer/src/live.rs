@@ -241,6 +241,9 @@ pub async fn run(
     Ok(())
 }
 
+/// One analysis per cluster id.
+type Analyses = HashMap<String, Analyzer>;
+
 /// The analyses and offsets of the store's checkpoint. A checkpoint this build cannot
 /// read (corrupt, or of a format it does not know) is set aside whole, with a warning, so
 /// that every cluster is rebuilt from the topic rather than the process stopping at every
@@ -249,7 +252,7 @@ fn restore_checkpoint(
     store: &mut Store,
     topic: &str,
     config: &AnalyzerConfig,
-) -> Result<(HashMap<String, Analyzer>, HashMap<i32, i64>), StoreError> {
+) -> Result<(Analyses, HashMap<i32, i64>), StoreError> {
     let (states, offsets) = store.load_checkpoint(topic)?;
     let mut analyzers = HashMap::new();
     for (cluster, state) in states {
