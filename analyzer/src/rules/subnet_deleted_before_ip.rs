@@ -377,6 +377,78 @@ mod tests {
     }
 
     #[test]
+    fn a_subnet_recreated_resolves_its_leaks_and_its_status_churn_changes_nothing() {
+        let ip = || EventBuilder::ip("a.default", "s").ip_of("default", "a", "10.0.0.5", "");
+        let (alerts, _) = run(vec![
+            EventBuilder::subnet("s").uid("s-1").rv(1).at(1).added(),
+            ip().rv(2).at(2).added(),
+            EventBuilder::subnet("s").uid("s-1").rv(3).at(3).deleted(),
+            EventBuilder::subnet("s").uid("s-2").rv(4).at(4).added(),
+            EventBuilder::subnet("s")
+                .uid("s-2")
+                .using_ips(1)
+                .rv(5)
+                .at(5)
+                .modified(),
+            EventBuilder::subnet("s").uid("s-2").rv(6).at(6).deleted(),
+        ]);
+        assert_eq!(
+            alerts,
+            [
+                (NAME.into(), "firing".into(), "a.default".into()),
+                (NAME.into(), "resolved".into(), "a.default".into()),
+                (NAME.into(), "firing".into(), "a.default".into()),
+            ],
+            "fires at each deletion and resolves when the subnet comes back; its status update changes nothing"
+        );
+    }
+
+    #[test]
+    fn allocation_alerts_restored_from_a_checkpoint_still_resolve_when_their_pod_goes() {
+        let pool = || EventBuilder::ip_pool("kube-system", "10.0.0.0-24", "10.0.0.0/24");
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        let mut out = Vec::new();
+        for e in [
+            EventBuilder::pod("default", "a")
+                .uid("a-1")
+                .rv(1)
+                .at(1)
+                .added(),
+            pool()
+                .allocation(5, "10.0.0.5", "default/a")
+                .rv(2)
+                .at(2)
+                .added(),
+            pool()
+                .allocation(5, "10.0.0.5", "default/a")
+                .rv(3)
+                .at(3)
+                .deleted(),
+        ] {
+            analyzer.step(e, &mut out);
+        }
+        let mut restored =
+            Analyzer::restore(&analyzer.snapshot(), AnalyzerConfig::default()).unwrap();
+        restored.step(
+            EventBuilder::pod("default", "a")
+                .uid("a-1")
+                .rv(4)
+                .at(4)
+                .deleted(),
+            &mut out,
+        );
+        restored.finish(None, &mut out);
+        let statuses: Vec<&str> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Alert(a) if a.rule == NAME => Some(a.status.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(statuses, ["firing", "resolved"]);
+    }
+
+    #[test]
     fn an_allocation_of_a_pod_already_gone_is_not_a_deletion_leak() {
         let pool = || EventBuilder::ip_pool("kube-system", "10.0.0.0-24", "10.0.0.0/24");
         let (alerts, _) = run(vec![

@@ -249,3 +249,37 @@ fn remove_from(index: &mut HashMap<String, Holders>, entry: &str, key: &RecordKe
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_with_many_bindings_finds_each_after_removals_and_saves_them_as_pairs() {
+        let mut uids = AddressUids::default();
+        let n = BINDINGS_LISTED * 4;
+        for i in 0..n {
+            uids.push(format!("10.0.0.{i}"), format!("uid-{i}"));
+        }
+        assert!(uids.by_address.is_some(), "past a few, looked up by a map");
+        for i in (0..n).step_by(3) {
+            assert_eq!(
+                uids.remove(&format!("10.0.0.{i}")),
+                Some(format!("uid-{i}"))
+            );
+        }
+        for i in 0..n {
+            let expected = (i % 3 != 0).then(|| format!("uid-{i}"));
+            assert_eq!(
+                uids.get(&format!("10.0.0.{i}")).map(str::to_owned),
+                expected,
+                "address {i}"
+            );
+        }
+        let json = serde_json::to_string(&uids).unwrap();
+        assert!(json.starts_with("[[\""), "a list of pairs: {json}");
+        let back: AddressUids = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.get("10.0.0.1"), Some("uid-1"));
+        assert_eq!(back.get("10.0.0.3"), None);
+    }
+}
