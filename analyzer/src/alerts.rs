@@ -3,6 +3,8 @@
 //! scope), so a replay, a restart or a second analyzer gives the same id and every sink
 //! can drop duplicates.
 
+use std::fmt::Write as _;
+
 use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 
@@ -56,7 +58,12 @@ pub fn alert_id(cluster_id: &str, rule: &str, subject_uid: &str, scope: Option<&
         hasher.update([0]);
     }
     let digest = hasher.finalize();
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    let mut id = String::with_capacity(16);
+    for b in &digest[..8] {
+        // Writing to a String cannot fail.
+        let _ = write!(id, "{b:02x}");
+    }
+    id
 }
 
 /// The active alerts of one cluster.
@@ -80,6 +87,15 @@ impl AlertBook {
     /// Whether any alert about this subject is active (cheap: no id is computed).
     pub fn has_active_for_subject(&self, subject_uid: &str) -> bool {
         self.by_subject.contains_key(subject_uid)
+    }
+
+    /// Whether an alert of `rule` about this subject is active (allocates nothing).
+    pub fn is_firing_about(&self, rule: &str, subject_uid: &str) -> bool {
+        self.by_subject.get(subject_uid).is_some_and(|ids| {
+            ids.iter()
+                .filter_map(|id| self.active.get(id))
+                .any(|a| a.rule == rule)
+        })
     }
 
     /// Ids of the active alerts about this subject.

@@ -110,10 +110,9 @@ pub async fn run(
         info!(%bound, "serving /metrics, /healthz and /readyz");
     }
     let store_path = config.state_dir.join("analyzer.db");
-    let mut store = Store::open(&store_path)?;
+    let (mut store, _) = Store::open_or_set_aside(&store_path)?;
     let mut partitions = PartitionMap::open(&store_path, &config.topic)?;
-    let (states, offsets) = store.load_checkpoint(&config.topic)?;
-    let (restored, offsets) = restore_checkpoint(states, offsets, &config.analyzer);
+    let (restored, offsets) = restore_checkpoint(&mut store, &config.topic, &config.analyzer)?;
     info!(
         clusters = restored.len(),
         ?offsets,
@@ -234,7 +233,7 @@ pub async fn run(
             _ = tick.tick() => {
                 let now = crate::live::now_ms();
                 for analyzer in analyzers.values_mut() {
-                    analyzer.advance_time(now, &mut outputs);
+                    analyzer.tick(now, &mut outputs);
                 }
                 report_lag(&owned, &shared, &metrics);
             }
@@ -532,15 +531,19 @@ fn commit_offsets(
     }
 }
 
-/// The analyses and offsets of a checkpoint. A checkpoint this build cannot read (written
-/// by an older analyzer whose state had another shape) is dropped whole, so that every
-/// cluster is rebuilt from the topic rather than the process stopping at start: offsets
-/// without their analysis are worthless.
+/// One analysis per cluster id.
+type Analyses = HashMap<String, Analyzer>;
+
+/// The analyses and offsets of the store's checkpoint. A checkpoint this build cannot
+/// read (corrupt, or of a format it does not know) is set aside whole, with a warning, so
+/// that every cluster is rebuilt from the topic rather than the process stopping at every
+/// start: offsets without their analysis are worthless.
 fn restore_checkpoint(
-    states: Vec<(String, Vec<u8>)>,
-    offsets: HashMap<i32, i64>,
+    store: &mut Store,
+    topic: &str,
     config: &AnalyzerConfig,
-) -> (HashMap<String, Analyzer>, HashMap<i32, i64>) {
+) -> Result<(Analyses, HashMap<i32, i64>), StoreError> {
+    let (states, offsets) = store.load_checkpoint(topic)?;
     let mut analyzers = HashMap::new();
     for (cluster, state) in states {
         match Analyzer::restore(&state, config.clone()) {
@@ -548,12 +551,14 @@ fn restore_checkpoint(
                 analyzers.insert(cluster, analyzer);
             }
             Err(error) => {
-                warn!(%error, %cluster, "cannot read the checkpoint; rebuilding from the topic");
-                return (HashMap::new(), HashMap::new());
+                let reason = format!("cluster {cluster}: {error}");
+                let moved = store.set_aside_checkpoint(&reason)?;
+                warn!(%error, %cluster, clusters = moved, "cannot read the checkpoint: set aside; rebuilding from the topic");
+                return Ok((HashMap::new(), HashMap::new()));
             }
         }
     }
-    (analyzers, offsets)
+    Ok((analyzers, offsets))
 }
 
 /// Puts the alert transitions of `outputs` in the store's outbox and wakes the sinks.
@@ -615,20 +620,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_unreadable_checkpoint_is_dropped_whole_and_rebuilt_from_the_topic() {
+    fn an_unreadable_checkpoint_is_set_aside_whole_and_rebuilt_from_the_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("analyzer.db")).unwrap();
         let config = AnalyzerConfig::default();
         let good = Analyzer::new(config.clone()).snapshot();
         // The shape of a checkpoint written before issue 8 (per-kind maps, no rules).
         let old = br#"{"dedupe":{},"state":{"ips":{},"subnets":{},"pods":{}},"timers":{}}"#;
         let offsets = HashMap::from([(0, 42)]);
-        let states = vec![
-            ("a".to_owned(), good.clone()),
-            ("b".to_owned(), old.to_vec()),
-        ];
-        let (analyzers, kept) = restore_checkpoint(states, offsets.clone(), &config);
+        store
+            .checkpoint("t", [("a", good.clone()), ("b", old.to_vec())], &offsets)
+            .unwrap();
+        let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
         assert!(analyzers.is_empty() && kept.is_empty());
-        let (analyzers, kept) =
-            restore_checkpoint(vec![("a".to_owned(), good)], offsets.clone(), &config);
+        let (states, kept) = store.load_checkpoint("t").unwrap();
+        assert!(
+            states.is_empty() && kept.is_empty(),
+            "set aside, not read again"
+        );
+        store.checkpoint("t", [("a", good)], &offsets).unwrap();
+        let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
         assert_eq!(analyzers.len(), 1);
         assert_eq!(kept, offsets);
     }

@@ -173,6 +173,30 @@ impl ReorderBuffer {
         self.pending.is_empty()
     }
 
+    /// The lowest version held, if any.
+    pub fn lowest_held_rv(&self) -> Option<i64> {
+        self.pending.peek().map(|p| p.0.rv)
+    }
+
+    /// The highest version history has certainly passed: every stream has passed it, an
+    /// event at or above it has waited its idle delay, or it was released.
+    pub fn passed_up_to(&self) -> Option<i64> {
+        // A stream with no version yet has passed nothing.
+        let passed_by_all = self
+            .clocks
+            .iter()
+            .flat_map(|(_, clocks)| clocks.iter())
+            .map(|(_, clock)| clock.watermark)
+            .try_fold(None, |low: Option<i64>, w| {
+                w.map(|w| Some(low.map_or(w, |l| l.min(w))))
+            })
+            .flatten();
+        [passed_by_all, self.expired_up_to, self.released_up_to]
+            .into_iter()
+            .flatten()
+            .max()
+    }
+
     /// What the buffer counted.
     pub fn stats(&self) -> ReorderStats {
         self.stats

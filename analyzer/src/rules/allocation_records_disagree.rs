@@ -7,13 +7,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rustc_hash::FxHashSet as HashSet;
+
 use ipaudit_schemas::{Severity, Stream};
 use serde::{Deserialize, Serialize};
 
 use super::{duration_text, evidence, Change, Context, Deadlines, Rule};
 use crate::alerts::Finding;
 use crate::state::holdings;
-use crate::state::{ClusterState, EventRef, Scope};
+use crate::state::{ClusterState, EventRef, Holding, Scope};
 
 const NAME: &str = "allocation-records-disagree";
 
@@ -148,9 +150,15 @@ impl Rule for AllocationRecordsDisagree {
         if !change.reindexed && change.after.is_some() {
             return;
         }
+        // Only the allocations this change added, removed or gave another owner: a pool
+        // holds thousands, and each event changes a few.
+        let (before, after) = (change.held_before(), change.held_after());
+        let had: HashSet<_> = before.iter().map(holding_key).collect();
+        let has: HashSet<_> = after.iter().map(holding_key).collect();
         let mut units = BTreeSet::new();
-        for record in [change.before, change.after].into_iter().flatten() {
-            for h in holdings::holdings(&change.event.name, record) {
+        for h in before.iter().chain(after.iter()) {
+            let k = holding_key(h);
+            if had.contains(&k) != has.contains(&k) {
                 units.insert(unit_of(pair, &h.scope, h.address));
             }
         }
@@ -175,6 +183,17 @@ impl Rule for AllocationRecordsDisagree {
     }
 
     state_is_self!();
+}
+
+/// What must stay the same for an allocation to be unchanged: where, which address, for
+/// whom.
+fn holding_key<'a>(h: &Holding<'a>) -> (Scope<'a>, &'a str, &'a str, Option<&'a str>) {
+    let owner: &'a str = match &h.owner {
+        std::borrow::Cow::Borrowed(owner) => owner,
+        // Only kube-ovn IPs own their owner's name, and they are not of this rule's kinds.
+        std::borrow::Cow::Owned(_) => "",
+    };
+    (h.scope, h.address, owner, h.owner_uid)
 }
 
 /// The scope two records of `pair` share for an address: any whereabouts pool agrees

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use ipaudit_schemas::{Severity, Stream};
+use rustc_hash::FxHashSet as HashSet;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
@@ -39,9 +40,20 @@ impl Rule for DuplicateIp {
             return;
         }
         let mut addresses: SmallVec<[&str; 4]> = SmallVec::new();
-        for holding in change.held_before().iter().chain(change.held_after()) {
-            if !addresses.contains(&holding.address) {
-                addresses.push(holding.address);
+        let held = || change.held_before().iter().chain(change.held_after());
+        if change.held_before().len() + change.held_after().len() <= 8 {
+            for holding in held() {
+                if !addresses.contains(&holding.address) {
+                    addresses.push(holding.address);
+                }
+            }
+        } else {
+            // A pool's change lists thousands of addresses: dedupe them by a set.
+            let mut seen: HashSet<&str> = HashSet::default();
+            for holding in held() {
+                if seen.insert(holding.address) {
+                    addresses.push(holding.address);
+                }
             }
         }
         for address in addresses {

@@ -61,7 +61,8 @@ impl Rule for IpOrphaned {
                     }
                 }
             }
-        } else if change.after.is_some() {
+        } else if change.appeared() {
+            // The pool exists (again): what names it is no longer orphaned.
             let pool = PoolRef::new(stream, &change.event.name);
             for record in ctx.state.naming(&pool) {
                 check(ctx, &record, change.event);

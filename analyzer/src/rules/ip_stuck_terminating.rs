@@ -65,7 +65,9 @@ impl Rule for IpStuckTerminating {
                     for name in terminating {
                         check_ip(ctx, &name, change.event);
                     }
-                } else if change.is_deletion() || change.after.is_some() {
+                } else if change.is_deletion() || change.appeared() {
+                    // Gone or back: the IPs naming it are stuck or no longer so. (Its
+                    // status churn changes neither.)
                     for (_, ip) in ctx.state.naming(&pool) {
                         check_ip(ctx, &ip, change.event);
                     }

@@ -155,6 +155,18 @@ impl<'a> Change<'a> {
         }
     }
 
+    /// Whether an object now exists under this name that did not before: it is new, or a
+    /// new uid replaced the old one. (A status update of a live object did not appear: rules
+    /// that rescan what names a pool do it only then, so that a pool's status churn costs
+    /// nothing per record naming it.)
+    pub fn appeared(&self) -> bool {
+        match (self.before, self.after) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(before), Some(after)) => before.uid != after.uid,
+        }
+    }
+
     /// Whether the change is a deletion event.
     pub fn is_deletion(&self) -> bool {
         self.event.event_type.is_deletion()
@@ -230,9 +242,14 @@ impl Context<'_> {
         self.book.is_firing(id)
     }
 
+    /// Whether an alert of `rule` about `subject_uid` fires (allocates nothing).
+    pub fn is_firing_about(&self, rule: &str, subject_uid: &str) -> bool {
+        self.book.is_firing_about(rule, subject_uid)
+    }
+
     /// The firing alerts of `rule` about `subject_uid`.
     pub fn firing_about(&self, rule: &str, subject_uid: &str) -> Vec<Alert> {
-        if !self.book.has_active_for_subject(subject_uid) {
+        if !self.book.is_firing_about(rule, subject_uid) {
             return Vec::new();
         }
         self.book

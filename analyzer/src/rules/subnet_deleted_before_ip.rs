@@ -8,7 +8,7 @@
 //!   pods keep addresses no IPAM tracks any more. One alert per allocation; resolved when
 //!   its pod is gone or the pool exists again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ipaudit_schemas::{EventType, Severity, Stream};
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,12 @@ struct AllocationAlert {
 pub struct SubnetDeletedBeforeIp {
     /// Firing alerts about allocations of deleted pools, by alert id.
     allocation_alerts: BTreeMap<String, AllocationAlert>,
+    /// The same alerts by owner pod and by pool, so that a pod going or a pool coming
+    /// back costs what it resolves, not a scan of every alert. Rebuilt on restore.
+    #[serde(skip)]
+    by_owner: BTreeMap<String, BTreeSet<String>>,
+    #[serde(skip)]
+    by_pool: BTreeMap<PoolRef, BTreeSet<String>>,
 }
 
 impl Rule for SubnetDeletedBeforeIp {
@@ -61,23 +67,31 @@ impl Rule for SubnetDeletedBeforeIp {
                     recheck_ip(ctx, &change.event.name, change.event);
                 }
             }
-            Stream::Subnet if change.after.is_some() => {
+            Stream::Subnet if change.appeared() => {
+                // The subnet exists again: the IPs naming it no longer leak.
                 let pool = PoolRef::new(Stream::Subnet, &change.event.name);
                 for (_, ip) in ctx.state.naming(&pool) {
                     recheck_ip(ctx, &ip, change.event);
                 }
             }
-            Stream::IpPool | Stream::SpiderIpPool if change.after.is_some() => {
+            Stream::IpPool | Stream::SpiderIpPool if change.appeared() => {
                 let pool = PoolRef::new(stream, &change.event.name);
-                self.resolve_where(ctx, change.event, |a| a.pool == pool, "exists again");
+                let ids = self.by_pool.get(&pool).cloned().unwrap_or_default();
+                self.resolve(ctx, change.event, ids, |_| true, "exists again");
             }
             Stream::Pod => {
                 if let Some(removed) = change.removed() {
-                    let (name, uid) = (change.event.name.clone(), removed.uid.clone());
-                    self.resolve_where(
+                    let uid = removed.uid.as_str();
+                    let ids = self
+                        .by_owner
+                        .get(&*change.event.name)
+                        .cloned()
+                        .unwrap_or_default();
+                    self.resolve(
                         ctx,
                         change.event,
-                        |a| *a.owner == *name && a.owner_uid.as_ref().is_none_or(|u| *u == uid),
+                        ids,
+                        |a| a.owner_uid.as_deref().is_none_or(|u| u == uid),
                         "is gone",
                     );
                 }
@@ -86,7 +100,18 @@ impl Rule for SubnetDeletedBeforeIp {
         }
     }
 
-    state_is_self!();
+    fn save(&self) -> serde_json::Value {
+        super::save_state(self)
+    }
+
+    fn restore(&mut self, saved: serde_json::Value) -> Result<(), serde_json::Error> {
+        let restored: SubnetDeletedBeforeIp = super::restore_state(saved)?;
+        *self = SubnetDeletedBeforeIp::default();
+        for (id, alert) in restored.allocation_alerts {
+            self.track(id, alert);
+        }
+        Ok(())
+    }
 }
 
 impl SubnetDeletedBeforeIp {
@@ -142,7 +167,7 @@ impl SubnetDeletedBeforeIp {
             };
             let id = ctx.alert_id(NAME, &subject_uid, Some(&pool.name));
             ctx.fire(finding);
-            self.allocation_alerts.insert(
+            self.track(
                 id,
                 AllocationAlert {
                     pool: pool.clone(),
@@ -153,25 +178,55 @@ impl SubnetDeletedBeforeIp {
         }
     }
 
-    fn resolve_where(
+    /// Remembers a firing allocation alert, indexed.
+    fn track(&mut self, id: String, alert: AllocationAlert) {
+        self.by_owner
+            .entry(alert.owner.clone())
+            .or_default()
+            .insert(id.clone());
+        self.by_pool
+            .entry(alert.pool.clone())
+            .or_default()
+            .insert(id.clone());
+        self.allocation_alerts.insert(id, alert);
+    }
+
+    /// Forgets a firing allocation alert.
+    fn untrack(&mut self, id: &str) -> Option<AllocationAlert> {
+        let alert = self.allocation_alerts.remove(id)?;
+        unindex(&mut self.by_owner, &alert.owner, id);
+        unindex(&mut self.by_pool, &alert.pool, id);
+        Some(alert)
+    }
+
+    /// Resolves those of the alerts `ids` that `matches`.
+    fn resolve(
         &mut self,
         ctx: &mut Context<'_>,
         by: &EventRef,
+        ids: BTreeSet<String>,
         matches: impl Fn(&AllocationAlert) -> bool,
         what: &str,
     ) {
-        let ids: Vec<String> = self
-            .allocation_alerts
-            .iter()
-            .filter(|(_, a)| matches(a))
-            .map(|(id, _)| id.clone())
-            .collect();
         for id in ids {
-            self.allocation_alerts.remove(&id);
+            if !self.allocation_alerts.get(&id).is_some_and(&matches) {
+                continue;
+            }
+            self.untrack(&id);
             ctx.resolve(
                 &id,
                 evidence(by, format!("{} {what} ({})", by.name, by.event_type)),
             );
+        }
+    }
+}
+
+/// Takes `id` out of `index` under `key`.
+fn unindex<K: Ord>(index: &mut BTreeMap<K, BTreeSet<String>>, key: &K, id: &str) {
+    if let Some(ids) = index.get_mut(key) {
+        ids.remove(id);
+        if ids.is_empty() {
+            index.remove(key);
         }
     }
 }
@@ -189,6 +244,7 @@ fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef)
         } else {
             "was deleted"
         };
+        let described = describe_ip(ip);
         let finding = Finding {
             rule: NAME,
             severity: Severity::Critical,
@@ -198,8 +254,7 @@ fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef)
             scope: Some(subnet.to_owned()),
             subnet: Some(subnet.to_owned()),
             summary: format!(
-                "Subnet {subnet} {how} while IP {name}{} still named it: kube-ovn cannot release this address",
-                describe_ip(ip)
+                "Subnet {subnet} {how} while IP {name}{described} still named it: kube-ovn cannot release this address",
             ),
             fix: Some(fix_for(ip, name, subnet)),
             cleanup: None,
@@ -207,8 +262,7 @@ fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef)
                 evidence(
                     &ip.last,
                     format!(
-                        "IP {name} on subnet {subnet}{}, finalizers [{}]",
-                        describe_ip(ip),
+                        "IP {name} on subnet {subnet}{described}, finalizers [{}]",
                         ip.finalizers.join(", ")
                     ),
                 ),
@@ -320,6 +374,78 @@ mod tests {
             })
             .collect();
         (alerts, analyzer)
+    }
+
+    #[test]
+    fn a_subnet_recreated_resolves_its_leaks_and_its_status_churn_changes_nothing() {
+        let ip = || EventBuilder::ip("a.default", "s").ip_of("default", "a", "10.0.0.5", "");
+        let (alerts, _) = run(vec![
+            EventBuilder::subnet("s").uid("s-1").rv(1).at(1).added(),
+            ip().rv(2).at(2).added(),
+            EventBuilder::subnet("s").uid("s-1").rv(3).at(3).deleted(),
+            EventBuilder::subnet("s").uid("s-2").rv(4).at(4).added(),
+            EventBuilder::subnet("s")
+                .uid("s-2")
+                .using_ips(1)
+                .rv(5)
+                .at(5)
+                .modified(),
+            EventBuilder::subnet("s").uid("s-2").rv(6).at(6).deleted(),
+        ]);
+        assert_eq!(
+            alerts,
+            [
+                (NAME.into(), "firing".into(), "a.default".into()),
+                (NAME.into(), "resolved".into(), "a.default".into()),
+                (NAME.into(), "firing".into(), "a.default".into()),
+            ],
+            "fires at each deletion and resolves when the subnet comes back; its status update changes nothing"
+        );
+    }
+
+    #[test]
+    fn allocation_alerts_restored_from_a_checkpoint_still_resolve_when_their_pod_goes() {
+        let pool = || EventBuilder::ip_pool("kube-system", "10.0.0.0-24", "10.0.0.0/24");
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        let mut out = Vec::new();
+        for e in [
+            EventBuilder::pod("default", "a")
+                .uid("a-1")
+                .rv(1)
+                .at(1)
+                .added(),
+            pool()
+                .allocation(5, "10.0.0.5", "default/a")
+                .rv(2)
+                .at(2)
+                .added(),
+            pool()
+                .allocation(5, "10.0.0.5", "default/a")
+                .rv(3)
+                .at(3)
+                .deleted(),
+        ] {
+            analyzer.step(e, &mut out);
+        }
+        let mut restored =
+            Analyzer::restore(&analyzer.snapshot(), AnalyzerConfig::default()).unwrap();
+        restored.step(
+            EventBuilder::pod("default", "a")
+                .uid("a-1")
+                .rv(4)
+                .at(4)
+                .deleted(),
+            &mut out,
+        );
+        restored.finish(None, &mut out);
+        let statuses: Vec<&str> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Alert(a) if a.rule == NAME => Some(a.status.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(statuses, ["firing", "resolved"]);
     }
 
     #[test]

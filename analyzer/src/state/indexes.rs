@@ -42,9 +42,87 @@ pub(super) struct Indexes {
     /// Records and pods by the addresses they hold.
     pub by_address: HashMap<String, Holders>,
     /// whereabouts holdings carry no uid: the owner uid each of a record's addresses was
-    /// bound to when it appeared, as (address, uid).
+    /// bound to when it appeared.
     #[serde(with = "pairs")]
-    pub bindings: HashMap<RecordKey, SmallVec<[(String, String); 1]>>,
+    pub bindings: HashMap<RecordKey, AddressUids>,
+}
+
+/// The owner uids bound to one record's addresses, as (address, uid): nearly always one
+/// (a reservation), but a whereabouts pool binds one per allocation, so past a few
+/// entries a map by address keeps each lookup O(1). Saved as the list of pairs.
+#[derive(Debug, Default)]
+pub(super) struct AddressUids {
+    list: SmallVec<[(String, String); 1]>,
+    by_address: Option<HashMap<String, usize>>,
+}
+
+/// Past this many bindings, a record's are looked up by a map.
+const BINDINGS_LISTED: usize = 8;
+
+impl AddressUids {
+    fn position(&self, address: &str) -> Option<usize> {
+        match &self.by_address {
+            Some(map) => map.get(address).copied(),
+            None => self.list.iter().position(|(a, _)| a == address),
+        }
+    }
+
+    fn get(&self, address: &str) -> Option<&str> {
+        self.position(address).map(|i| self.list[i].1.as_str())
+    }
+
+    fn get_mut(&mut self, address: &str) -> Option<&mut String> {
+        self.position(address).map(|i| &mut self.list[i].1)
+    }
+
+    fn push(&mut self, address: String, uid: String) {
+        if let Some(map) = &mut self.by_address {
+            map.insert(address.clone(), self.list.len());
+        }
+        self.list.push((address, uid));
+        if self.by_address.is_none() && self.list.len() > BINDINGS_LISTED {
+            self.by_address = Some(
+                self.list
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (a, _))| (a.clone(), i))
+                    .collect(),
+            );
+        }
+    }
+
+    fn remove(&mut self, address: &str) -> Option<String> {
+        let index = self.position(address)?;
+        let (_, uid) = self.list.swap_remove(index);
+        if let Some(map) = &mut self.by_address {
+            map.remove(address);
+            if let Some((moved, _)) = self.list.get(index) {
+                map.insert(moved.clone(), index);
+            }
+        }
+        Some(uid)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
+impl Serialize for AddressUids {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.list.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for AddressUids {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let pairs = Vec::<(String, String)>::deserialize(deserializer)?;
+        let mut uids = AddressUids::default();
+        for (address, uid) in pairs {
+            uids.push(address, uid);
+        }
+        Ok(uids)
+    }
 }
 
 /// Whether holdings of this kind carry no uid, so that one is bound to them.
@@ -58,27 +136,22 @@ pub(super) fn binds_owner_uid(stream: Stream) -> bool {
 impl Indexes {
     /// The uid bound to `record`'s holding of `address`.
     pub fn bound_uid(&self, record: &RecordKey, address: &str) -> Option<&str> {
-        self.bindings
-            .get(record)?
-            .iter()
-            .find(|(a, _)| a == address)
-            .map(|(_, uid)| uid.as_str())
+        self.bindings.get(record)?.get(address)
     }
 
     /// Binds `record`'s holding of `address` to `uid`; `replace` rebinds a bound one.
     pub fn bind(&mut self, record: &RecordKey, address: &str, uid: &str, replace: bool) {
         let bound = self.bindings.entry(record.clone()).or_default();
-        match bound.iter_mut().find(|(a, _)| a == address) {
-            Some((_, old)) if replace && old != uid => uid.clone_into(old),
+        match bound.get_mut(address) {
+            Some(old) if replace && old != uid => uid.clone_into(old),
             Some(_) => {}
-            None => bound.push((address.to_owned(), uid.to_owned())),
+            None => bound.push(address.to_owned(), uid.to_owned()),
         }
     }
 
     fn unbind(&mut self, record: &RecordKey, address: &str) -> Option<String> {
         let bound = self.bindings.get_mut(record)?;
-        let index = bound.iter().position(|(a, _)| a == address)?;
-        let (_, uid) = bound.remove(index);
+        let uid = bound.remove(address)?;
         if bound.is_empty() {
             self.bindings.remove(record);
         }
@@ -127,12 +200,19 @@ impl Indexes {
             }
         }
         let mut released = Vec::new();
+        // A pool keeps nearly all its allocations from one version to the next: look them
+        // up by a set, not a scan per holding.
+        let kept: Option<HashSet<(&str, &str)>> = (keep.len() > BINDINGS_LISTED)
+            .then(|| keep.iter().map(|h| (h.address, h.owner.as_ref())).collect());
         for holding in held {
             remove_from(&mut self.by_address, holding.address, key);
             remove_from(&mut self.by_owner, &holding.owner, key);
-            let still_held = keep
-                .iter()
-                .any(|h| h.address == holding.address && h.owner == holding.owner);
+            let still_held = match &kept {
+                Some(kept) => kept.contains(&(holding.address, holding.owner.as_ref())),
+                None => keep
+                    .iter()
+                    .any(|h| h.address == holding.address && h.owner == holding.owner),
+            };
             if still_held {
                 continue;
             }
@@ -167,5 +247,39 @@ fn remove_from(index: &mut HashMap<String, Holders>, entry: &str, key: &RecordKe
         if holders.is_empty() {
             index.remove(entry);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_with_many_bindings_finds_each_after_removals_and_saves_them_as_pairs() {
+        let mut uids = AddressUids::default();
+        let n = BINDINGS_LISTED * 4;
+        for i in 0..n {
+            uids.push(format!("10.0.0.{i}"), format!("uid-{i}"));
+        }
+        assert!(uids.by_address.is_some(), "past a few, looked up by a map");
+        for i in (0..n).step_by(3) {
+            assert_eq!(
+                uids.remove(&format!("10.0.0.{i}")),
+                Some(format!("uid-{i}"))
+            );
+        }
+        for i in 0..n {
+            let expected = (i % 3 != 0).then(|| format!("uid-{i}"));
+            assert_eq!(
+                uids.get(&format!("10.0.0.{i}")).map(str::to_owned),
+                expected,
+                "address {i}"
+            );
+        }
+        let json = serde_json::to_string(&uids).unwrap();
+        assert!(json.starts_with("[[\""), "a list of pairs: {json}");
+        let back: AddressUids = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.get("10.0.0.1"), Some("uid-1"));
+        assert_eq!(back.get("10.0.0.3"), None);
     }
 }
