@@ -12,6 +12,12 @@
 //! shown up yet hold everything back (for at most the idle delay), so that the first
 //! events of one stream are not released ahead of another that is still connecting.
 //!
+//! Events without any time (a kubectl recording of objects without timestamps, before the
+//! first timestamp) count as arriving when the first time is seen, so they wait their idle
+//! delay like the others instead of until the end of the input. And the buffer holds at most
+//! [`MAX_HELD`] events: beyond that the earliest are released (counted as `forced`), so that
+//! a stream that never shows up cannot make memory grow with the input.
+//!
 //! A version going backwards within a stream (an etcd restore) starts a new epoch: what is
 //! pending is released, the watermarks start over, and the change is reported. Versions
 //! inside a relist (`SYNC_START`..`SYNC_END`) are a snapshot in no order and never count
@@ -22,6 +28,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use ipaudit_schemas::{EventType, Stream, WatchEvent, KINDS};
+
+/// The most events the buffer holds; beyond, the earliest are released at once.
+pub const MAX_HELD: usize = 100_000;
 
 /// Settings of the reorder buffer.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -109,6 +118,9 @@ pub struct ReorderStats {
     pub unversioned: u64,
     /// Epochs started.
     pub epochs: u64,
+    /// Events released before every stream passed them, because [`MAX_HELD`] were held.
+    #[serde(default)]
+    pub forced: u64,
 }
 
 /// Holds events until every stream has passed them.
@@ -118,6 +130,10 @@ pub struct ReorderBuffer {
     pending: BinaryHeap<Reverse<Pending>>,
     /// (arrival time, version) of held events, oldest first, to expire them.
     arrivals: VecDeque<(i64, i64)>,
+    /// Versions of held events that arrived before any time was known: they arrive at
+    /// the first time seen.
+    #[serde(default)]
+    untimed: VecDeque<i64>,
     /// Every version up to this has waited its idle delay.
     expired_up_to: Option<i64>,
     /// Per collector, one clock per stream it has (or is expected to have). Few collectors
@@ -138,6 +154,7 @@ impl ReorderBuffer {
             config,
             pending: BinaryHeap::new(),
             arrivals: VecDeque::new(),
+            untimed: VecDeque::new(),
             expired_up_to: None,
             clocks: Vec::new(),
             released_up_to: None,
@@ -237,8 +254,15 @@ impl ReorderBuffer {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        if let Some(now) = now {
-            self.arrivals.push_back((now, rv));
+        match now {
+            Some(now) => {
+                // Whatever waited for a first time arrived now.
+                while let Some(rv) = self.untimed.pop_back() {
+                    self.arrivals.push_front((now, rv));
+                }
+                self.arrivals.push_back((now, rv));
+            }
+            None => self.untimed.push_back(rv),
         }
         self.pending.push(Reverse(Pending {
             rv,
@@ -246,11 +270,35 @@ impl ReorderBuffer {
             event: Box::new(event),
         }));
         self.release_ready(out);
+        if self.pending.len() > MAX_HELD {
+            let bound = self.pending.peek().map_or(i64::MIN, |p| p.0.rv);
+            let before = out.len();
+            self.release_up_to(bound, out);
+            self.stats.forced += (out.len() - before) as u64;
+        }
+        self.forget_released_arrivals();
+    }
+
+    /// Arrival notes of events released already (by their watermarks) serve nothing: they
+    /// are dropped once they outnumber the events held, so that they stay bounded.
+    fn forget_released_arrivals(&mut self) {
+        let limit = self.pending.len() * 2 + 1_024;
+        if self.arrivals.len() + self.untimed.len() <= limit {
+            return;
+        }
+        let Some(released) = self.released_up_to else {
+            return;
+        };
+        self.arrivals.retain(|(_, rv)| *rv > released);
+        self.untimed.retain(|rv| *rv > released);
     }
 
     /// Moves event time forward (a live clock tick, or the end of a replay).
     pub fn advance_time(&mut self, now_ms: i64, out: &mut Vec<Released>) {
         self.now_ms = Some(self.now_ms.map_or(now_ms, |now| now.max(now_ms)));
+        while let Some(rv) = self.untimed.pop_back() {
+            self.arrivals.push_front((now_ms, rv));
+        }
         self.release_ready(out);
     }
 
@@ -273,6 +321,7 @@ impl ReorderBuffer {
             clock.watermark = None;
         }
         self.arrivals.clear();
+        self.untimed.clear();
         self.expired_up_to = None;
         self.released_up_to = None;
         out.push(Released::NewEpoch(EpochChange {
