@@ -11,6 +11,7 @@
 pub mod alerts;
 pub mod dedupe;
 pub mod engine;
+pub mod fix;
 pub mod live;
 pub mod reorder;
 pub mod replay;
