@@ -264,7 +264,10 @@ impl Analyzer {
     fn process(&mut self, released: &mut Vec<Released>, out: &mut Vec<Output>) {
         for item in released.drain(..) {
             match item {
-                Released::NewEpoch(change) => out.push(Output::NewEpoch(change)),
+                Released::NewEpoch(change) => {
+                    self.state.start_epoch();
+                    out.push(Output::NewEpoch(change));
+                }
                 Released::Event(event) => self.apply(event, out),
             }
         }
