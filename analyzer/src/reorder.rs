@@ -593,6 +593,37 @@ mod tests {
         assert_eq!(buffer.epoch(), 0);
     }
 
+    #[test]
+    fn events_without_time_wait_the_idle_delay_from_the_first_time_seen() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig {
+            idle_delay_ms: 1_000,
+        });
+        let mut out = Vec::new();
+        // No time anywhere, and the pod and subnet streams never show up.
+        for rv in 1..=3 {
+            buffer.push(ip(rv), &mut out);
+        }
+        assert!(out.is_empty());
+        buffer.push(EventBuilder::ip("t", "s").rv(4).at(10_000).added(), &mut out);
+        assert!(out.is_empty(), "they arrived at the first time seen");
+        buffer.push(EventBuilder::ip("u", "s").rv(5).at(11_001).added(), &mut out);
+        assert_eq!(versions(&out), [1, 2, 3, 4], "released by the idle delay");
+    }
+
+    #[test]
+    fn a_stream_that_never_shows_up_holds_at_most_max_held_events() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        let n = MAX_HELD as i64 + 10;
+        for rv in 1..=n {
+            buffer.push(ip(rv), &mut out);
+            out.clear();
+        }
+        assert_eq!(buffer.len(), MAX_HELD);
+        assert_eq!(buffer.stats().forced, 10);
+        assert!(buffer.arrivals.len() + buffer.untimed.len() <= 2 * MAX_HELD + 1_024);
+    }
+
     /// Per-stream ordered histories, interleaved in any way.
     fn interleavings() -> impl Strategy<Value = Vec<WatchEvent>> {
         (

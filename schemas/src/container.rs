@@ -226,6 +226,10 @@ type Replay<R> = std::io::Chain<std::io::Cursor<Vec<u8>>, CountingRead<R>>;
 /// Files of today's schema are read here, block by block, each record with
 /// [`Record::read_current`]; older and newer versions go through apache-avro's `Value` and
 /// schema resolution, the only way it resolves.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per open file; the fast path stays unboxed"
+)]
 enum Records<T: Record, R: Read> {
     Current(Blocks<CountingRead<R>>, PhantomData<T>),
     // Boxed: the slow path, and apache-avro's reader is four times the size of `Blocks`.
