@@ -604,9 +604,15 @@ mod tests {
             buffer.push(ip(rv), &mut out);
         }
         assert!(out.is_empty());
-        buffer.push(EventBuilder::ip("t", "s").rv(4).at(10_000).added(), &mut out);
+        buffer.push(
+            EventBuilder::ip("t", "s").rv(4).at(10_000).added(),
+            &mut out,
+        );
         assert!(out.is_empty(), "they arrived at the first time seen");
-        buffer.push(EventBuilder::ip("u", "s").rv(5).at(11_001).added(), &mut out);
+        buffer.push(
+            EventBuilder::ip("u", "s").rv(5).at(11_001).added(),
+            &mut out,
+        );
         assert_eq!(versions(&out), [1, 2, 3, 4], "released by the idle delay");
     }
 
