@@ -139,7 +139,7 @@ impl AlertBook {
         }
         let mut evidence = finding.evidence;
         evidence.sort_by_key(|e| e.resource_version.parse::<i64>().unwrap_or(i64::MAX));
-        let alert = Alert {
+        let mut alert = Alert {
             alert_id: id.clone(),
             cluster_id: cluster_id.to_owned(),
             rule: finding.rule.to_owned(),
@@ -159,6 +159,8 @@ impl AlertBook {
             evidence,
             cleanup: finding.cleanup,
         };
+        // Every sink (report, webhooks, Alertmanager, the alerts topic) gets a vetted fix.
+        crate::fix::vet(&mut alert);
         self.by_subject
             .entry(finding.subject_uid)
             .or_default()

@@ -349,6 +349,7 @@ impl Analyzer {
                 Released::NewEpoch(change) => {
                     // Everything before the restore was released: its bookmarks too.
                     self.pass_clock_marks(i64::MAX, out);
+                    self.state.start_epoch();
                     out.push(Output::NewEpoch(change));
                 }
                 Released::Event(event) => {

@@ -12,6 +12,7 @@ pub mod alerts;
 pub mod deadletters;
 pub mod dedupe;
 pub mod engine;
+pub mod fix;
 pub mod group;
 pub mod http;
 pub mod live;

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ipaudit_analyzer::reorder::ReorderConfig;
 use ipaudit_analyzer::replay::{replay, ReplayOptions};
-use ipaudit_analyzer::report::{render_jsonl, render_text, Findings};
+use ipaudit_analyzer::report::{render_jsonl, render_text, skipped_text, Findings};
 use ipaudit_analyzer::rules::RuleConfig;
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
@@ -31,8 +31,10 @@ enum Command {
     /// Reads Avro container files written by `collector record` and kubectl watch output
     /// (`kubectl get ips -A --watch --output-watch-events -o json > ips.json`, one file
     /// per kind, run side by side); the format is detected. All files are merged by
-    /// resourceVersion. Exit code: 0 no alert fired, 1 an alert fired, 2 usage error or
-    /// unreadable input.
+    /// resourceVersion. Unusable input (broken documents, corrupt Avro blocks, events
+    /// without a numeric resourceVersion) is skipped, counted and reported. Exit code: 0 no
+    /// alert fired, 1 an alert fired, 2 usage error, unreadable input, no event readable at
+    /// all, or (with --strict) any input skipped.
     Replay(ReplayArgs),
     /// Analyse live: a consumer group on the events topic, alerts to the configured sinks.
     ///
@@ -308,6 +310,10 @@ struct ReplayArgs {
     /// Never show a progress bar (it only shows when stderr is a terminal).
     #[arg(long)]
     no_progress: bool,
+
+    /// Exit 2 when any input had to be skipped (default: skip, report, and analyse the rest).
+    #[arg(long, env = "IPAUDIT_STRICT")]
+    strict: bool,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -325,6 +331,8 @@ fn millis(d: Duration) -> i64 {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before anything decodes Avro: a corrupt length in a file may not allocate more.
+    ipaudit_schemas::container::limit_allocations();
     // Replay prints a report: only warnings go to stderr. Live analysis logs its work.
     let default_level = match cli.command {
         Command::Replay(_) => "warn",
@@ -548,8 +556,18 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             for problem in &outcome.problems {
                 eprintln!("warning: {problem}");
             }
-            print!("{}", render_jsonl(&findings));
+            print!("{}", render_jsonl(&findings, &outcome));
         }
+    }
+    if outcome.nothing_read() {
+        eprintln!("error: no event could be read from the input");
+        return Ok(ExitCode::from(2));
+    }
+    if args.strict && outcome.skipped > 0 {
+        if let Some(text) = skipped_text(&outcome) {
+            eprintln!("error: --strict: {text}");
+        }
+        return Ok(ExitCode::from(2));
     }
     Ok(if findings.alerts.is_empty() {
         ExitCode::SUCCESS

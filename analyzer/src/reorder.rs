@@ -12,6 +12,12 @@
 //! shown up yet hold everything back (for at most the idle delay), so that the first
 //! events of one stream are not released ahead of another that is still connecting.
 //!
+//! Events without any time (a kubectl recording of objects without timestamps, before the
+//! first timestamp) count as arriving when the first time is seen, so they wait their idle
+//! delay like the others instead of until the end of the input. And the buffer holds at most
+//! [`MAX_HELD`] events: beyond that the earliest are released (counted as `forced`), so that
+//! a stream that never shows up cannot make memory grow with the input.
+//!
 //! A version going backwards within a stream (an etcd restore) starts a new epoch: what is
 //! pending is released, the watermarks start over, and the change is reported. Versions
 //! inside a relist (`SYNC_START`..`SYNC_END`) are a snapshot in no order and never count
@@ -22,6 +28,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use ipaudit_schemas::{EventType, Stream, WatchEvent, KINDS};
+
+/// The most events the buffer holds; beyond, the earliest are released at once.
+pub const MAX_HELD: usize = 100_000;
 
 /// Settings of the reorder buffer.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -109,6 +118,9 @@ pub struct ReorderStats {
     pub unversioned: u64,
     /// Epochs started.
     pub epochs: u64,
+    /// Events released before every stream passed them, because [`MAX_HELD`] were held.
+    #[serde(default)]
+    pub forced: u64,
 }
 
 /// Holds events until every stream has passed them.
@@ -118,6 +130,10 @@ pub struct ReorderBuffer {
     pending: BinaryHeap<Reverse<Pending>>,
     /// (arrival time, version) of held events, oldest first, to expire them.
     arrivals: VecDeque<(i64, i64)>,
+    /// Versions of held events that arrived before any time was known: they arrive at
+    /// the first time seen.
+    #[serde(default)]
+    untimed: VecDeque<i64>,
     /// Every version up to this has waited its idle delay.
     expired_up_to: Option<i64>,
     /// Per collector, one clock per stream it has (or is expected to have). Few collectors
@@ -138,6 +154,7 @@ impl ReorderBuffer {
             config,
             pending: BinaryHeap::new(),
             arrivals: VecDeque::new(),
+            untimed: VecDeque::new(),
             expired_up_to: None,
             clocks: Vec::new(),
             released_up_to: None,
@@ -261,8 +278,15 @@ impl ReorderBuffer {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        if let Some(now) = now {
-            self.arrivals.push_back((now, rv));
+        match now {
+            Some(now) => {
+                // Whatever waited for a first time arrived now.
+                while let Some(rv) = self.untimed.pop_back() {
+                    self.arrivals.push_front((now, rv));
+                }
+                self.arrivals.push_back((now, rv));
+            }
+            None => self.untimed.push_back(rv),
         }
         self.pending.push(Reverse(Pending {
             rv,
@@ -270,11 +294,35 @@ impl ReorderBuffer {
             event: Box::new(event),
         }));
         self.release_ready(out);
+        if self.pending.len() > MAX_HELD {
+            let bound = self.pending.peek().map_or(i64::MIN, |p| p.0.rv);
+            let before = out.len();
+            self.release_up_to(bound, out);
+            self.stats.forced += (out.len() - before) as u64;
+        }
+        self.forget_released_arrivals();
+    }
+
+    /// Arrival notes of events released already (by their watermarks) serve nothing: they
+    /// are dropped once they outnumber the events held, so that they stay bounded.
+    fn forget_released_arrivals(&mut self) {
+        let limit = self.pending.len() * 2 + 1_024;
+        if self.arrivals.len() + self.untimed.len() <= limit {
+            return;
+        }
+        let Some(released) = self.released_up_to else {
+            return;
+        };
+        self.arrivals.retain(|(_, rv)| *rv > released);
+        self.untimed.retain(|rv| *rv > released);
     }
 
     /// Moves event time forward (a live clock tick, or the end of a replay).
     pub fn advance_time(&mut self, now_ms: i64, out: &mut Vec<Released>) {
         self.now_ms = Some(self.now_ms.map_or(now_ms, |now| now.max(now_ms)));
+        while let Some(rv) = self.untimed.pop_back() {
+            self.arrivals.push_front((now_ms, rv));
+        }
         self.release_ready(out);
     }
 
@@ -297,6 +345,7 @@ impl ReorderBuffer {
             clock.watermark = None;
         }
         self.arrivals.clear();
+        self.untimed.clear();
         self.expired_up_to = None;
         self.released_up_to = None;
         out.push(Released::NewEpoch(EpochChange {
@@ -566,6 +615,43 @@ mod tests {
             &mut out,
         );
         assert_eq!(buffer.epoch(), 0);
+    }
+
+    #[test]
+    fn events_without_time_wait_the_idle_delay_from_the_first_time_seen() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig {
+            idle_delay_ms: 1_000,
+        });
+        let mut out = Vec::new();
+        // No time anywhere, and the pod and subnet streams never show up.
+        for rv in 1..=3 {
+            buffer.push(ip(rv), &mut out);
+        }
+        assert!(out.is_empty());
+        buffer.push(
+            EventBuilder::ip("t", "s").rv(4).at(10_000).added(),
+            &mut out,
+        );
+        assert!(out.is_empty(), "they arrived at the first time seen");
+        buffer.push(
+            EventBuilder::ip("u", "s").rv(5).at(11_001).added(),
+            &mut out,
+        );
+        assert_eq!(versions(&out), [1, 2, 3, 4], "released by the idle delay");
+    }
+
+    #[test]
+    fn a_stream_that_never_shows_up_holds_at_most_max_held_events() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        let n = MAX_HELD as i64 + 10;
+        for rv in 1..=n {
+            buffer.push(ip(rv), &mut out);
+            out.clear();
+        }
+        assert_eq!(buffer.len(), MAX_HELD);
+        assert_eq!(buffer.stats().forced, 10);
+        assert!(buffer.arrivals.len() + buffer.untimed.len() <= 2 * MAX_HELD + 1_024);
     }
 
     /// Per-stream ordered histories, interleaved in any way.

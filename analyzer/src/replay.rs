@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ipaudit_schemas::WatchEvent;
 
 use crate::engine::{Analyzer, AnalyzerConfig, AnalyzerStats, Output};
-use crate::source::{Problem, Source, SourceError, SourceItem};
+use crate::source::{Problem, Source, SourceError, SourceItem, Unlisted};
 
 /// How to replay.
 #[derive(Debug, Clone, Default)]
@@ -30,13 +30,27 @@ pub struct ReplayOutcome {
     pub problems: Vec<Problem>,
     /// Every problem counted.
     pub problem_count: u64,
+    /// Documents or records skipped (a corrupt Avro block counts once).
+    pub skipped: u64,
+    /// Bytes of input those skipped.
+    pub skipped_bytes: u64,
     /// The analyzer's counters.
     pub stats: AnalyzerStats,
     /// Lowest and highest resourceVersion replayed.
     pub rv_range: Option<(i64, i64)>,
+    /// Per input, the problems counted but not listed.
+    pub unlisted: Vec<Unlisted>,
 }
 
-/// Problems kept for the report; more are only counted.
+impl ReplayOutcome {
+    /// Whether no event at all could be read: nothing was analysed.
+    pub fn nothing_read(&self) -> bool {
+        self.stats.events_in == 0
+    }
+}
+
+/// Problems kept for the report over all inputs; more are only counted (each input also
+/// lists at most [`crate::source::MAX_LISTED_PROBLEMS`]).
 pub const MAX_PROBLEMS: usize = 1_000;
 
 /// Replays the files together, merged by resourceVersion.
@@ -85,9 +99,19 @@ fn next_event(source: &mut Source, outcome: &mut ReplayOutcome) -> Option<WatchE
             SourceItem::Event(event) => return Some(event),
             SourceItem::Problem(problem) => {
                 outcome.problem_count += 1;
+                if problem.skipped {
+                    outcome.skipped += 1;
+                    outcome.skipped_bytes += problem.bytes;
+                }
                 if outcome.problems.len() < MAX_PROBLEMS {
                     outcome.problems.push(problem);
                 }
+            }
+            SourceItem::Unlisted(more) => {
+                outcome.problem_count += more.problems;
+                outcome.skipped += more.skipped;
+                outcome.skipped_bytes += more.skipped_bytes;
+                outcome.unlisted.push(more);
             }
         }
     }

@@ -63,12 +63,14 @@ impl Findings {
     }
 }
 
-/// One JSON object per alert, one per line.
-pub fn render_jsonl(findings: &Findings) -> String {
+/// One JSON object per alert, one per line (`"record": "alert"`); then, when any input
+/// was unusable, one `"record": "input"` line that says how much was skipped.
+pub fn render_jsonl(findings: &Findings, outcome: &ReplayOutcome) -> String {
     let mut out = String::new();
     for history in &findings.alerts {
         let alert = history.latest();
         let line = json!({
+            "record": "alert",
             "alert_id": alert.alert_id,
             "cluster_id": alert.cluster_id,
             "rule": alert.rule,
@@ -97,7 +99,33 @@ pub fn render_jsonl(findings: &Findings) -> String {
         out.push_str(&line.to_string());
         out.push('\n');
     }
+    if outcome.problem_count > 0 || outcome.nothing_read() {
+        let line = json!({
+            "record": "input",
+            "events": outcome.stats.events_in,
+            "problems": outcome.problem_count,
+            "skipped": outcome.skipped,
+            "skipped_bytes": outcome.skipped_bytes,
+            "problems_listed": outcome.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
     out
+}
+
+/// How much input was unusable, in one sentence; `None` when all of it was read.
+pub fn skipped_text(outcome: &ReplayOutcome) -> Option<String> {
+    if outcome.problem_count == 0 {
+        return None;
+    }
+    Some(format!(
+        "{} input problem(s): {} document(s)/record(s) skipped ({} bytes of input), {} kept without unusable fields",
+        outcome.problem_count,
+        outcome.skipped,
+        outcome.skipped_bytes,
+        outcome.problem_count - outcome.skipped,
+    ))
 }
 
 fn time_or_null(ms: i64) -> Option<String> {
@@ -123,12 +151,23 @@ pub fn render_text(findings: &Findings, outcome: &ReplayOutcome) -> String {
         findings.alerts.len() - firing,
     );
     let stats = &outcome.stats;
-    if stats.duplicates + stats.stale + stats.reorder.late + outcome.problem_count > 0 {
+    if stats.duplicates + stats.stale + stats.reorder.late > 0 {
         let _ = writeln!(
             out,
-            "  {} duplicate(s) dropped, {} stale event(s) ignored, {} late event(s), {} input problem(s)",
-            stats.duplicates, stats.stale, stats.reorder.late, outcome.problem_count
+            "  {} duplicate(s) dropped, {} stale event(s) ignored, {} late event(s)",
+            stats.duplicates, stats.stale, stats.reorder.late
         );
+    }
+    if stats.reorder.forced > 0 {
+        let _ = writeln!(
+            out,
+            "  {} event(s) released early: more than {} events were held waiting for a quiet stream",
+            stats.reorder.forced,
+            crate::reorder::MAX_HELD
+        );
+    }
+    if let Some(text) = skipped_text(outcome) {
+        let _ = writeln!(out, "  SKIPPED INPUT: {text}");
     }
     if stats.unknown_kinds > 0 {
         let _ = writeln!(
@@ -140,10 +179,24 @@ pub fn render_text(findings: &Findings, outcome: &ReplayOutcome) -> String {
     for problem in &outcome.problems {
         let _ = writeln!(out, "  input: {problem}");
     }
+    for more in &outcome.unlisted {
+        let _ = writeln!(
+            out,
+            "  input: {}: {} more problem(s) not listed ({} skipped, {} bytes)",
+            more.path.display(),
+            more.problems,
+            more.skipped,
+            more.skipped_bytes
+        );
+    }
+    if outcome.nothing_read() {
+        let _ = writeln!(out, "\nNo event could be read: nothing was analysed.");
+        return out;
+    }
     for change in &findings.epochs {
         let _ = writeln!(
             out,
-            "\nEPOCH {}: {} stream of collector {:?} went back from resourceVersion {} to {} (etcd restore?); versions before and after are not compared",
+            "\nEPOCH {}: {} stream of collector {:?} went back from resourceVersion {} to {} (etcd restore?); versions before and after are not compared: objects are tracked on, each from its first event in the new epoch",
             change.epoch, change.stream, change.collector_id, change.previous_rv, change.rv
         );
     }

@@ -5,6 +5,7 @@
 //! with [`Record::read_current`] (for WatchEvent, [`crate::datum`]); apache-avro writes every
 //! file, and reads the others: older versions, newer ones, codecs this module does not know.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,15 +34,23 @@ pub enum ContainerError {
         /// Name of the schema the file declares.
         found: String,
     },
-    /// A block or record could not be decoded; the file ends here.
-    #[error("corrupt {record} data at record {index} (about byte {byte_offset}); the rest of the file is skipped")]
+    /// A block or record could not be decoded. The reader skips to the next sync marker
+    /// and goes on from there when it can (`resumed`); else the rest of the file is lost.
+    #[error(
+        "corrupt {record} block at byte {byte_offset} (after record {index}): {skipped_bytes} bytes skipped, {}",
+        if *resumed { "reading resumed at the next sync marker" } else { "the rest of the file is skipped" }
+    )]
     Corrupt {
         /// The record type.
         record: &'static str,
-        /// Records read before the corrupt one.
+        /// Records read before the corrupt block (or record).
         index: u64,
-        /// Bytes consumed from the file when the error was found.
+        /// Where the corrupt block starts in the input.
         byte_offset: u64,
+        /// Bytes of input skipped, from the block's start to where reading resumed.
+        skipped_bytes: u64,
+        /// Whether a later sync marker was found and reading goes on after it.
+        resumed: bool,
         /// What was wrong.
         #[source]
         source: BlockError,
@@ -71,6 +80,7 @@ impl<T: Record, W: Write> ContainerWriter<T, W> {
 
     /// Starts a container with a chosen block codec.
     pub fn with_codec(out: W, codec: Codec) -> Result<Self, ContainerError> {
+        limit_allocations();
         let inner = Writer::builder()
             .schema(T::schemas().current().schema)
             .writer(out)
@@ -149,9 +159,17 @@ impl<R: Read> Read for CountingRead<R> {
     }
 }
 
-/// The most bytes one block may hold, compressed or not: apache-avro's default allocation
-/// limit, so that both readers accept the same files.
-pub const MAX_BLOCK_BYTES: usize = 512 * 1024 * 1024;
+/// The most bytes one block may hold, compressed or not, and the most apache-avro may
+/// allocate for one length it reads (its `max_allocation_bytes`, set to this when a
+/// container is opened), so that both readers accept the same files and a corrupt length
+/// costs no more than this. Writers flush blocks of some KiB.
+pub const MAX_BLOCK_BYTES: usize = 64 * 1024 * 1024;
+
+/// Caps what apache-avro allocates for a length read from a file (once per process; the
+/// first call wins, so every entry point of this module calls it).
+pub fn limit_allocations() {
+    apache_avro::util::max_allocation_bytes(MAX_BLOCK_BYTES);
+}
 
 /// What was wrong with a block of a container file.
 #[derive(Debug, thiserror::Error)]
@@ -181,6 +199,10 @@ pub enum BlockError {
     /// The 16 bytes after a block are not the file's sync marker.
     #[error("the block is not followed by the file's sync marker")]
     SyncMarker,
+    /// Another container file follows (files concatenated with `cat`), of a schema version
+    /// or codec this reader does not read in line.
+    #[error("a concatenated container file that this reader cannot read in line (another schema version or codec)")]
+    Concatenated,
     /// A deflate block does not inflate.
     #[error("deflate data does not inflate ({status})")]
     Inflate {
@@ -204,6 +226,10 @@ type Replay<R> = std::io::Chain<std::io::Cursor<Vec<u8>>, CountingRead<R>>;
 /// Files of today's schema are read here, block by block, each record with
 /// [`Record::read_current`]; older and newer versions go through apache-avro's `Value` and
 /// schema resolution, the only way it resolves.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per open file; the fast path stays unboxed"
+)]
 enum Records<T: Record, R: Read> {
     Current(Blocks<CountingRead<R>>, PhantomData<T>),
     // Boxed: the slow path, and apache-avro's reader is four times the size of `Blocks`.
@@ -211,8 +237,10 @@ enum Records<T: Record, R: Read> {
 }
 
 /// Reads the records of a container file, resolving older schema versions to today's.
-/// The first corrupt block ends the iteration with [`ContainerError::Corrupt`]; the records
-/// before it are all returned.
+/// A corrupt block yields [`ContainerError::Corrupt`]; for files of today's schema the
+/// reader then resumes after the next sync marker, and container files concatenated to
+/// this one (`cat a.avro b.avro`) are read on. Files read through apache-avro (other
+/// versions) end at their first corrupt block. The records before it are all returned.
 pub struct ContainerReader<T: Record, R: Read> {
     records: Records<T, R>,
     count: Arc<AtomicU64>,
@@ -224,6 +252,7 @@ pub struct ContainerReader<T: Record, R: Read> {
 impl<T: Record, R: Read> ContainerReader<T, R> {
     /// Reads the header of a container file.
     pub fn new(input: R) -> Result<Self, ContainerError> {
+        limit_allocations();
         let mut input = CountingRead::new(input);
         let count = input.counter();
         let set = T::schemas();
@@ -239,8 +268,11 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
                 .and_then(|schema| set.position_of_schema(schema))
                 .is_some_and(|index| set.is_current(index));
             if let (true, Some(codec)) = (is_current, header.codec) {
+                let mut blocks = Blocks::new(input, header.schema, header.sync, codec);
+                // Offsets count from the start of the file.
+                blocks.input.offset = header_bytes.len() as u64;
                 return Ok(ContainerReader {
-                    records: Records::Current(Blocks::new(input, header.sync, codec), PhantomData),
+                    records: Records::Current(blocks, PhantomData),
                     count,
                     index: 0,
                     writer_version: Some(set.current().version),
@@ -290,11 +322,25 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
     }
 
     fn corrupt(&mut self, source: BlockError) -> ContainerError {
-        self.failed = true;
+        let (byte_offset, skipped_bytes, resumed) = match &mut self.records {
+            Records::Current(blocks, _) => {
+                let start = blocks.block_start;
+                match blocks.recover(&source) {
+                    Ok((skipped, resumed)) => (start, skipped, resumed),
+                    Err(_) => (start, 0, false),
+                }
+            }
+            Records::Resolving(..) => (self.count.load(Ordering::Relaxed), 0, false),
+        };
+        if !resumed {
+            self.failed = true;
+        }
         ContainerError::Corrupt {
             record: T::NAME,
             index: self.index,
-            byte_offset: self.count.load(Ordering::Relaxed),
+            byte_offset,
+            skipped_bytes,
+            resumed,
             source,
         }
     }
@@ -456,9 +502,57 @@ fn read_long(input: &mut impl Read) -> Result<Option<i64>, BlockError> {
     Err(BlockError::Varint)
 }
 
+/// Input with bytes put back in front (what a resync read past the sync marker it found),
+/// and the logical position in it.
+struct PushBack<R> {
+    inner: R,
+    back: Vec<u8>,
+    at: usize,
+    offset: u64,
+}
+
+impl<R: Read> Read for PushBack<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = if self.at < self.back.len() {
+            let n = buf.len().min(self.back.len() - self.at);
+            buf[..n].copy_from_slice(&self.back[self.at..self.at + n]);
+            self.at += n;
+            if self.at == self.back.len() {
+                self.back = Vec::new();
+                self.at = 0;
+            }
+            n
+        } else {
+            self.inner.read(buf)?
+        };
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+impl<R> PushBack<R> {
+    /// Puts `bytes` back to be read next.
+    fn unread(&mut self, bytes: &[u8]) {
+        let mut back = bytes.to_vec();
+        back.extend_from_slice(&self.back[self.at..]);
+        self.back = back;
+        self.at = 0;
+        self.offset -= bytes.len() as u64;
+    }
+}
+
 /// The blocks of a container file of today's schema, and the position in the current one.
 struct Blocks<R> {
-    input: R,
+    input: PushBack<R>,
+    /// Where the current block starts.
+    block_start: u64,
+    /// The bytes of the current block's header (count and size).
+    head: Vec<u8>,
+    /// The bytes read where the sync marker should be.
+    trailer: Vec<u8>,
+    /// The schema of the first file: a file concatenated to it is read in line if it has
+    /// the same.
+    schema: Option<Schema>,
     sync: [u8; 16],
     codec: BlockCodec,
     /// A deflate block as read (reused).
@@ -475,9 +569,18 @@ struct Blocks<R> {
 }
 
 impl<R: Read> Blocks<R> {
-    fn new(input: R, sync: [u8; 16], codec: BlockCodec) -> Self {
+    fn new(input: R, schema: Option<Schema>, sync: [u8; 16], codec: BlockCodec) -> Self {
         Blocks {
-            input,
+            schema,
+            input: PushBack {
+                inner: input,
+                back: Vec::new(),
+                at: 0,
+                offset: 0,
+            },
+            block_start: 0,
+            head: Vec::new(),
+            trailer: Vec::new(),
             sync,
             codec,
             compressed: Vec::new(),
@@ -514,12 +617,35 @@ impl<R: Read> Blocks<R> {
         self.left -= 1;
     }
 
-    /// Reads the next block into `data`; `false` at the end of the file.
+    /// Reads the next block into `data`; `false` at the end of the file. A container
+    /// header (files concatenated with `cat`) switches to that file's sync marker.
     fn next_block(&mut self) -> Result<bool, BlockError> {
-        let Some(count) = read_long(&mut self.input)? else {
+        self.len = 0;
+        self.pos = 0;
+        self.left = 0;
+        self.count = 0;
+        self.head.clear();
+        self.trailer.clear();
+        self.block_start = self.input.offset;
+        let mut magic = Vec::with_capacity(4);
+        (&mut self.input)
+            .take(4)
+            .read_to_end(&mut magic)
+            .map_err(BlockError::Io)?;
+        if magic == CONTAINER_MAGIC {
+            self.next_file()?;
+            self.block_start = self.input.offset;
+        } else {
+            self.input.unread(&magic);
+        }
+        let mut tee = Tee {
+            inner: &mut self.input,
+            seen: &mut self.head,
+        };
+        let Some(count) = read_long(&mut tee)? else {
             return Ok(false);
         };
-        let size = read_long(&mut self.input)?.ok_or(BlockError::Truncated)?;
+        let size = read_long(&mut tee)?.ok_or(BlockError::Truncated)?;
         let (Ok(count_u), Ok(size_u)) = (u64::try_from(count), usize::try_from(size)) else {
             return Err(BlockError::BadHeader { count, size });
         };
@@ -539,15 +665,14 @@ impl<R: Read> Blocks<R> {
         if raw.len() != size_u {
             return Err(BlockError::Truncated);
         }
-        let mut sync = [0u8; 16];
-        self.input.read_exact(&mut sync).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                BlockError::Truncated
-            } else {
-                BlockError::Io(e)
-            }
-        })?;
-        if sync != self.sync {
+        (&mut self.input)
+            .take(16)
+            .read_to_end(&mut self.trailer)
+            .map_err(BlockError::Io)?;
+        if self.trailer.len() != 16 {
+            return Err(BlockError::Truncated);
+        }
+        if self.trailer[..] != self.sync[..] {
             return Err(BlockError::SyncMarker);
         }
         self.len = match self.codec {
@@ -558,6 +683,85 @@ impl<R: Read> Blocks<R> {
         self.count = count_u;
         self.left = count_u;
         Ok(true)
+    }
+
+    /// The header of a container file concatenated to this one (its magic already read).
+    fn next_file(&mut self) -> Result<(), BlockError> {
+        let header = read_header(&mut std::io::Cursor::new(CONTAINER_MAGIC).chain(&mut self.input))
+            .ok_or(BlockError::Truncated)?;
+        match (header.schema, header.codec) {
+            (Some(schema), Some(codec)) if self.schema_matches(&schema) => {
+                self.sync = header.sync;
+                self.codec = codec;
+                Ok(())
+            }
+            _ => Err(BlockError::Concatenated),
+        }
+    }
+
+    /// Whether a concatenated file's schema is the one this reader reads.
+    fn schema_matches(&self, schema: &Schema) -> bool {
+        self.schema
+            .as_ref()
+            .is_some_and(|mine| mine.canonical_form() == schema.canonical_form())
+    }
+
+    /// After an error in the current block: skips to the next block, or, when the block's
+    /// framing itself is broken, to just after the next sync marker. Returns the bytes
+    /// skipped since the block's start and whether reading can go on.
+    fn recover(&mut self, error: &BlockError) -> std::io::Result<(u64, bool)> {
+        let framed = matches!(
+            error,
+            BlockError::Datum(_) | BlockError::Inflate { .. } | BlockError::TrailingBytes { .. }
+        );
+        self.len = 0;
+        self.pos = 0;
+        self.left = 0;
+        if framed {
+            // The block was read whole and its sync marker matched: the next one follows.
+            return Ok((self.input.offset - self.block_start, true));
+        }
+        // Everything read since the block started, in order, is searched first: a corrupt
+        // size may have swallowed the blocks after it.
+        let mut seen = std::mem::take(&mut self.head);
+        if !matches!(error, BlockError::BadHeader { .. } | BlockError::Varint) {
+            let raw = match self.codec {
+                BlockCodec::Null => &self.data,
+                BlockCodec::Deflate => &self.compressed,
+            };
+            seen.extend_from_slice(raw);
+            seen.extend_from_slice(&self.trailer);
+        }
+        let found = seen
+            .windows(16)
+            .position(|w| w == self.sync)
+            .map(|at| at + 16);
+        if let Some(after) = found {
+            self.input.unread(&seen[after..]);
+            return Ok((self.input.offset - self.block_start, true));
+        }
+        // Then the input, through a window of the last 16 bytes.
+        let keep = seen.len().min(15);
+        let mut window: VecDeque<u8> = seen[seen.len() - keep..].iter().copied().collect();
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = match self.input.read(&mut buf) {
+                Ok(0) => return Ok((self.input.offset - self.block_start, false)),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            for (i, &b) in buf[..n].iter().enumerate() {
+                if window.len() == 16 {
+                    window.pop_front();
+                }
+                window.push_back(b);
+                if window.len() == 16 && window.iter().eq(self.sync.iter()) {
+                    self.input.unread(&buf[i + 1..n]);
+                    return Ok((self.input.offset - self.block_start, true));
+                }
+            }
+        }
     }
 }
 

@@ -440,7 +440,7 @@ fn container_written_with_schema_v1_is_read_by_the_current_schema() {
 }
 
 #[test]
-fn a_corrupt_container_block_ends_the_file_after_the_good_records() {
+fn a_corrupt_container_block_is_reported_at_its_offset_after_the_good_records() {
     let mut writer =
         ContainerWriter::<WatchEvent, _>::with_codec(Vec::new(), apache_avro::Codec::Null).unwrap();
     for i in 0..10 {
@@ -471,7 +471,7 @@ fn a_corrupt_container_block_ends_the_file_after_the_good_records() {
             byte_offset,
             ..
         })) => {
-            assert!(*byte_offset >= good_len as u64 - 16)
+            assert_eq!(*byte_offset, good_len as u64, "the corrupt block's start")
         }
         other => panic!("expected a corrupt-block error, got {other:?}"),
     }
@@ -543,4 +543,156 @@ fn schema_files_are_self_contained_and_fingerprints_match_fastavros() {
         let ours: String = fingerprint.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(ours, hex);
     }
+}
+
+/// A container of `blocks` blocks of `per_block` IP events each (rv 1, 2, ...), with the
+/// byte range of each block (from its count to the end of its sync marker).
+fn blocks_file(
+    blocks: i64,
+    per_block: i64,
+    codec: apache_avro::Codec,
+) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+    let mut writer = ContainerWriter::<WatchEvent, _>::with_codec(Vec::new(), codec).unwrap();
+    for b in 0..blocks {
+        for i in 0..per_block {
+            let rv = b * per_block + i + 1;
+            writer
+                .append(&EventBuilder::ip(&format!("ip-{rv}"), "s").rv(rv).added())
+                .unwrap();
+        }
+        writer.flush().unwrap();
+    }
+    let bytes = writer.finish().unwrap();
+    let sync = bytes[bytes.len() - 16..].to_vec();
+    let ends: Vec<usize> = bytes
+        .windows(16)
+        .enumerate()
+        .filter(|(_, w)| *w == &sync[..])
+        .map(|(i, _)| i + 16)
+        .collect();
+    // The first occurrence closes the header.
+    let ranges = ends.windows(2).map(|w| w[0]..w[1]).collect();
+    (bytes, ranges)
+}
+
+fn versions_and_errors(bytes: &[u8]) -> (Vec<i64>, Vec<ContainerError>) {
+    let (mut versions, mut errors) = (Vec::new(), Vec::new());
+    for item in ContainerReader::<WatchEvent, _>::new(bytes).unwrap() {
+        match item {
+            Ok(e) => versions.push(e.resource_version_num.unwrap()),
+            Err(e) => errors.push(e),
+        }
+    }
+    (versions, errors)
+}
+
+#[test]
+fn a_corrupt_block_size_is_skipped_to_the_next_sync_marker_and_reading_goes_on() {
+    for codec in [
+        apache_avro::Codec::Null,
+        apache_avro::Codec::Deflate(Default::default()),
+    ] {
+        let (mut bytes, blocks) = blocks_file(3, 4, codec);
+        assert_eq!(blocks.len(), 3);
+        // The middle block's record count becomes a size of many bytes: it swallows the
+        // third block unless the reader searches what it read for the sync marker.
+        let middle = blocks[1].clone();
+        bytes[middle.start] = 8; // count 4, as before
+        bytes[middle.start + 1] = 0xFE; // a size varint of ...
+        bytes.insert(middle.start + 2, 0x07); // ... 508 bytes: more than the block
+        let (versions, errors) = versions_and_errors(&bytes);
+        assert_eq!(versions, [1, 2, 3, 4, 9, 10, 11, 12], "{errors:?}");
+        match &errors[..] {
+            [ContainerError::Corrupt {
+                index: 4,
+                byte_offset,
+                resumed: true,
+                skipped_bytes,
+                ..
+            }] => {
+                assert_eq!(*byte_offset, middle.start as u64);
+                assert_eq!(*skipped_bytes, (middle.end - middle.start + 1) as u64);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_corrupt_record_loses_only_the_rest_of_its_block() {
+    let (mut bytes, blocks) = blocks_file(3, 4, apache_avro::Codec::Null);
+    // The first record's cluster id length becomes negative.
+    let middle = blocks[1].clone();
+    bytes[middle.start + 2] = 0x01;
+    let (versions, errors) = versions_and_errors(&bytes);
+    assert_eq!(versions, [1, 2, 3, 4, 9, 10, 11, 12]);
+    assert!(
+        matches!(
+            &errors[..],
+            [ContainerError::Corrupt {
+                index: 4,
+                resumed: true,
+                ..
+            }]
+        ),
+        "{errors:?}"
+    );
+    assert!(errors[0].to_string().contains("resumed"), "{}", errors[0]);
+}
+
+#[test]
+fn garbage_after_the_last_block_is_reported_not_resumed() {
+    let (mut bytes, _) = blocks_file(2, 2, apache_avro::Codec::Null);
+    bytes.extend_from_slice(&[0x02, 0x7F, 0xAA, 0xBB]);
+    let (versions, errors) = versions_and_errors(&bytes);
+    assert_eq!(versions, [1, 2, 3, 4]);
+    assert!(
+        matches!(
+            &errors[..],
+            [ContainerError::Corrupt {
+                index: 4,
+                resumed: false,
+                ..
+            }]
+        ),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn concatenated_container_files_are_read_whole() {
+    let (a, _) = blocks_file(2, 3, apache_avro::Codec::Null);
+    let (b, _) = blocks_file(1, 2, apache_avro::Codec::Deflate(Default::default()));
+    let mut both = a.clone();
+    both.extend_from_slice(&b);
+    let (versions, errors) = versions_and_errors(&both);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 1, 2]);
+}
+
+#[test]
+fn a_block_declaring_more_than_the_cap_is_refused_without_allocating_it() {
+    let (mut bytes, blocks) = blocks_file(1, 1, apache_avro::Codec::Null);
+    let start = blocks[0].start;
+    // count 1, size 2^40 (zigzag varint).
+    let mut header = vec![0x02];
+    let mut z: u64 = 1 << 41;
+    while z >= 0x80 {
+        header.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    header.push(z as u8);
+    bytes.splice(start..start + 2, header);
+    let (versions, errors) = versions_and_errors(&bytes);
+    assert!(versions.is_empty());
+    assert!(
+        matches!(
+            &errors[..],
+            [ContainerError::Corrupt {
+                source: ipaudit_schemas::container::BlockError::BadHeader { .. },
+                ..
+            }]
+        ),
+        "{errors:?}"
+    );
 }

@@ -913,10 +913,13 @@ proptest! {
                 bytes[i] = *value;
             }
             if let Ok(reader) = ContainerReader::<WatchEvent, _>::new(&bytes[..]) {
+                // The reader resumes at the next sync marker after a corrupt block: it ends,
+                // and each flipped byte costs at most its block (an error or two), never
+                // more records than were written.
                 let results: Vec<_> = reader.collect();
                 let errors = results.iter().filter(|r| r.is_err()).count();
-                prop_assert!(errors <= 1);
-                prop_assert!(errors == 0 || results.last().unwrap().is_err(), "an error ends the file");
+                prop_assert!(errors <= 2 * flips.len() + 1, "{} errors", errors);
+                prop_assert!(results.len() - errors <= events.len());
             }
         }
     }

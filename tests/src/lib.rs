@@ -4,6 +4,7 @@
 pub mod analyzer;
 pub mod broker;
 pub mod collector;
+pub mod measure;
 pub mod receiver;
 pub mod scenario;
 pub mod tls;

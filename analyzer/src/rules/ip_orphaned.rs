@@ -133,8 +133,8 @@ fn check(ctx: &mut Context<'_>, key: &RecordKey, cause: &EventRef) {
         };
         let fix = match key.0 {
             Stream::Ip => format!(
-                "Recreate subnet {pool_name} so that kube-ovn can release the address, or delete the IP if its pod is gone: kubectl delete ip {}",
-                key.1
+                "Recreate subnet {pool_name} so that kube-ovn can release the address, or delete the IP if its pod is gone: {}",
+                crate::fix::delete("ip", &key.1)
             ),
             _ => format!(
                 "Recreate {pool_kind} {pool_name} or delete the pod of {} so that spiderpool releases it",

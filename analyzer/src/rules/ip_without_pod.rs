@@ -340,14 +340,10 @@ fn finding(
 /// How to release the address by hand, for each kind of record.
 fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String {
     let resource = key.0.spec().map_or_else(String::new, |k| k.resource());
-    let (namespace, name) = match key.1.split_once('/') {
-        Some((ns, name)) => (format!(" -n {ns}"), name.to_owned()),
-        None => (String::new(), key.1.to_string()),
-    };
     match record.part() {
         KindPart::Ip(_) => format!(
-            "Delete the IP so that kube-ovn releases the address: kubectl delete ip {}",
-            key.1
+            "Delete the IP so that kube-ovn releases the address: {}",
+            crate::fix::delete("ip", &key.1)
         ),
         KindPart::IpPool(pool) => {
             let offset = pool
@@ -355,16 +351,24 @@ fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String 
                 .iter()
                 .find(|a| a.address == holding.address)
                 .map_or("<offset>", |a| a.offset.as_str());
+            let command = match offset.parse::<u64>() {
+                Ok(offset) => crate::fix::json_patch(
+                    &resource,
+                    &key.1,
+                    record.resource_version(),
+                    vec![serde_json::json!({"op": "remove", "path": format!("/spec/allocations/{offset}")})],
+                ),
+                Err(_) => crate::fix::NO_COMMAND.to_owned(),
+            };
             format!(
-                "whereabouts' ip-reconciler releases it on its next run; to release it now: kubectl patch {resource}{namespace} {name} --type=json -p '[{{\"op\":\"test\",\"path\":\"/metadata/resourceVersion\",\"value\":\"{}\"}},{{\"op\":\"remove\",\"path\":\"/spec/allocations/{offset}\"}}]'",
-                record.resource_version()
+                "whereabouts' ip-reconciler releases it on its next run; to release it now: {command}"
             )
         }
         KindPart::SpiderIpPool(_) => format!(
             "spiderpool's garbage collector releases entries of gone pods (every 10 min by default); if it does not, check spiderpool-controller's logs for pool {}",
             key.1
         ),
-        _ => format!("Delete it: kubectl delete {resource}{namespace} {name}"),
+        _ => format!("Delete it: {}", crate::fix::delete(&resource, &key.1)),
     }
 }
 

@@ -295,13 +295,7 @@ pub fn remove_finalizer_command(
     index: usize,
     finalizer: &str,
 ) -> String {
-    let target = match key.split_once('/') {
-        Some((namespace, name)) => format!("{resource} -n {namespace} {name}"),
-        None => format!("{resource} {key}"),
-    };
-    format!(
-        "kubectl patch {target} --type=json -p '[{{\"op\":\"test\",\"path\":\"/metadata/resourceVersion\",\"value\":\"{resource_version}\"}},{{\"op\":\"test\",\"path\":\"/metadata/finalizers/{index}\",\"value\":\"{finalizer}\"}},{{\"op\":\"remove\",\"path\":\"/metadata/finalizers/{index}\"}}]'"
-    )
+    crate::fix::remove_finalizer(resource, key, resource_version, index, finalizer)
 }
 
 /// A time for a person.

@@ -305,7 +305,7 @@ fn fix_for(ip: &ObjectRecord, name: &str, subnet: &str) -> String {
     let patch = match ip.kube_ovn_finalizer() {
         Some((index, finalizer)) => format!(
             "; if it then stays terminating, remove kube-ovn's finalizer: {}",
-            remove_finalizer_command("ip", name, "<current resourceVersion>", index, finalizer)
+            remove_finalizer_command("ip", name, crate::fix::CURRENT_VERSION, index, finalizer)
         ),
         None => String::new(),
     };
@@ -316,7 +316,8 @@ fn fix_for(ip: &ObjectRecord, name: &str, subnet: &str) -> String {
         _ => "(none)".to_owned(),
     };
     format!(
-        "Recreate subnet {subnet} so that kube-ovn releases the address, or, if pod {pod} is gone, delete the IP: kubectl delete ip {name}{patch}"
+        "Recreate subnet {subnet} so that kube-ovn releases the address, or, if pod {pod} is gone, delete the IP: {}{patch}",
+        crate::fix::delete("ip", name)
     )
 }
 

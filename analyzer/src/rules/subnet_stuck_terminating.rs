@@ -147,7 +147,8 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
             None => "Check kube-ovn-controller's logs for this subnet".to_owned(),
         },
         (Stream::Subnet, false) => format!(
-            "Delete the pods and IPs that still use subnet {name}: kubectl get ips -l ovn.kubernetes.io/subnet={name}"
+            "Delete the pods and IPs that still use subnet {name}: {}",
+            crate::fix::list_by_label("ips", "ovn.kubernetes.io/subnet", name)
         ),
         (_, false) => format!(
             "Delete or move the pods that still hold addresses of {kind} {name}; spiderpool removes its finalizer once no address is allocated"

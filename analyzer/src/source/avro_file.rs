@@ -1,18 +1,22 @@
-//! Avro object container files of WatchEvents, streamed record by record.
+//! Avro object container files of WatchEvents, streamed record by record. A corrupt block
+//! is reported with its offset and the reader resumes at the next sync marker; files
+//! concatenated with `cat` are read whole.
 
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ipaudit_schemas::{ContainerError, ContainerReader, WatchEvent};
 
-use super::{Position, Problem, SourceError, SourceItem};
+use super::{unversioned_problem, Position, Problem, ProblemLog, SourceError, SourceItem};
 
-/// Reads a container file; a corrupt block is reported and ends the file.
+/// Reads a container file; a corrupt block is reported and skipped.
 pub struct AvroFileSource {
     path: PathBuf,
+    log: ProblemLog,
+    index: u64,
     reader: ContainerReader<WatchEvent, BufReader<File>>,
     total_bytes: u64,
 }
@@ -35,6 +39,8 @@ impl AvroFileSource {
             })?;
         Ok(AvroFileSource {
             path: path.to_owned(),
+            log: ProblemLog::new(path),
+            index: 0,
             reader,
             total_bytes,
         })
@@ -55,27 +61,61 @@ impl Iterator for AvroFileSource {
     type Item = SourceItem;
 
     fn next(&mut self) -> Option<SourceItem> {
-        match self.reader.next()? {
-            Ok(event) => Some(SourceItem::Event(event)),
-            Err(error) => {
-                let position = match &error {
-                    ContainerError::Corrupt {
-                        index, byte_offset, ..
-                    } => Position::Record {
-                        index: *index,
-                        offset: *byte_offset,
-                    },
-                    _ => Position::Record {
-                        index: 0,
-                        offset: 0,
-                    },
-                };
-                Some(SourceItem::Problem(Problem {
-                    path: self.path.clone(),
-                    position,
-                    message: error_chain(&error),
-                    skipped: true,
-                }))
+        loop {
+            if let Some(item) = self.log.next_item() {
+                return Some(item);
+            }
+            let Some(next) = self.reader.next() else {
+                return self.log.finish();
+            };
+            match next {
+                Ok(event) => {
+                    let index = self.index;
+                    self.index += 1;
+                    let Some(message) = unversioned_problem(&event) else {
+                        return Some(SourceItem::Event(event));
+                    };
+                    self.log.push(Problem {
+                        path: self.path.clone(),
+                        position: Position::Record {
+                            index,
+                            offset: self.reader.bytes_read().load(Ordering::Relaxed),
+                        },
+                        message,
+                        skipped: true,
+                        bytes: 0,
+                    });
+                }
+                Err(error) => {
+                    let (position, bytes) = match &error {
+                        ContainerError::Corrupt {
+                            index,
+                            byte_offset,
+                            skipped_bytes,
+                            ..
+                        } => (
+                            Position::Record {
+                                index: *index,
+                                offset: *byte_offset,
+                            },
+                            *skipped_bytes,
+                        ),
+                        _ => (
+                            Position::Record {
+                                index: self.index,
+                                offset: 0,
+                            },
+                            0,
+                        ),
+                    };
+                    self.log.push(Problem {
+                        path: self.path.clone(),
+                        position,
+                        message: error_chain(&error),
+                        skipped: true,
+                        bytes,
+                    });
+                }
             }
         }
     }

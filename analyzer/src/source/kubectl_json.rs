@@ -5,18 +5,34 @@
 //! watch events in order. Every listed version is at or below the list's version, and every
 //! watch event is above it, so sorting each stream's leading run of ADDED events by version
 //! orders the whole stream. That run is framed with `SYNC_START`/`SYNC_END`, as a
-//! collector frames a list, so that the analyzer knows the list was complete. The file is read whole (kubectl recordings are incident-sized;
-//! long recordings belong in Avro) and handed on merged in resourceVersion order.
+//! collector frames a list, so that the analyzer knows the list was complete.
+//!
+//! The file is streamed, never read whole: memory is bounded by the objects of the initial
+//! lists and by one document, not by the length of the recording. A first pass splits the
+//! documents, reports the broken ones and notes where each kind's documents lie (a few runs
+//! of byte ranges: one per file concatenated into this one); then one cursor per kind reads
+//! its runs again, and the cursors are merged by resourceVersion.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use ipaudit_schemas::kinds;
 use ipaudit_schemas::kubernetes::{from_watch_document, FieldProblem};
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
+use serde::Deserialize;
 
-use super::{bump, counter, Position, Problem, SourceItem};
+use super::{
+    bump, counter, unversioned_problem, Position, Problem, ProblemLog, SourceError, SourceItem,
+};
+
+/// The largest document kept for parsing. Kubernetes objects are at most a few MiB (etcd's
+/// request limit is 1.5 MiB); a larger "document" is a broken one that never closes.
+pub const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 
 /// One top-level document found in the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,156 +49,478 @@ pub struct Document {
 /// new document (nested objects are indented, and compact output has one per line), so a
 /// truncated document cannot swallow the next one.
 pub fn split_documents(text: &[u8]) -> Vec<Document> {
+    let mut splitter = Splitter::new(text, Cursor::default());
     let mut docs = Vec::new();
-    let (mut line, mut line_start) = (1u64, 0usize);
-    let mut depth = 0usize;
-    let (mut in_string, mut escaped) = (false, false);
-    let mut current: Option<(usize, Position)> = None;
-    let mut garbage: Option<(usize, Position)> = None;
-    let position = |i: usize, line: u64, line_start: usize| Position::Text {
-        line,
-        column: (i - line_start) as u64 + 1,
-        offset: i as u64,
-    };
-    for (i, &b) in text.iter().enumerate() {
-        if b == b'\n' {
-            if in_string {
-                // A raw newline cannot be inside a JSON string: the document is broken.
-                in_string = false;
-            }
-            line += 1;
-            line_start = i + 1;
-            continue;
+    while let Ok(Some(doc)) = splitter.next_document() {
+        docs.push(Document {
+            position: doc.position,
+            range: doc.start as usize..doc.end as usize,
+            broken: doc.broken,
+        });
+    }
+    docs
+}
+
+/// Where a splitter starts: a byte offset and the line it is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cursor {
+    offset: u64,
+    line: u64,
+    line_start: u64,
+}
+
+impl Default for Cursor {
+    fn default() -> Self {
+        Cursor {
+            offset: 0,
+            line: 1,
+            line_start: 0,
         }
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
+    }
+}
+
+/// A document the splitter found; the bytes of a complete one are in `Splitter::doc`.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    position: Position,
+    /// The cursor at its first byte, to read it again from there.
+    at: Cursor,
+    start: u64,
+    end: u64,
+    broken: Option<&'static str>,
+}
+
+/// A document from `at` to `end`.
+fn found(at: Cursor, end: u64, broken: Option<&'static str>) -> Found {
+    Found {
+        position: Position::Text {
+            line: at.line,
+            column: at.offset - at.line_start + 1,
+            offset: at.offset,
+        },
+        at,
+        start: at.offset,
+        end,
+        broken,
+    }
+}
+
+/// The document splitter, streaming: it holds the current document's bytes only (up to
+/// [`MAX_DOCUMENT_BYTES`]) and forgets broken ones as it goes.
+struct Splitter<R> {
+    input: R,
+    at: Cursor,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// The open document: where it started, and whether it outgrew the cap.
+    current: Option<(Cursor, bool)>,
+    /// Text outside any document, since this cursor.
+    garbage: Option<Cursor>,
+    /// The bytes of the open (then just closed) document.
+    doc: Vec<u8>,
+}
+
+impl<R: BufRead> Splitter<R> {
+    fn new(input: R, at: Cursor) -> Self {
+        Splitter {
+            input,
+            at,
+            depth: 0,
+            in_string: false,
+            escaped: false,
+            current: None,
+            garbage: None,
+            doc: Vec::new(),
         }
-        let at_line_start = i == line_start;
-        match b {
-            b'{' if depth == 0 || at_line_start => {
-                if let Some((start, pos)) = current.take() {
-                    docs.push(Document {
-                        position: pos,
-                        range: start..i,
-                        broken: Some("document is truncated"),
-                    });
-                }
-                if let Some((start, pos)) = garbage.take() {
-                    docs.push(Document {
-                        position: pos,
-                        range: start..i,
-                        broken: Some("text that is not a JSON object"),
-                    });
-                }
-                current = Some((i, position(i, line, line_start)));
-                depth = 1;
+    }
+
+    /// The next document, complete or broken; `None` at the end of the input.
+    fn next_document(&mut self) -> std::io::Result<Option<Found>> {
+        loop {
+            let chunk = match self.input.fill_buf() {
+                Ok(chunk) => chunk,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if chunk.is_empty() {
+                return Ok(self.at_end());
             }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' if depth > 0 => {
-                depth -= 1;
-                if depth == 0 {
-                    if let Some((start, pos)) = current.take() {
-                        docs.push(Document {
-                            position: pos,
-                            range: start..i + 1,
-                            broken: None,
-                        });
+            // Bytes of the open document in this chunk start here.
+            let mut copy_from = 0usize;
+            let mut result = None;
+            let mut used = chunk.len();
+            for (i, &b) in chunk.iter().enumerate() {
+                let offset = self.at.offset;
+                if b == b'\n' {
+                    // A raw newline cannot be inside a JSON string: the document is broken.
+                    self.in_string = false;
+                    self.at.offset += 1;
+                    self.at.line += 1;
+                    self.at.line_start = self.at.offset;
+                    continue;
+                }
+                if self.in_string {
+                    match (self.escaped, b) {
+                        (true, _) => self.escaped = false,
+                        (false, b'\\') => self.escaped = true,
+                        (false, b'"') => self.in_string = false,
+                        _ => {}
+                    }
+                    self.at.offset += 1;
+                    continue;
+                }
+                let at_line_start = offset == self.at.line_start;
+                match b {
+                    b'{' if self.depth == 0 || at_line_start => {
+                        if let Some((start, _)) = self.current.take() {
+                            // Not consumed: it opens the next document on the next call.
+                            self.depth = 0;
+                            self.doc.clear();
+                            result =
+                                Some(found(start, self.at.offset, Some("document is truncated")));
+                            used = i;
+                            break;
+                        }
+                        if let Some(start) = self.garbage.take() {
+                            result = Some(found(
+                                start,
+                                self.at.offset,
+                                Some("text that is not a JSON object"),
+                            ));
+                            used = i;
+                            break;
+                        }
+                        self.current = Some((self.at, false));
+                        self.doc.clear();
+                        copy_from = i;
+                        self.depth = 1;
+                    }
+                    b'{' | b'[' => self.depth += 1,
+                    b'}' | b']' if self.depth > 0 => {
+                        self.depth -= 1;
+                        if self.depth == 0 {
+                            self.at.offset += 1;
+                            used = i + 1;
+                            if let Some((start, oversized)) = self.current.take() {
+                                let broken = if oversized
+                                    || self.doc.len() + (i + 1 - copy_from) > MAX_DOCUMENT_BYTES
+                                {
+                                    self.doc.clear();
+                                    Some("document larger than 16 MiB")
+                                } else {
+                                    self.doc.extend_from_slice(&chunk[copy_from..=i]);
+                                    None
+                                };
+                                result = Some(found(start, self.at.offset, broken));
+                            }
+                            break;
+                        }
+                    }
+                    b'"' if self.depth > 0 => self.in_string = true,
+                    b if b.is_ascii_whitespace() => {}
+                    _ if self.depth == 0 && self.garbage.is_none() => {
+                        self.garbage = Some(self.at);
+                    }
+                    _ => {}
+                }
+                self.at.offset += 1;
+            }
+            if result.is_none() {
+                if let Some((_, oversized)) = &mut self.current {
+                    if !*oversized {
+                        if self.doc.len() + (chunk.len() - copy_from) > MAX_DOCUMENT_BYTES {
+                            *oversized = true;
+                            self.doc = Vec::new();
+                        } else {
+                            self.doc.extend_from_slice(&chunk[copy_from..]);
+                        }
                     }
                 }
             }
-            b'"' if depth > 0 => in_string = true,
-            b if b.is_ascii_whitespace() => {}
-            _ if depth == 0 && garbage.is_none() => {
-                garbage = Some((i, position(i, line, line_start)));
+            self.input.consume(used);
+            if result.is_some() {
+                return Ok(result);
             }
-            _ => {}
         }
     }
-    if let Some((start, pos)) = current {
-        docs.push(Document {
-            position: pos,
-            range: start..text.len(),
-            broken: Some("document is truncated"),
+
+    fn at_end(&mut self) -> Option<Found> {
+        if let Some((start, _)) = self.current.take() {
+            self.doc.clear();
+            self.depth = 0;
+            return Some(found(start, self.at.offset, Some("document is truncated")));
+        }
+        let start = self.garbage.take()?;
+        Some(found(
+            start,
+            self.at.offset,
+            Some("text that is not a JSON object"),
+        ))
+    }
+}
+
+/// What the first pass needs of a document: its type and its object's kind.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    event_type: Cow<'a, str>,
+    #[serde(borrow)]
+    object: ObjectHead<'a>,
+}
+
+#[derive(Deserialize)]
+struct ObjectHead<'a> {
+    #[serde(rename = "apiVersion", borrow, default)]
+    api_version: Cow<'a, str>,
+    #[serde(borrow, default)]
+    kind: Cow<'a, str>,
+}
+
+/// The stream a complete document belongs to, or why it is not an event of a known kind.
+fn classify(doc: &[u8]) -> Result<Stream, String> {
+    if let Ok(head) = serde_json::from_slice::<Head<'_>>(doc) {
+        let known_type = matches!(
+            &*head.event_type,
+            "ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK"
+        );
+        if let (true, Some(spec)) = (
+            known_type,
+            kinds::of_object(&head.object.api_version, &head.object.kind),
+        ) {
+            return Ok(spec.stream);
+        }
+    }
+    // The rare path: the full conversion says exactly what is wrong.
+    let value: serde_json::Value =
+        serde_json::from_slice(doc).map_err(|e| format!("invalid JSON: {e}"))?;
+    match from_watch_document(&value) {
+        Ok(converted) => Ok(converted.event.stream),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The byte ranges of one stream's documents, in file order.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    from: Cursor,
+    end: u64,
+}
+
+/// The first pass: reports broken documents and notes each stream's runs.
+fn index(
+    path: &Path,
+    file: File,
+    log: &mut ProblemLog,
+) -> Result<Vec<(Stream, Vec<Run>)>, SourceError> {
+    let mut splitter = Splitter::new(BufReader::with_capacity(1 << 20, file), Cursor::default());
+    let mut streams: Vec<(Stream, Vec<Run>)> = Vec::new();
+    let mut last: Option<Stream> = None;
+    loop {
+        let found = splitter.next_document().map_err(|source| SourceError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let Some(found) = found else { break };
+        let why = match found.broken {
+            Some(why) => why.to_owned(),
+            None => match classify(&splitter.doc) {
+                Ok(stream) => {
+                    let at = match streams.iter().position(|(s, _)| *s == stream) {
+                        Some(at) => at,
+                        None => {
+                            streams.push((stream, Vec::new()));
+                            streams.len() - 1
+                        }
+                    };
+                    let runs = &mut streams[at].1;
+                    match runs.last_mut() {
+                        Some(run) if last == Some(stream) => run.end = found.end,
+                        _ => runs.push(Run {
+                            from: found.at,
+                            end: found.end,
+                        }),
+                    }
+                    last = Some(stream);
+                    continue;
+                }
+                Err(why) => why,
+            },
+        };
+        log.push(Problem {
+            path: path.to_owned(),
+            position: found.position,
+            message: why,
+            skipped: true,
+            bytes: found.end - found.start,
         });
     }
-    if let Some((start, pos)) = garbage {
-        docs.push(Document {
-            position: pos,
-            range: start..text.len(),
-            broken: Some("text that is not a JSON object"),
-        });
+    Ok(streams)
+}
+
+/// One stream's events, in order: its initial list sorted and framed, then the rest.
+struct StreamCursor {
+    stream: Stream,
+    runs: VecDeque<Run>,
+    splitter: Option<Splitter<BufReader<std::io::Take<File>>>>,
+    path: PathBuf,
+    /// Events ready, in order (the framed initial list, then one at a time).
+    ready: VecDeque<(WatchEvent, u64)>,
+    /// Still reading the leading run of ADDED events.
+    in_list: bool,
+    done: bool,
+}
+
+impl StreamCursor {
+    /// The next event of this stream, with the file offset after it.
+    fn next(&mut self, log: &mut ProblemLog) -> Result<Option<(WatchEvent, u64)>, SourceError> {
+        loop {
+            if !self.in_list || self.done {
+                if let Some(ready) = self.ready.pop_front() {
+                    return Ok(Some(ready));
+                }
+            }
+            if self.done {
+                return Ok(None);
+            }
+            match self.read(log)? {
+                Some((event, end)) => {
+                    if self.in_list && event.event_type != EventType::Added {
+                        self.end_list();
+                    }
+                    self.ready.push_back((event, end));
+                }
+                None => {
+                    self.done = true;
+                    if self.in_list {
+                        self.end_list();
+                    }
+                }
+            }
+        }
     }
-    docs.sort_by_key(|d| d.range.start);
-    docs
+
+    /// The initial list is complete: sort and frame it.
+    fn end_list(&mut self) {
+        self.in_list = false;
+        let listed = self
+            .ready
+            .iter()
+            .take_while(|(e, _)| e.event_type == EventType::Added)
+            .count();
+        if listed == 0 {
+            return;
+        }
+        self.ready.make_contiguous()[..listed]
+            .sort_by_key(|(e, _)| e.resource_version_num.unwrap_or(i64::MAX));
+        let marker = |(first, end): &(WatchEvent, u64), event_type: EventType| {
+            let mut marker = WatchEvent::new(first.stream, event_type, &first.resource_version);
+            marker.cluster_id.clone_from(&first.cluster_id);
+            (marker, *end)
+        };
+        let start = marker(&self.ready[0], EventType::SyncStart);
+        let end = marker(&self.ready[listed - 1], EventType::SyncEnd);
+        self.ready.insert(listed, end);
+        self.ready.push_front(start);
+    }
+
+    /// The next usable document of this stream, converted.
+    fn read(&mut self, log: &mut ProblemLog) -> Result<Option<(WatchEvent, u64)>, SourceError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| SourceError::Io { path, source }
+        };
+        loop {
+            let splitter = match &mut self.splitter {
+                Some(splitter) => splitter,
+                None => {
+                    let Some(run) = self.runs.pop_front() else {
+                        return Ok(None);
+                    };
+                    let mut file = File::open(&self.path).map_err(io(&self.path))?;
+                    file.seek(SeekFrom::Start(run.from.offset))
+                        .map_err(io(&self.path))?;
+                    let input =
+                        BufReader::with_capacity(256 * 1024, file.take(run.end - run.from.offset));
+                    self.splitter.insert(Splitter::new(input, run.from))
+                }
+            };
+            let Some(found) = splitter.next_document().map_err(io(&self.path))? else {
+                self.splitter = None;
+                continue;
+            };
+            // Broken documents and those of other streams were dealt with by the first pass.
+            if found.broken.is_some() || classify(&splitter.doc).ok() != Some(self.stream) {
+                continue;
+            }
+            let problem = |message: String, skipped: bool| Problem {
+                path: self.path.clone(),
+                position: found.position,
+                message,
+                skipped,
+                bytes: found.end - found.start,
+            };
+            let converted = serde_json::from_slice::<serde_json::Value>(&splitter.doc)
+                .map_err(|e| format!("invalid JSON: {e}"))
+                .and_then(|value| from_watch_document(&value).map_err(|e| e.to_string()));
+            match converted {
+                Ok(converted) => {
+                    if let Some(message) = unversioned_problem(&converted.event) {
+                        log.push(problem(message, true));
+                        continue;
+                    }
+                    if !converted.problems.is_empty() {
+                        log.push(problem(describe(&converted.problems), false));
+                    }
+                    return Ok(Some((converted.event, found.end)));
+                }
+                Err(message) => log.push(problem(message, true)),
+            }
+        }
+    }
 }
 
 /// The events of one kubectl recording, in resourceVersion order.
 pub struct KubectlJsonSource {
-    items: std::vec::IntoIter<SourceItem>,
+    log: ProblemLog,
+    cursors: Vec<StreamCursor>,
+    heads: Vec<Option<(WatchEvent, u64)>>,
+    started: bool,
     total_bytes: u64,
     progress: Arc<AtomicU64>,
-    done_bytes: Vec<u64>,
-    emitted: usize,
 }
 
 impl KubectlJsonSource {
-    /// Parses the whole text.
-    pub fn new(path: PathBuf, text: &[u8]) -> Self {
-        let mut problems = Vec::new();
-        let mut per_stream: BTreeMap<Stream, Vec<(WatchEvent, u64)>> = BTreeMap::new();
-        for doc in split_documents(text) {
-            let problem = |message: String, skipped: bool| Problem {
-                path: path.clone(),
-                position: doc.position,
-                message,
-                skipped,
-            };
-            if let Some(why) = doc.broken {
-                problems.push(problem(why.to_owned(), true));
-                continue;
-            }
-            let value: serde_json::Value = match serde_json::from_slice(&text[doc.range.clone()]) {
-                Ok(v) => v,
-                Err(e) => {
-                    problems.push(problem(format!("invalid JSON: {e}"), true));
-                    continue;
-                }
-            };
-            match from_watch_document(&value) {
-                Ok(converted) => {
-                    if !converted.problems.is_empty() {
-                        problems.push(problem(describe(&converted.problems), false));
-                    }
-                    per_stream
-                        .entry(converted.event.stream)
-                        .or_default()
-                        .push((converted.event, doc.range.end as u64));
-                }
-                Err(e) => problems.push(problem(e.to_string(), true)),
-            }
-        }
-        for events in per_stream.values_mut() {
-            frame_initial_list(events);
-        }
-        let mut items: Vec<SourceItem> = problems.into_iter().map(SourceItem::Problem).collect();
-        let mut done_bytes = vec![0; items.len()];
-        for (event, end) in merge_by_version(per_stream.into_values().collect()) {
-            items.push(SourceItem::Event(event));
-            done_bytes.push(end);
-        }
-        KubectlJsonSource {
-            items: items.into_iter(),
-            total_bytes: text.len() as u64,
+    /// Opens a recording: the first pass reads it through once.
+    pub fn open(path: &Path) -> Result<Self, SourceError> {
+        let io = |source| SourceError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        let total_bytes = file.metadata().map_err(io)?.len();
+        let mut log = ProblemLog::new(path);
+        let streams = index(path, file, &mut log)?;
+        let cursors = streams
+            .into_iter()
+            .map(|(stream, runs)| StreamCursor {
+                stream,
+                runs: runs.into(),
+                splitter: None,
+                path: path.to_owned(),
+                ready: VecDeque::new(),
+                in_list: true,
+                done: false,
+            })
+            .collect::<Vec<_>>();
+        Ok(KubectlJsonSource {
+            log,
+            heads: cursors.iter().map(|_| None).collect(),
+            cursors,
+            started: false,
+            total_bytes,
             progress: counter(0),
-            done_bytes,
-            emitted: 0,
-        }
+        })
     }
 
     /// Size of the text.
@@ -194,29 +532,27 @@ impl KubectlJsonSource {
     pub fn progress(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.progress)
     }
-}
 
-/// Sorts a stream's leading run of ADDED events (kubectl's initial list) and frames it
-/// with relist markers.
-fn frame_initial_list(events: &mut Vec<(WatchEvent, u64)>) {
-    let listed = events
-        .iter()
-        .take_while(|(e, _)| e.event_type == EventType::Added)
-        .count();
-    if listed == 0 {
-        return;
+    fn advance(&mut self, index: usize) {
+        self.heads[index] = match self.cursors[index].next(&mut self.log) {
+            Ok(next) => next,
+            Err(error) => {
+                // The file went away or became unreadable under us: say so, end the stream.
+                self.log.push(Problem {
+                    path: self.cursors[index].path.clone(),
+                    position: Position::Text {
+                        line: 0,
+                        column: 0,
+                        offset: 0,
+                    },
+                    message: super::avro_file::error_chain(&error),
+                    skipped: true,
+                    bytes: 0,
+                });
+                None
+            }
+        };
     }
-    events[..listed].sort_by_key(|(e, _)| e.resource_version_num.unwrap_or(i64::MAX));
-    let marker = |index: usize, event_type: EventType| {
-        let (first, end) = &events[index];
-        let mut marker = WatchEvent::new(first.stream, event_type, &first.resource_version);
-        marker.cluster_id.clone_from(&first.cluster_id);
-        (marker, *end)
-    };
-    let start = marker(0, EventType::SyncStart);
-    let end = marker(listed - 1, EventType::SyncEnd);
-    events.insert(listed, end);
-    events.insert(0, start);
 }
 
 fn describe(problems: &[FieldProblem]) -> String {
@@ -227,41 +563,39 @@ fn describe(problems: &[FieldProblem]) -> String {
     format!("unusable fields: {}", fields.join(", "))
 }
 
-/// Merges per-stream ordered lists into one list ordered by resourceVersion.
-fn merge_by_version(streams: Vec<Vec<(WatchEvent, u64)>>) -> Vec<(WatchEvent, u64)> {
-    let total = streams.iter().map(Vec::len).sum();
-    let mut iters: Vec<_> = streams
-        .into_iter()
-        .map(|s| s.into_iter().peekable())
-        .collect();
-    let mut merged = Vec::with_capacity(total);
-    loop {
-        let next = iters
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, it)| {
-                it.peek()
-                    .map(|(e, _)| (e.resource_version_num.unwrap_or(i64::MAX), i))
-            })
-            .min();
-        let Some((_, i)) = next else { break };
-        if let Some(item) = iters[i].next() {
-            merged.push(item);
-        }
-    }
-    merged
-}
-
 impl Iterator for KubectlJsonSource {
     type Item = SourceItem;
 
     fn next(&mut self) -> Option<SourceItem> {
-        let item = self.items.next()?;
-        if let Some(done) = self.done_bytes.get(self.emitted) {
-            bump(&self.progress, *done);
+        if !self.started {
+            self.started = true;
+            for index in 0..self.cursors.len() {
+                self.advance(index);
+            }
         }
-        self.emitted += 1;
-        Some(item)
+        loop {
+            if let Some(item) = self.log.next_item() {
+                return Some(item);
+            }
+            let next = self
+                .heads
+                .iter()
+                .enumerate()
+                .filter_map(|(i, h)| {
+                    h.as_ref()
+                        .map(|(e, _)| (e.resource_version_num.unwrap_or(i64::MAX), i))
+                })
+                .min();
+            let Some((_, index)) = next else {
+                return self.log.finish();
+            };
+            let Some((event, end)) = self.heads[index].take() else {
+                continue;
+            };
+            bump(&self.progress, end);
+            self.advance(index);
+            return Some(SourceItem::Event(event));
+        }
     }
 }
 
@@ -311,5 +645,39 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn documents_split_across_read_buffers_are_whole() {
+        let text = "{\"a\": \"x\"}\n".repeat(50) + "garbage\n{\"b\": [1, 2]}";
+        let mut splitter = Splitter::new(
+            BufReader::with_capacity(7, text.as_bytes()),
+            Cursor::default(),
+        );
+        let mut docs = Vec::new();
+        while let Some(found) = splitter.next_document().unwrap() {
+            docs.push((
+                found.broken,
+                String::from_utf8(splitter.doc.clone()).unwrap(),
+            ));
+        }
+        assert_eq!(docs.len(), 52);
+        assert!(docs[..50]
+            .iter()
+            .all(|d| *d == (None, "{\"a\": \"x\"}".to_owned())));
+        assert_eq!(docs[50].0, Some("text that is not a JSON object"));
+        assert_eq!(docs[51], (None, "{\"b\": [1, 2]}".to_owned()));
+    }
+
+    #[test]
+    fn a_document_that_never_closes_is_not_kept_whole() {
+        let text = "{\"a\": ".to_owned() + &"[".repeat(MAX_DOCUMENT_BYTES + 10) + "\n{\"b\": 1}";
+        let mut splitter = Splitter::new(BufReader::new(text.as_bytes()), Cursor::default());
+        let first = splitter.next_document().unwrap().unwrap();
+        assert_eq!(first.broken, Some("document is truncated"));
+        assert!(splitter.doc.capacity() <= MAX_DOCUMENT_BYTES + (1 << 20));
+        let second = splitter.next_document().unwrap().unwrap();
+        assert_eq!(second.broken, None);
+        assert_eq!(splitter.doc, b"{\"b\": 1}");
     }
 }

@@ -16,7 +16,7 @@ use ipaudit_schemas::container::CONTAINER_MAGIC;
 use ipaudit_schemas::{ContainerError, WatchEvent};
 
 pub use avro_file::AvroFileSource;
-pub use kubectl_json::{split_documents, KubectlJsonSource};
+pub use kubectl_json::{split_documents, KubectlJsonSource, MAX_DOCUMENT_BYTES};
 
 /// The formats `replay` reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +114,98 @@ pub struct Problem {
     pub message: String,
     /// Whether the document was skipped (else it was kept without the bad fields).
     pub skipped: bool,
+    /// How many bytes of input it covers (what was skipped, when it was).
+    pub bytes: u64,
+}
+
+/// Problems of one input beyond the first [`MAX_LISTED_PROBLEMS`]: counted, not listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unlisted {
+    /// The file.
+    pub path: PathBuf,
+    /// How many problems.
+    pub problems: u64,
+    /// How many of them skipped a document or record.
+    pub skipped: u64,
+    /// Bytes those skipped.
+    pub skipped_bytes: u64,
+}
+
+/// Problems listed with their position, per input; the rest are only counted, so that a
+/// file of nothing but broken documents costs no memory per document.
+pub const MAX_LISTED_PROBLEMS: u64 = 100;
+
+/// The problems of one input as it is read: the first [`MAX_LISTED_PROBLEMS`] waiting to be
+/// handed on, the others counted.
+#[derive(Debug)]
+pub(crate) struct ProblemLog {
+    pending: std::collections::VecDeque<Problem>,
+    listed: u64,
+    unlisted: Unlisted,
+    finished: bool,
+}
+
+impl ProblemLog {
+    pub(crate) fn new(path: &Path) -> Self {
+        ProblemLog {
+            pending: std::collections::VecDeque::new(),
+            listed: 0,
+            unlisted: Unlisted {
+                path: path.to_owned(),
+                problems: 0,
+                skipped: 0,
+                skipped_bytes: 0,
+            },
+            finished: false,
+        }
+    }
+
+    /// Notes a problem where it was made.
+    pub(crate) fn push(&mut self, problem: Problem) {
+        if self.listed < MAX_LISTED_PROBLEMS {
+            self.listed += 1;
+            self.pending.push_back(problem);
+        } else {
+            self.unlisted.problems += 1;
+            if problem.skipped {
+                self.unlisted.skipped += 1;
+                self.unlisted.skipped_bytes += problem.bytes;
+            }
+        }
+    }
+
+    /// The next listed problem to hand on.
+    pub(crate) fn next_item(&mut self) -> Option<SourceItem> {
+        self.pending.pop_front().map(SourceItem::Problem)
+    }
+
+    /// At the end of the input: the count of problems not listed, once.
+    pub(crate) fn finish(&mut self) -> Option<SourceItem> {
+        if let Some(item) = self.next_item() {
+            return Some(item);
+        }
+        if self.finished || self.unlisted.problems == 0 {
+            return None;
+        }
+        self.finished = true;
+        Some(SourceItem::Unlisted(self.unlisted.clone()))
+    }
+}
+
+/// Why an event cannot be ordered: its resourceVersion is not a decimal number (etcd's
+/// revisions are). Such an event is skipped, never applied out of order.
+pub(crate) fn unversioned_problem(event: &WatchEvent) -> Option<String> {
+    let raw = &event.resource_version;
+    let numeric = !raw.is_empty() && raw.len() <= 19 && raw.bytes().all(|b| b.is_ascii_digit());
+    let consistent = event
+        .resource_version_num
+        .is_some_and(|n| numeric && raw.parse::<i64>().ok() == Some(n));
+    (!consistent).then(|| {
+        format!(
+            "resourceVersion {raw:?} is not a decimal number (or disagrees with the parsed {:?}): the event cannot be ordered",
+            event.resource_version_num
+        )
+    })
 }
 
 impl fmt::Display for Problem {
@@ -144,6 +236,8 @@ pub enum SourceItem {
     Event(WatchEvent),
     /// A problem, with its position.
     Problem(Problem),
+    /// Problems beyond the listed ones, counted (at the end of an input).
+    Unlisted(Unlisted),
 }
 
 /// An opened input.
@@ -174,13 +268,7 @@ impl Source {
         }
         match detect_format(&head[..filled]) {
             Some(InputFormat::AvroContainer) => Ok(Source::Avro(AvroFileSource::open(path)?)),
-            Some(InputFormat::KubectlJson) => {
-                let bytes = std::fs::read(path).map_err(io)?;
-                Ok(Source::Kubectl(KubectlJsonSource::new(
-                    path.to_owned(),
-                    &bytes,
-                )))
-            }
+            Some(InputFormat::KubectlJson) => Ok(Source::Kubectl(KubectlJsonSource::open(path)?)),
             None => Err(SourceError::UnknownFormat {
                 path: path.to_owned(),
             }),
@@ -215,7 +303,7 @@ impl Iterator for Source {
     }
 }
 
-/// A shared byte counter for sources that read everything up front.
+/// A shared byte counter for progress.
 pub(crate) fn counter(value: u64) -> Arc<AtomicU64> {
     Arc::new(AtomicU64::new(value))
 }

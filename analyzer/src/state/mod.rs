@@ -182,6 +182,10 @@ pub struct ClusterState {
     gone_order: VecDeque<(String, i64)>,
     tombstones: HashMap<String, i64>,
     tombstone_order: VecDeque<String>,
+    /// Objects held when versions last went backwards (an etcd restore): their next event
+    /// is applied whatever its version, since versions of two epochs do not compare.
+    #[serde(default)]
+    from_earlier_epoch: rustc_hash::FxHashSet<RecordKey>,
 }
 
 impl ClusterState {
@@ -319,6 +323,19 @@ impl ClusterState {
                 })
     }
 
+    /// Versions went backwards (a new epoch, see `reorder`): what is held stays, but no
+    /// version of the new epoch is compared with one of before, so that the deletions after
+    /// an etcd restore are not taken for stale events.
+    pub fn start_epoch(&mut self) {
+        self.tombstones.clear();
+        self.tombstone_order.clear();
+        self.from_earlier_epoch = self
+            .objects
+            .iter()
+            .flat_map(|(stream, records)| records.keys().map(|name| (*stream, Arc::clone(name))))
+            .collect();
+    }
+
     /// Applies one event, in resourceVersion order.
     pub fn apply(&mut self, event: WatchEvent) -> Applied {
         let at = EventRef::of(&event);
@@ -342,6 +359,10 @@ impl ClusterState {
             return stale();
         }
         let name = Arc::clone(&at.name);
+        let of_earlier_epoch = !self.from_earlier_epoch.is_empty()
+            && self
+                .from_earlier_epoch
+                .remove(&(event.stream, Arc::clone(&name)));
         let held = self.get(event.stream, &name).map(|r| Previous {
             same_object: r.uid == uid,
             // Needed only when a new uid replaced it (a pod then counts as gone).
@@ -352,7 +373,7 @@ impl ClusterState {
             deletion_requested: r.deletion_requested.clone(),
         });
         let same_object = held.as_ref().is_some_and(|p| p.same_object);
-        if same_object && held.as_ref().is_some_and(|p| rv <= p.rv) {
+        if same_object && !of_earlier_epoch && held.as_ref().is_some_and(|p| rv <= p.rv) {
             return stale();
         }
         let stream = event.stream;
