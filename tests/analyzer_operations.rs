@@ -4,29 +4,16 @@
 //! `/metrics` shows the consumer lag and the firing alerts.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::collector::{http_get, workspace_binary};
 use ipaudit_tests::receiver::{Received, Receiver};
 use ipaudit_tests::scenario::{ip, subnet};
+use ipaudit_tests::wait_for;
 use ipaudit_tests::world::World;
 use kube_sim::Kind;
-
-fn wait_for<T>(what: &str, timeout: Duration, mut found: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = found() {
-            return value;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "{what}: nothing after {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// A subnet deleted under a live IP: rule 1 fires for `name`.
 fn leak(world: &World, name: &str, third_octet: u8) {

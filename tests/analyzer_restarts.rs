@@ -5,7 +5,7 @@
 //! collector -> real broker -> `analyzer run` -> a real HTTP webhook receiver.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ipaudit_analyzer::store::Store;
 use ipaudit_tests::analyzer::AnalyzerProcess;
@@ -13,21 +13,8 @@ use ipaudit_tests::broker::create_topic;
 use ipaudit_tests::collector::CollectorProcess;
 use ipaudit_tests::receiver::{Received, Receiver};
 use ipaudit_tests::scenario::{play_kube_ovn_seed, Seed};
+use ipaudit_tests::wait_for;
 use ipaudit_tests::world::World;
-
-fn wait_for<T>(what: &str, timeout: Duration, mut found: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = found() {
-            return value;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "{what}: nothing after {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn rule(r: &Received) -> String {
     r.body["rule"].as_str().unwrap_or_default().to_owned()

@@ -12,6 +12,7 @@ use ipaudit_schemas::{decode, Alert, WatchEvent};
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::broker::{create_topic_via, free_port, read_topic_via};
 use ipaudit_tests::collector::{workspace_binary, CollectorProcess, CollectorSetup};
+use ipaudit_tests::poll_until;
 use ipaudit_tests::receiver::Receiver;
 use ipaudit_tests::scenario::play_kube_ovn_seed;
 use ipaudit_tests::tls::{Scram, TlsBroker, TlsSetup};
@@ -97,16 +98,12 @@ impl TlsWorld {
             &self.dir.path().join(format!("analyzer-{name}")),
             &args,
         );
-        wait_for(
-            "the analyzer joins its group",
-            Duration::from_secs(30),
-            || {
-                process
-                    .log_text()
-                    .contains("partitions assigned")
-                    .then_some(())
-            },
-        )
+        poll_until(Duration::from_secs(30), || {
+            process
+                .log_text()
+                .contains("partitions assigned")
+                .then_some(())
+        })
         .unwrap_or_else(|| panic!("analyzer log:\n{}", process.log_text()));
         process
     }
@@ -131,19 +128,6 @@ impl TlsWorld {
 impl Drop for TlsWorld {
     fn drop(&mut self) {
         self.sim.cut_watches();
-    }
-}
-
-fn wait_for<T>(_what: &str, timeout: Duration, mut found: impl FnMut() -> Option<T>) -> Option<T> {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = found() {
-            return Some(value);
-        }
-        if start.elapsed() > timeout {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -246,7 +230,7 @@ fn the_seed_goes_through_mutual_tls_from_collector_to_alert_and_cleanup() {
     );
     let seed = play_kube_ovn_seed(&world.sim, false);
 
-    let hook = wait_for("the rule-1 alert", Duration::from_secs(30), || {
+    let hook = poll_until(Duration::from_secs(30), || {
         receiver
             .received("/hook")
             .into_iter()
@@ -273,7 +257,7 @@ fn the_seed_goes_through_mutual_tls_from_collector_to_alert_and_cleanup() {
         decode::<Alert>(records.first().expect("an alert record over TLS")).expect("an Avro Alert");
     assert_eq!(first.rule, "subnet-deleted-before-ip");
 
-    wait_for("the stuck IP released", Duration::from_secs(30), || {
+    poll_until(Duration::from_secs(30), || {
         world
             .sim
             .get(Kind::Ip, "", seed.leaked_ip)
@@ -386,7 +370,7 @@ fn with_scram_over_tls_the_alert_fires_and_a_wrong_password_is_refused() {
         &["--webhook-url", &format!("{}/hook", receiver.url)],
     );
     let seed = play_kube_ovn_seed(&world.sim, false);
-    wait_for("the rule-1 alert", Duration::from_secs(30), || {
+    poll_until(Duration::from_secs(30), || {
         receiver.received("/hook").into_iter().find(|r| {
             r.body["rule"] == "subnet-deleted-before-ip" && r.body["subnet"] == seed.subnet
         })

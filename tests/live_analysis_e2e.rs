@@ -13,22 +13,9 @@ use ipaudit_tests::broker::{create_topic, produce, read_topic};
 use ipaudit_tests::collector::CollectorProcess;
 use ipaudit_tests::receiver::{Received, Receiver};
 use ipaudit_tests::scenario::{ip, play_kube_ovn_seed, subnet};
+use ipaudit_tests::wait_for;
 use ipaudit_tests::world::World;
 use kube_sim::Kind;
-
-fn wait_for<T>(what: &str, timeout: Duration, mut found: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = found() {
-            return value;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "{what}: nothing after {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn alerts_topic(world: &World) -> String {
     format!("{}.alerts", world.topic)

@@ -307,34 +307,15 @@ fn kinds_long_help() -> String {
     help
 }
 
-/// A secret given as a value or as a file: the file's content without one trailing
-/// newline. An empty file is an error (a mounted secret that is missing its key). The
+/// A secret given as a value or as a file (see [`ipaudit_kafka::value_or_file`]); the
 /// value never appears in an error.
 fn secret(
     value: Option<String>,
     file: Option<PathBuf>,
     what: &str,
 ) -> anyhow::Result<Option<String>> {
-    match (value, file) {
-        (Some(value), _) => Ok(Some(value)),
-        (None, Some(path)) => read_secret_file(&path)
-            .with_context(|| format!("cannot read the {what} from {}", path.display()))
-            .map(Some),
-        (None, None) => Ok(None),
-    }
-}
-
-/// Reads a secret file: its text without one trailing newline (`\n` or `\r\n`).
-fn read_secret_file(path: &std::path::Path) -> anyhow::Result<String> {
-    let mut text = std::fs::read_to_string(path)?;
-    if text.ends_with('\n') {
-        text.pop();
-        if text.ends_with('\r') {
-            text.pop();
-        }
-    }
-    anyhow::ensure!(!text.is_empty(), "the file is empty");
-    Ok(text)
+    ipaudit_kafka::value_or_file(value, file.as_deref())
+        .with_context(|| format!("cannot read the {what}"))
 }
 
 fn collector_config(

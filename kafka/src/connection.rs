@@ -173,22 +173,14 @@ fn readable(option: &'static str, path: &Path) -> Result<(), ConnectionError> {
 }
 
 fn read_password(path: &Path) -> Result<String, ConnectionError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConnectionError::File {
-        option: "--kafka-sasl-password-file",
-        path: path.to_owned(),
-        source,
-    })?;
-    // A file written with `echo` ends in a newline that is not part of the password.
-    let password = text
-        .strip_suffix("\r\n")
-        .or_else(|| text.strip_suffix('\n'))
-        .unwrap_or(&text);
-    if password.is_empty() {
-        return Err(ConnectionError::EmptyPassword {
-            path: path.to_owned(),
-        });
-    }
-    Ok(password.to_owned())
+    crate::read_secret_file(path).map_err(|error| match error {
+        crate::SecretFileError::Read { path, source } => ConnectionError::File {
+            option: "--kafka-sasl-password-file",
+            path,
+            source,
+        },
+        crate::SecretFileError::Empty { path } => ConnectionError::EmptyPassword { path },
+    })
 }
 
 impl Connection {

@@ -3,12 +3,14 @@
 //! start, and build every Kafka client (producers, consumers, admin) from it, so TLS, SASL
 //! and the operator's `--kafka-option`s apply to all of them alike. [`Connection::probe`]
 //! tells a misconfigured connection (TLS verification, authentication) from a broker that is
-//! merely down.
+//! merely down. Secrets of either program can come from files ([`read_secret_file`]).
 
 mod args;
 mod connection;
 mod probe;
+mod secret;
 
 pub use args::{KafkaArgs, KafkaOption, SaslMechanism, Secret, SecurityProtocol};
 pub use connection::{Connection, ConnectionError};
 pub use probe::ProbeError;
+pub use secret::{read_secret_file, value_or_file, SecretFileError};

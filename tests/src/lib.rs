@@ -11,6 +11,7 @@ pub mod tls;
 pub mod world;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use ipaudit_schemas::kubernetes::from_watch_document;
 use std::collections::HashMap;
@@ -140,4 +141,24 @@ pub fn write_recording(path: &Path, events: &[WatchEvent]) {
         writer.append(&event).expect("append");
     }
     writer.finish().expect("finish recording");
+}
+
+/// Polls `found` every 50 ms until it yields a value, and fails the test naming `what`
+/// when `timeout` passes first.
+pub fn wait_for<T>(what: &str, timeout: Duration, found: impl FnMut() -> Option<T>) -> T {
+    poll_until(timeout, found).unwrap_or_else(|| panic!("{what}: nothing after {timeout:?}"))
+}
+
+/// Polls `found` every 50 ms until it yields a value; `None` when `timeout` passes first.
+pub fn poll_until<T>(timeout: Duration, mut found: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(value) = found() {
+            return Some(value);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
