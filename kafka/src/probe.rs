@@ -6,7 +6,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rdkafka::client::ClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
@@ -63,12 +64,36 @@ struct Recorder {
     errors: Mutex<Vec<(RDKafkaErrorCode, String)>>,
 }
 
+impl Recorder {
+    fn record(&self, code: RDKafkaErrorCode, message: &str) {
+        if let Ok(mut errors) = self.errors.lock() {
+            errors.push((code, message.to_owned()));
+        }
+    }
+}
+
 impl ClientContext for Recorder {
     fn error(&self, error: KafkaError, reason: &str) {
-        let code = error.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
-        if let Ok(mut errors) = self.errors.lock() {
-            errors.push((code, reason.to_owned()));
+        self.record(
+            error.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail),
+            reason,
+        );
+    }
+
+    // librdkafka reports a broker connection's failure in its log at once, from its own
+    // threads, while the matching error event waits to be polled (and repeats are
+    // suppressed): reading the log too makes the verdict independent of poll timing.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if fac == "FAIL" {
+            if log_message.contains("SSL handshake failed")
+                || log_message.contains("certificate verify failed")
+            {
+                self.record(RDKafkaErrorCode::SSL, log_message);
+            } else if log_message.contains("SASL authentication error") {
+                self.record(RDKafkaErrorCode::Authentication, log_message);
+            }
         }
+        DefaultClientContext.log(level, fac, log_message);
     }
 }
 
@@ -125,8 +150,9 @@ impl Connection {
             if answered {
                 return Ok(());
             }
-            // Serves the error events raised meanwhile to the recorder.
-            producer.poll(Duration::ZERO);
+            // Serves the error events raised meanwhile to the recorder (one poll serves
+            // one event; polling for a moment serves them all).
+            producer.poll(Duration::from_millis(50));
             if let Some(fatal) = producer.context().fatal(self.brokers()) {
                 return Err(fatal);
             }
