@@ -187,6 +187,32 @@ impl AlertBook {
     }
 }
 
+/// An alert about IP `id` with no evidence, for the tests of what stores, delivers and
+/// counts alerts.
+#[cfg(test)]
+pub(crate) fn sample_alert(id: &str, rule: &str, status: AlertStatus, rv: &str) -> Alert {
+    Alert {
+        alert_id: id.into(),
+        cluster_id: "c".into(),
+        rule: rule.into(),
+        severity: Severity::Critical,
+        status,
+        subject_kind: "IP".into(),
+        subject_name: id.into(),
+        subject_uid: id.into(),
+        subnet: None,
+        summary: String::new(),
+        fix: None,
+        epoch: 0,
+        fired_at_ms: 1,
+        resolved_at_ms: None,
+        fired_resource_version: rv.into(),
+        resolved_resource_version: None,
+        evidence: Vec::new(),
+        cleanup: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -366,29 +366,9 @@ fn partition_labels(partition: i32) -> PartitionLabels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipaudit_schemas::Severity;
 
     fn alert(id: &str, rule: &str, status: AlertStatus) -> Alert {
-        Alert {
-            alert_id: id.into(),
-            cluster_id: "c".into(),
-            rule: rule.into(),
-            severity: Severity::Critical,
-            status,
-            subject_kind: "IP".into(),
-            subject_name: id.into(),
-            subject_uid: id.into(),
-            subnet: None,
-            summary: String::new(),
-            fix: None,
-            epoch: 0,
-            fired_at_ms: 1,
-            resolved_at_ms: None,
-            fired_resource_version: "1".into(),
-            resolved_resource_version: None,
-            evidence: Vec::new(),
-            cleanup: None,
-        }
+        crate::alerts::sample_alert(id, rule, status, "1")
     }
 
     #[test]

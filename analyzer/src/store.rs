@@ -407,29 +407,10 @@ fn sqlite_error<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipaudit_schemas::{AlertStatus, Severity};
+    use ipaudit_schemas::AlertStatus;
 
     fn alert(id: &str, status: AlertStatus, rv: &str) -> Alert {
-        Alert {
-            alert_id: id.into(),
-            cluster_id: "c".into(),
-            rule: "ip-stuck-terminating".into(),
-            severity: Severity::Critical,
-            status,
-            subject_kind: "IP".into(),
-            subject_name: id.into(),
-            subject_uid: id.into(),
-            subnet: None,
-            summary: String::new(),
-            fix: None,
-            epoch: 0,
-            fired_at_ms: 1,
-            resolved_at_ms: None,
-            fired_resource_version: rv.into(),
-            resolved_resource_version: None,
-            evidence: Vec::new(),
-            cleanup: None,
-        }
+        crate::alerts::sample_alert(id, "ip-stuck-terminating", status, rv)
     }
 
     #[test]

@@ -347,29 +347,9 @@ fn ledger_error<'a>(
 mod tests {
     use super::*;
     use crate::store::Store;
-    use ipaudit_schemas::Severity;
 
-    pub(crate) fn alert(id: &str, status: AlertStatus, rv: &str) -> Alert {
-        Alert {
-            alert_id: id.into(),
-            cluster_id: "c".into(),
-            rule: "ip-stuck-terminating".into(),
-            severity: Severity::Critical,
-            status,
-            subject_kind: "IP".into(),
-            subject_name: id.into(),
-            subject_uid: id.into(),
-            subnet: None,
-            summary: String::new(),
-            fix: None,
-            epoch: 0,
-            fired_at_ms: 1,
-            resolved_at_ms: None,
-            fired_resource_version: rv.into(),
-            resolved_resource_version: None,
-            evidence: Vec::new(),
-            cleanup: None,
-        }
+    fn alert(id: &str, status: AlertStatus, rv: &str) -> Alert {
+        crate::alerts::sample_alert(id, "ip-stuck-terminating", status, rv)
     }
 
     fn store_with_two() -> (tempfile::TempDir, PathBuf) {
