@@ -8,44 +8,10 @@ use std::time::{Duration, Instant};
 
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::collector::CollectorProcess;
-use ipaudit_tests::receiver::{Received, Receiver};
-use ipaudit_tests::scenario::{ip, subnet};
+use ipaudit_tests::receiver::Receiver;
+use ipaudit_tests::scenario::{play_subnet_deleted_under_live_ip, subnet_leak_alert};
 use ipaudit_tests::wait_for;
 use ipaudit_tests::world::World;
-use kube_sim::Kind;
-
-/// A subnet deleted under a live IP: rule 1 fires for `name`.
-fn leak(world: &World, name: &str, third_octet: u8) {
-    let cidr = format!("10.{third_octet}.0.0/24");
-    world
-        .sim
-        .create(Kind::Subnet, "", subnet(name, &cidr))
-        .unwrap();
-    world
-        .sim
-        .create(
-            Kind::Ip,
-            "",
-            ip(
-                &format!("{name}-ip.ns"),
-                name,
-                &format!("{name}-pod"),
-                "ns",
-                &format!("10.{third_octet}.0.2"),
-                "",
-            ),
-        )
-        .unwrap();
-    world.sim.delete(Kind::Subnet, "", name).unwrap();
-    world.sim.remove_finalizers(Kind::Subnet, "", name).unwrap();
-}
-
-fn alert_for(receiver: &Receiver, subnet: &str) -> Option<Received> {
-    receiver
-        .received("/hook")
-        .into_iter()
-        .find(|r| r.body["subnet"] == subnet && r.body["rule"] == "subnet-deleted-before-ip")
-}
 
 /// `analyzer run` in `group` as static member `instance`, with its own state directory.
 fn member(world: &World, receiver: &Receiver, group: &str, instance: &str) -> AnalyzerProcess {
@@ -84,9 +50,9 @@ fn an_analyzer_sigkilled_and_restarted_reports_an_incident_after_the_restart_wit
         Duration::from_secs(30),
         || owns_a_partition(&first).then_some(()),
     );
-    leak(&world, "before", 11);
+    play_subnet_deleted_under_live_ip(&world.sim, "before", 11);
     wait_for("the alert before the kill", Duration::from_secs(15), || {
-        alert_for(&receiver, "before")
+        subnet_leak_alert(&receiver, "before")
     });
     first.kill();
     let restarted = member(&world, &receiver, &group, "analyzer-0");
@@ -96,11 +62,11 @@ fn an_analyzer_sigkilled_and_restarted_reports_an_incident_after_the_restart_wit
         || owns_a_partition(&restarted).then_some(()),
     );
     let incident = Instant::now();
-    leak(&world, "after", 12);
+    play_subnet_deleted_under_live_ip(&world.sim, "after", 12);
     let alert = wait_for(
         "the alert of the incident after the restart",
         Duration::from_secs(20),
-        || alert_for(&receiver, "after"),
+        || subnet_leak_alert(&receiver, "after"),
     );
     let latency = alert.at.duration_since(incident);
     assert!(
@@ -138,11 +104,11 @@ fn with_two_analyzers_in_one_group_the_survivor_takes_over_the_partition_of_one_
         },
     );
     let (owner, survivor) = if a_owns { (a, b) } else { (b, a) };
-    leak(&world, "first", 21);
+    play_subnet_deleted_under_live_ip(&world.sim, "first", 21);
     wait_for(
         "the first alert, by the owner",
         Duration::from_secs(15),
-        || alert_for(&receiver, "first"),
+        || subnet_leak_alert(&receiver, "first"),
     );
     owner.kill();
     wait_for(
@@ -150,11 +116,11 @@ fn with_two_analyzers_in_one_group_the_survivor_takes_over_the_partition_of_one_
         Duration::from_secs(60),
         || owns_a_partition(&survivor).then_some(()),
     );
-    leak(&world, "second", 22);
+    play_subnet_deleted_under_live_ip(&world.sim, "second", 22);
     let alert = wait_for(
         "the alert of the incident after the kill",
         Duration::from_secs(30),
-        || alert_for(&receiver, "second"),
+        || subnet_leak_alert(&receiver, "second"),
     );
     assert_eq!(alert.body["status"], "FIRING");
     let log = survivor.log_text();

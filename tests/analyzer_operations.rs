@@ -9,44 +9,10 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::collector::{http_get, workspace_binary};
-use ipaudit_tests::receiver::{Received, Receiver};
-use ipaudit_tests::scenario::{ip, subnet};
+use ipaudit_tests::receiver::Receiver;
+use ipaudit_tests::scenario::{play_subnet_deleted_under_live_ip, subnet_leak_alert};
 use ipaudit_tests::wait_for;
 use ipaudit_tests::world::World;
-use kube_sim::Kind;
-
-/// A subnet deleted under a live IP: rule 1 fires for `name`.
-fn leak(world: &World, name: &str, third_octet: u8) {
-    let cidr = format!("10.{third_octet}.0.0/24");
-    world
-        .sim
-        .create(Kind::Subnet, "", subnet(name, &cidr))
-        .unwrap();
-    world
-        .sim
-        .create(
-            Kind::Ip,
-            "",
-            ip(
-                &format!("{name}-ip.ns"),
-                name,
-                &format!("{name}-pod"),
-                "ns",
-                &format!("10.{third_octet}.0.2"),
-                "",
-            ),
-        )
-        .unwrap();
-    world.sim.delete(Kind::Subnet, "", name).unwrap();
-    world.sim.remove_finalizers(Kind::Subnet, "", name).unwrap();
-}
-
-fn alert_for(receiver: &Receiver, subnet: &str) -> Option<Received> {
-    receiver
-        .received("/hook")
-        .into_iter()
-        .find(|r| r.body["subnet"] == subnet && r.body["rule"] == "subnet-deleted-before-ip")
-}
 
 fn analyzer(world: &World, receiver: &Receiver, name: &str) -> AnalyzerProcess {
     let process = AnalyzerProcess::start(
@@ -93,15 +59,15 @@ fn a_receiver_answering_413_does_not_hold_back_the_next_transition_and_the_refus
     }));
     let _collector = world.collector();
     let analyzer = analyzer(&world, &receiver, "sink-413");
-    leak(&world, "huge", 31);
+    play_subnet_deleted_under_live_ip(&world.sim, "huge", 31);
     wait_for("the refused attempt", Duration::from_secs(15), || {
         (!receiver.refused().is_empty()).then_some(())
     });
-    leak(&world, "next", 32);
+    play_subnet_deleted_under_live_ip(&world.sim, "next", 32);
     wait_for(
         "the next transition, past the refused one",
         Duration::from_secs(15),
-        || alert_for(&receiver, "next"),
+        || subnet_leak_alert(&receiver, "next"),
     );
     assert_eq!(
         receiver.refused().len(),
@@ -137,7 +103,7 @@ fn a_receiver_answering_413_does_not_hold_back_the_next_transition_and_the_refus
     let redriven = dead_letters(&world, "replay");
     assert!(redriven.contains("requeued 1 transition"), "{redriven}");
     wait_for("the re-driven transition", Duration::from_secs(15), || {
-        alert_for(&receiver, "huge")
+        subnet_leak_alert(&receiver, "huge")
     });
     assert!(dead_letters(&world, "list").trim().is_empty());
 }
@@ -148,9 +114,9 @@ fn metrics_show_the_consumer_lag_and_the_firing_alerts_and_readyz_answers() {
     let receiver = Receiver::start(&world.runtime);
     let _collector = world.collector();
     let analyzer = analyzer(&world, &receiver, "metrics");
-    leak(&world, "watched", 41);
+    play_subnet_deleted_under_live_ip(&world.sim, "watched", 41);
     wait_for("the alert", Duration::from_secs(15), || {
-        alert_for(&receiver, "watched")
+        subnet_leak_alert(&receiver, "watched")
     });
     let text = wait_for(
         "the firing gauge and the lag",

@@ -2,6 +2,8 @@
 //! whereabouts) and their users play them on a real one.
 
 use kube_sim::{Kind, KubeSim, PatchType};
+
+use crate::receiver::{Received, Receiver};
 use serde_json::{json, Value};
 
 /// kube-ovn's finalizer.
@@ -248,4 +250,34 @@ pub fn play_whereabouts_reconciler_race(sim: &KubeSim) -> WhereaboutsSeed {
     running(seed.released_pod, "10.244.1.12", seed.address);
     running(seed.second_pod, "10.244.1.13", seed.address);
     seed
+}
+
+/// A subnet `10.<third_octet>.0.0/24` deleted under a live IP: `subnet-deleted-before-ip`
+/// fires for `name`.
+pub fn play_subnet_deleted_under_live_ip(sim: &KubeSim, name: &str, third_octet: u8) {
+    let cidr = format!("10.{third_octet}.0.0/24");
+    sim.create(Kind::Subnet, "", subnet(name, &cidr)).unwrap();
+    sim.create(
+        Kind::Ip,
+        "",
+        ip(
+            &format!("{name}-ip.ns"),
+            name,
+            &format!("{name}-pod"),
+            "ns",
+            &format!("10.{third_octet}.0.2"),
+            "",
+        ),
+    )
+    .unwrap();
+    sim.delete(Kind::Subnet, "", name).unwrap();
+    sim.remove_finalizers(Kind::Subnet, "", name).unwrap();
+}
+
+/// The `subnet-deleted-before-ip` alert about `subnet` the receiver got on `/hook`.
+pub fn subnet_leak_alert(receiver: &Receiver, subnet: &str) -> Option<Received> {
+    receiver
+        .received("/hook")
+        .into_iter()
+        .find(|r| r.body["subnet"] == subnet && r.body["rule"] == "subnet-deleted-before-ip")
 }
