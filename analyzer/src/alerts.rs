@@ -252,6 +252,7 @@ mod tests {
             resource_version: "9".into(),
             time_ms: None,
             what: "gone".into(),
+            actor: None,
         }
     }
 

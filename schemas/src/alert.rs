@@ -63,6 +63,27 @@ pub struct Evidence {
     pub time_ms: Option<i64>,
     /// What happened, for a person.
     pub what: String,
+    /// Who made the API request behind this event, when an audit log entry matched it
+    /// (schema v3).
+    #[serde(default)]
+    pub actor: Option<Actor>,
+}
+
+/// Who made an API request, as the Kubernetes audit log names them (the Avro record
+/// `io.ipaudit.Actor`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Actor {
+    /// `user.username` of the request.
+    pub user: String,
+    /// `userAgent` of the request.
+    #[serde(default)]
+    pub user_agent: Option<String>,
+    /// `sourceIPs` of the request.
+    #[serde(default)]
+    pub source_ips: Vec<String>,
+    /// `impersonatedUser.username`, when the request impersonated someone.
+    #[serde(default)]
+    pub impersonated_user: Option<String>,
 }
 
 /// A transition of one alert (the Avro record `io.ipaudit.Alert`).

@@ -20,7 +20,7 @@ pub mod kubernetes;
 pub mod message;
 pub mod registry;
 
-pub use alert::{Alert, AlertStatus, Cleanup, Evidence, Severity};
+pub use alert::{Actor, Alert, AlertStatus, Cleanup, Evidence, Severity};
 pub use command::{
     is_dns1123_subdomain, CleanupAction, CleanupCommand, CommandKey, KeyError, NameError,
     SignatureError,

@@ -228,7 +228,7 @@ record!(
 record!(
     Alert,
     "io.ipaudit.Alert",
-    ["alert.v1.avsc", "alert.v2.avsc"]
+    ["alert.v1.avsc", "alert.v2.avsc", "alert.v3.avsc"]
 );
 record!(
     CleanupCommand,

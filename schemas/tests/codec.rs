@@ -57,6 +57,12 @@ fn sample_alert() -> Alert {
             resource_version: "10".into(),
             time_ms: None,
             what: "subnet deleted".into(),
+            actor: Some(ipaudit_schemas::Actor {
+                user: "kubernetes-admin".into(),
+                user_agent: Some("kubectl/v1.33.0".into()),
+                source_ips: vec!["10.0.0.1".into()],
+                impersonated_user: None,
+            }),
         }],
         cleanup: Some(Cleanup {
             action: CleanupAction::RemoveFinalizer,

@@ -278,6 +278,7 @@ pub(crate) fn evidence(event: &EventRef, what: String) -> Evidence {
         resource_version: event.resource_version.clone(),
         time_ms: event.time_ms,
         what,
+        actor: None,
     }
 }
 
