@@ -1,6 +1,7 @@
 //! The live analyzer's SQLite store: checkpoints (every cluster's analysis with the offsets
 //! it corresponds to, in one transaction), the alert transitions to deliver (each at most
-//! once, by its transition id), each sink's delivery cursor, and dead letters.
+//! once, by its transition id; each sink's progress through them is in
+//! [`crate::sinks::ledger`]), and dead letters.
 //!
 //! After a crash the analyzer restarts from the last checkpoint and consumes again from
 //! its offsets; the analysis is deterministic, so it makes the same transitions again,
@@ -12,12 +13,11 @@
 //! checkpoint the analysis cannot read is moved to the `checkpoint_set_aside` table
 //! ([`Store::set_aside_checkpoint`]). Either way the analysis is rebuilt from the topic.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipaudit_schemas::Alert;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 
 /// Why the store failed (not retryable: the disk or file is broken).
 #[derive(Debug, thiserror::Error)]
@@ -74,10 +74,6 @@ CREATE TABLE IF NOT EXISTS transitions (
     seq           INTEGER PRIMARY KEY AUTOINCREMENT,
     transition_id TEXT NOT NULL UNIQUE,
     alert         BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sink_cursor (
-    sink           TEXT PRIMARY KEY,
-    delivered_seq  INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS checkpoint_set_aside (
     cluster_id    TEXT NOT NULL,
@@ -284,82 +280,6 @@ impl Store {
         Ok(added)
     }
 
-    /// The last transition `sink` delivered (0: none).
-    fn cursor(&self, sink: &str) -> Result<i64, StoreError> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT delivered_seq FROM sink_cursor WHERE sink = ?1",
-                [sink],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(self.err("read sink cursor"))?
-            .unwrap_or(0))
-    }
-
-    /// Transitions a sink has not delivered yet, oldest first.
-    pub fn undelivered(&self, sink: &str, limit: usize) -> Result<Vec<(i64, Alert)>, StoreError> {
-        let cursor = self.cursor(sink)?;
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT seq, alert FROM transitions WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-            )
-            .map_err(self.err("read transitions"))?;
-        let rows = stmt
-            .query_map(params![cursor, limit as i64], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
-            })
-            .map_err(self.err("read transitions"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, json) = row.map_err(self.err("read transitions"))?;
-            if let Ok(alert) = serde_json::from_slice(&json) {
-                out.push((seq, alert));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Alerts whose latest transition is FIRING and that `sink` has delivered: what
-    /// Alertmanager must hear again before its resolve timeout.
-    pub fn firing_delivered(&self, sink: &str) -> Result<Vec<Alert>, StoreError> {
-        let cursor = self.cursor(sink)?;
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT alert FROM transitions WHERE seq <= ?1 ORDER BY seq")
-            .map_err(self.err("read transitions"))?;
-        let rows = stmt
-            .query_map([cursor], |r| r.get::<_, Vec<u8>>(0))
-            .map_err(self.err("read transitions"))?;
-        let mut latest: HashMap<String, Alert> = HashMap::new();
-        for row in rows {
-            let json = row.map_err(self.err("read transitions"))?;
-            if let Ok(alert) = serde_json::from_slice::<Alert>(&json) {
-                latest.insert(alert.alert_id.clone(), alert);
-            }
-        }
-        let mut firing: Vec<Alert> = latest
-            .into_values()
-            .filter(|a| a.status == ipaudit_schemas::AlertStatus::Firing)
-            .collect();
-        firing.sort_by(|a, b| a.alert_id.cmp(&b.alert_id));
-        Ok(firing)
-    }
-
-    /// Marks everything up to `seq` as delivered by `sink`.
-    pub fn delivered(&self, sink: &str, seq: i64) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "INSERT INTO sink_cursor (sink, delivered_seq) VALUES (?1, ?2)
-                 ON CONFLICT (sink) DO UPDATE SET delivered_seq = MAX(delivered_seq, excluded.delivered_seq)",
-                params![sink, seq],
-            )
-            .map(drop)
-            .map_err(self.err("advance sink cursor"))
-    }
-
     /// Keeps a message that could not be decoded.
     pub fn dead_letter(
         &self,
@@ -492,34 +412,7 @@ mod tests {
             1
         );
         assert_eq!(store.add_transitions(&[firing]).unwrap(), 0);
-        assert_eq!(store.undelivered("log", 10).unwrap().len(), 1);
-    }
-
-    #[test]
-    fn each_sink_moves_its_own_cursor_and_firing_alerts_are_known() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("a.db")).unwrap();
-        store
-            .add_transitions(&[
-                alert("a", AlertStatus::Firing, "10"),
-                alert("b", AlertStatus::Firing, "11"),
-                alert("a", AlertStatus::Resolved, "10"),
-            ])
-            .unwrap();
-        let pending = store.undelivered("am", 10).unwrap();
-        store.delivered("am", pending[2].0).unwrap();
-        assert!(store.undelivered("am", 10).unwrap().is_empty());
-        assert_eq!(store.undelivered("webhook", 10).unwrap().len(), 3);
-        let firing: Vec<String> = store
-            .firing_delivered("am")
-            .unwrap()
-            .into_iter()
-            .map(|a| a.alert_id)
-            .collect();
-        assert_eq!(firing, ["b"]);
-        assert!(
-            store.firing_delivered("webhook").unwrap().is_empty(),
-            "nothing delivered there yet"
-        );
+        let ledger = crate::sinks::ledger::Ledger::open(&dir.path().join("a.db")).unwrap();
+        assert_eq!(ledger.undelivered("log", 10).unwrap().len(), 1);
     }
 }
