@@ -401,3 +401,62 @@ fn release_refuses_a_report_of_another_cluster_or_too_old() {
     assert!(old.stderr.contains("--max-report-age"), "{old}");
     assert!(cluster.exists("orphan.default") && cluster.exists("stuck.default"));
 }
+
+#[test]
+fn release_removes_a_whereabouts_allocation_whose_pod_is_gone_and_keeps_the_live_one() {
+    let cluster = Cluster::start("cluster-w");
+    let sim = &cluster.sim;
+    sim.create(Kind::Pod, "default", pod("web-1", "10.128.40.6"))
+        .unwrap();
+    sim.create(
+        Kind::IpPool,
+        "kube-system",
+        json!({"metadata": {"name": "10.128.40.0-24"},
+            "spec": {"range": "10.128.40.0/24", "allocations": {
+                "5": {"id": "c-5", "podref": "default/gone-pod", "ifname": "net1"},
+                "6": {"id": "c-6", "podref": "default/web-1", "ifname": "net1"}}}}),
+    )
+    .unwrap();
+    let report = cluster.path("report.json");
+    // The pool was just created: with no grace, its allocation of a pod absent from the
+    // complete list of pods is a leak now.
+    let run = cluster.plugin(&[
+        "check",
+        "--format",
+        "jsonl",
+        "--owner-grace",
+        "0s",
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(
+        run.alerts(),
+        [(
+            "ip-without-pod".to_owned(),
+            "kube-system/10.128.40.0-24/10.128.40.5".to_owned()
+        )],
+        "{run}"
+    );
+
+    let dry = release(&cluster, &report, &[]);
+    assert!(
+        dry.line_about("10.128.40.5").starts_with("dry-run"),
+        "{dry}"
+    );
+    let applied = release(&cluster, &report, &["--apply"]);
+    assert_eq!(applied.code, Some(0), "{applied}");
+    assert!(
+        applied.line_about("10.128.40.5").starts_with("applied"),
+        "{applied}"
+    );
+    let pool = sim
+        .get(Kind::IpPool, "kube-system", "10.128.40.0-24")
+        .unwrap();
+    let allocations = pool["spec"]["allocations"].as_object().unwrap();
+    assert_eq!(
+        allocations.keys().collect::<Vec<_>>(),
+        ["6"],
+        "only the gone pod's allocation is removed: {pool}"
+    );
+}
