@@ -413,48 +413,44 @@ async fn reread(client: &Client, path: &str, target: &Target) -> Result<Value, (
     Ok(live)
 }
 
-fn object_path(target: &Target) -> Option<String> {
-    let spec = target.stream.spec()?;
-    let names_ok = is_object_name(&target.name)
-        && target
-            .namespace
-            .as_deref()
-            .is_none_or(ipaudit_analyzer::fix::is_label_name);
-    if !names_ok {
+/// The API path of one object of `stream`; `None` when a name is not a Kubernetes name
+/// (names come from a file anyone can edit, and go into the URL path).
+fn path_of(stream: Stream, namespace: Option<&str>, name: &str) -> Option<String> {
+    let spec = stream.spec()?;
+    let valid = is_object_name(name)
+        && namespace.is_none_or(ipaudit_analyzer::fix::is_label_name)
+        && namespace.is_some() == spec.namespaced;
+    if !valid {
         return None;
     }
-    let base = spec.collection_path();
-    Some(match &target.namespace {
+    let collection = spec.collection_path();
+    Some(match namespace {
         Some(ns) => {
-            let (prefix, plural) = base.rsplit_once('/')?;
-            format!("{prefix}/namespaces/{ns}/{plural}/{}", target.name)
+            let (prefix, plural) = collection.rsplit_once('/')?;
+            format!("{prefix}/namespaces/{ns}/{plural}/{name}")
         }
-        None => format!("{base}/{}", target.name),
+        None => format!("{collection}/{name}"),
     })
 }
 
-/// Whether `plural`/`name` (in `namespace`) is absent, as a verdict when it is not.
+fn object_path(target: &Target) -> Option<String> {
+    path_of(target.stream, target.namespace.as_deref(), &target.name)
+}
+
+/// Ok when the object of `stream` named `name` is absent; else the verdict, with `present`
+/// as the reason when it exists.
 async fn require_absent(
     client: &Client,
-    spec: &ipaudit_schemas::KindSpec,
+    stream: Stream,
     namespace: Option<&str>,
     name: &str,
     present: String,
 ) -> Result<(), (Verdict, String)> {
-    let valid = is_object_name(name) && namespace.is_none_or(ipaudit_analyzer::fix::is_label_name);
-    if !valid {
+    let (Some(path), Some(spec)) = (path_of(stream, namespace, name), stream.spec()) else {
         return Err((
             Verdict::Skipped,
             format!("refused: {name:?} is not a Kubernetes name"),
         ));
-    }
-    let base = spec.collection_path();
-    let path = match namespace {
-        Some(ns) => match base.rsplit_once('/') {
-            Some((prefix, plural)) => format!("{prefix}/namespaces/{ns}/{plural}/{name}"),
-            None => return Err((Verdict::Failed, format!("no path for {}", spec.plural))),
-        },
-        None => format!("{base}/{name}"),
     };
     match get(client, &path, spec.plural, name).await {
         Lookup::Absent => Ok(()),
@@ -496,7 +492,7 @@ async fn delete_orphaned_ip(
         .to_owned();
     if let Err(verdict) = require_absent(
         client,
-        Stream::Subnet.spec().unwrap_or(&ipaudit_schemas::KINDS[0]),
+        Stream::Subnet,
         None,
         &subnet,
         format!("subnet {subnet} exists now: the IP is not orphaned"),
@@ -626,7 +622,7 @@ async fn remove_allocation(
         .unwrap_or(("", &allocation.podref));
     if let Err(verdict) = require_absent(
         client,
-        Stream::Pod.spec().unwrap_or(&ipaudit_schemas::KINDS[0]),
+        Stream::Pod,
         Some(namespace),
         pod,
         format!("pod {} exists now", allocation.podref),

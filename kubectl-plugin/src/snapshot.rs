@@ -20,7 +20,7 @@ use kube::core::Request;
 use kube::Client;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 /// One kind's list, as the report records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +109,22 @@ async fn list_kind(
     snapshot: &mut Snapshot,
 ) -> Result<(), SnapshotError> {
     let resource = ipaudit_collector::discovery::served_name(kind);
+    let stream = kind.stream;
+    let span = tracing::info_span!("list", cluster = %stamp.cluster_id, stream = %stream);
+    list_pages(client, kind, stamp, page_size, snapshot, resource)
+        .instrument(span)
+        .await
+}
+
+/// The pages of one kind's list, framed.
+async fn list_pages(
+    client: &Client,
+    kind: &'static KindSpec,
+    stamp: &Stamp,
+    page_size: u32,
+    snapshot: &mut Snapshot,
+    resource: String,
+) -> Result<(), SnapshotError> {
     let stream = kind.stream;
     let mut sequence = 0;
     let mut push = |snapshot: &mut Snapshot, mut event: WatchEvent| {
