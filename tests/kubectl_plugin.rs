@@ -183,9 +183,18 @@ fn release(cluster: &Cluster, report: &Path, extra: &[&str]) -> Run {
 #[test]
 fn check_reports_exactly_the_ip_of_an_absent_subnet_and_the_stuck_terminating_one() {
     let cluster = Cluster::with_two_leaks("cluster-a");
+    let history = cluster.sim.journal().len();
     let run = cluster.plugin(&["check", "--format", "jsonl"]);
     assert_eq!(run.code, Some(1), "findings exit 1: {run}");
     assert_eq!(run.alerts(), the_two_leaks(), "{run}");
+    // One object per page: every list is followed through its continue tokens.
+    let paged = cluster.plugin(&["check", "--format", "jsonl", "--page-size", "1"]);
+    assert_eq!(paged.alerts(), the_two_leaks(), "{paged}");
+    assert_eq!(
+        cluster.sim.journal().len(),
+        history,
+        "check is read-only: the cluster has no new change"
+    );
 
     let text = cluster.plugin(&["check"]);
     assert_eq!(text.code, Some(1), "{text}");
