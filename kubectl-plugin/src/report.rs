@@ -162,3 +162,52 @@ impl CheckReport {
         serde_json::from_slice(&text).map_err(|source| ReportError::Parse { path: name, source })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> CheckReport {
+        CheckReport::new(
+            ClusterIdentity {
+                server: "https://a:6443".into(),
+                kube_system_uid: Some("u1".into()),
+            },
+            1_790_000_000_000,
+            vec![ListedKind {
+                resource: "ips.kubeovn.io/v1".into(),
+                resource_version: "42".into(),
+                objects: 3,
+            }],
+            Vec::new(),
+        )
+    }
+
+    #[test]
+    fn a_report_reads_back_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.json");
+        report().write(&path).unwrap();
+        let read = CheckReport::read(&path).unwrap();
+        assert_eq!(read.cluster, report().cluster);
+        assert_eq!(read.lists, report().lists);
+        assert_eq!(read.taken_at, "2026-09-21T14:13:20Z");
+    }
+
+    #[test]
+    fn a_report_of_another_format_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.json");
+        std::fs::write(&path, r#"{"format": 2, "something": "new"}"#).unwrap();
+        let error = CheckReport::read(&path).unwrap_err();
+        assert!(
+            matches!(error, ReportError::Format { found: 2, .. }),
+            "{error}"
+        );
+        std::fs::write(&path, "not json").unwrap();
+        assert!(matches!(
+            CheckReport::read(&path).unwrap_err(),
+            ReportError::Parse { .. }
+        ));
+    }
+}
