@@ -6,9 +6,11 @@
 //! [`rules`] -> [`alerts`] (lifecycle and stable ids) -> [`report`]. [`engine`] drives
 //! the core for live and offline use alike; [`replay`] drives it over files, [`live`] over
 //! a Kafka consumer group, with [`store`] (SQLite checkpoints and alert outbox) and
-//! [`sinks`] (log, webhook, Alertmanager).
+//! [`sinks`] (log, webhook, Alertmanager). [`cli`] holds the flags its binary shares with
+//! `kubectl-ipaudit`.
 
 pub mod alerts;
+pub mod cli;
 pub mod deadletters;
 pub mod dedupe;
 pub mod engine;

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ipaudit_analyzer::cli::{millis, parse_duration, RuleArgs};
 use ipaudit_analyzer::reorder::ReorderConfig;
 use ipaudit_analyzer::replay::{replay, ReplayOptions};
 use ipaudit_analyzer::report::{render_jsonl, render_text, skipped_text, Findings};
-use ipaudit_analyzer::rules::RuleConfig;
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 
@@ -214,35 +214,6 @@ struct RunArgs {
     rules: RuleArgs,
 }
 
-/// Grace periods of the rules, all on event time (the recording's or the events' clock,
-/// never the analyzer's wall clock).
-#[derive(Debug, Args)]
-struct RuleArgs {
-    /// How long a Subnet or pool (SpiderIPPool, IPPool) may be terminating before
-    /// `subnet-stuck-terminating` fires.
-    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "IPAUDIT_SUBNET_GRACE")]
-    subnet_grace: Duration,
-    /// How long an allocation may outlive its pod before `ip-without-pod` fires, and a
-    /// SpiderEndpoint stay terminating without its pod before `ip-stuck-terminating`.
-    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "IPAUDIT_OWNER_GRACE")]
-    owner_grace: Duration,
-    /// How long the two records of one allocation (whereabouts pool allocation and
-    /// reservation; spiderpool pool entry and SpiderEndpoint) may disagree before
-    /// `allocation-records-disagree` fires.
-    #[arg(long, default_value = "5m", value_parser = parse_duration, env = "IPAUDIT_RECORDS_GRACE")]
-    records_grace: Duration,
-}
-
-impl RuleArgs {
-    fn config(&self) -> RuleConfig {
-        RuleConfig {
-            subnet_terminating_grace_ms: millis(self.subnet_grace),
-            owner_grace_ms: millis(self.owner_grace),
-            records_grace_ms: millis(self.records_grace),
-        }
-    }
-}
-
 /// A secret given as a value or as a file (see [`ipaudit_kafka::value_or_file`]); the
 /// value never appears in an error.
 fn secret(
@@ -297,17 +268,9 @@ struct ReplayArgs {
     strict: bool,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 1s, 10m)"))
-}
-
 fn parse_time(text: &str) -> Result<i64, String> {
     parse_timestamp_ms(text)
         .ok_or_else(|| "expected an RFC 3339 time such as 2025-06-01T10:00:00Z".into())
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn main() -> ExitCode {

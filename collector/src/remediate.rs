@@ -256,11 +256,16 @@ struct Remediator {
 }
 
 /// What happened to one command, ready to be recorded.
-struct Outcome {
-    outcome: RemediationOutcome,
-    reason: String,
-    finalizer: Option<String>,
-    resource_version: String,
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Applied, dry-run, skipped or failed.
+    pub outcome: RemediationOutcome,
+    /// Why, for a person.
+    pub reason: String,
+    /// The finalizer removed (or that would be), once the checks reached it.
+    pub finalizer: Option<String>,
+    /// The target's resourceVersion as last read.
+    pub resource_version: String,
 }
 
 impl Outcome {
@@ -613,8 +618,8 @@ fn outcome_event(stamp: &Stamp, command: &CleanupCommand, outcome: Outcome) -> W
 }
 
 /// Runs the checks against the live objects and, if they pass and remediation is on, the
-/// patch.
-async fn execute(client: &Client, mode: RemediationMode, command: &CleanupCommand) -> Outcome {
+/// patch. Also the guarded finalizer removal of `kubectl ipaudit release`.
+pub async fn execute(client: &Client, mode: RemediationMode, command: &CleanupCommand) -> Outcome {
     let expected = command.expected_resource_version.as_str();
     let skipped = |reason: String, rv: &str| Outcome::new(RemediationOutcome::Skipped, reason, rv);
     let failed = |reason: String, rv: &str| Outcome::new(RemediationOutcome::Failed, reason, rv);
@@ -747,7 +752,8 @@ async fn execute(client: &Client, mode: RemediationMode, command: &CleanupComman
 }
 
 /// What a GET of one object found.
-enum Lookup {
+#[derive(Debug)]
+pub enum Lookup {
     /// The object.
     Found(Value),
     /// A 404 whose Status names exactly this object: it does not exist.
@@ -760,7 +766,7 @@ enum Lookup {
 /// Whether `status` is the API server's "object not found" for `plural`/`name`: a 404 with
 /// reason NotFound whose details name the object. A 404 for a missing resource type says
 /// "the server could not find the requested resource" and names nothing.
-fn names_missing(status: &kube::core::Status, plural: &str, name: &str) -> bool {
+pub fn names_missing(status: &kube::core::Status, plural: &str, name: &str) -> bool {
     status.code == 404
         && status.reason == "NotFound"
         && status
@@ -769,8 +775,9 @@ fn names_missing(status: &kube::core::Status, plural: &str, name: &str) -> bool 
             .is_some_and(|d| d.name == name && (d.kind.is_empty() || d.kind == plural))
 }
 
-/// GETs an object.
-async fn get(client: &Client, path: &str, plural: &str, name: &str) -> Lookup {
+/// GETs an object at `path` (its collection is `plural`), telling an absent object from
+/// a missing resource type.
+pub async fn get(client: &Client, path: &str, plural: &str, name: &str) -> Lookup {
     let request = match http::Request::get(path).body(Vec::new()) {
         Ok(request) => request,
         Err(e) => return Lookup::Failed(e.to_string()),

@@ -5,7 +5,9 @@
 //! cluster with only whereabouts"), one resourceVersion counter for all kinds, bookmarks,
 //! in-stream 410 Gone for expired versions, finalizer and deletionTimestamp semantics,
 //! get, patch (merge, and JSON patch with `test`), replace and delete, and the discovery
-//! endpoints kube-rs and kubectl read, listing only the kinds served.
+//! endpoints kube-rs and kubectl read, listing only the kinds served. The `kube-system`
+//! Namespace answers with a configurable uid ([`SimConfig::cluster_uid`]), the cluster's
+//! identity; a DELETE honours `DeleteOptions.preconditions` (uid, resourceVersion).
 //!
 //! Tests drive the cluster through [`KubeSim`] (as controllers and users would) and break it
 //! on purpose: [`KubeSim::cut_watches`], [`KubeSim::expire_history`]. A kind is named by
@@ -22,8 +24,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 pub use kinds::{Kind, Served};
-pub use server::SimConfig;
-pub use store::{ApiError, Mutation, PatchType};
+pub use server::{SimConfig, DEFAULT_CLUSTER_UID};
+pub use store::{ApiError, Mutation, PatchType, Preconditions};
 
 use server::Shared;
 

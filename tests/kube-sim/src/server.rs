@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::kinds::{list_kind, singular, Kind, Served};
-use crate::store::{name_of, ApiError, Change, PatchType, Store};
+use crate::store::{name_of, ApiError, Change, PatchType, Preconditions, Store};
 
 /// How the simulated API server behaves.
 #[derive(Debug, Clone)]
@@ -39,7 +39,13 @@ pub struct SimConfig {
     /// The kinds served (discovery, list, watch, writes); the others answer 404, as on a
     /// cluster without their CRDs. Default: every kind of ipaudit's table.
     pub kinds: Vec<Kind>,
+    /// The uid of the `kube-system` Namespace (`GET /api/v1/namespaces/kube-system`), which
+    /// tools read as the cluster's identity. Default: [`DEFAULT_CLUSTER_UID`].
+    pub cluster_uid: String,
 }
+
+/// The default uid of the simulated cluster's `kube-system` Namespace.
+pub const DEFAULT_CLUSTER_UID: &str = "5e1f0c3a-0000-4000-8000-000000000001";
 
 impl Default for SimConfig {
     fn default() -> Self {
@@ -48,6 +54,7 @@ impl Default for SimConfig {
             bookmark_interval: Duration::from_secs(1),
             starting_rv: 1_000,
             kinds: table::streams().collect(),
+            cluster_uid: DEFAULT_CLUSTER_UID.to_owned(),
         }
     }
 }
@@ -128,6 +135,8 @@ enum Target<'p> {
     Groups,
     /// `/apis/<group>`.
     Group(&'p str),
+    /// `/api/v1/namespaces/<name>`: only `kube-system` exists (the cluster's identity).
+    Namespace(&'p str),
     /// `/api/v1`, `/apis/<group>/<version>`.
     Resources { group: &'p str, version: &'p str },
     /// `[namespaces/<ns>/]<plural>`: `namespace` `None` across all namespaces.
@@ -151,6 +160,7 @@ fn target<'p>(served: &Served, path: &'p str) -> Option<Target<'p>> {
         ["api"] => return Some(Target::CoreVersions),
         ["apis"] => return Some(Target::Groups),
         ["apis", group] => return Some(Target::Group(group)),
+        ["api", "v1", "namespaces", name] => return Some(Target::Namespace(name)),
         ["api", version, rest @ ..] => ("", *version, rest),
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
         _ => return None,
@@ -214,6 +224,7 @@ async fn dispatch(
     match (target, &method) {
         (Target::CoreVersions, &Method::GET) => core_versions(),
         (Target::Groups, &Method::GET) => api_groups(&sim.served),
+        (Target::Namespace(name), &Method::GET) => namespace(&sim.config, name),
         (Target::Group(group), &Method::GET) => api_group(&sim.served, group)
             .map_or_else(|| not_found(&method, &uri), |g| Json(g).into_response()),
         (Target::Resources { group, version }, &Method::GET) => {
@@ -269,9 +280,46 @@ async fn dispatch(
                 name,
             },
             &Method::DELETE,
-        ) => respond(sim.store().delete(kind, namespace, name), false),
+        ) => respond(
+            preconditions(&body).and_then(|pre| sim.store().delete_if(kind, namespace, name, &pre)),
+            false,
+        ),
         _ => not_allowed(),
     }
+}
+
+/// The `kube-system` Namespace, with the configured uid; any other namespace is absent.
+fn namespace(config: &SimConfig, name: &str) -> Response {
+    if name != "kube-system" {
+        return error(ApiError {
+            details: Some(json!({"name": name, "kind": "namespaces"})),
+            code: 404,
+            reason: "NotFound",
+            message: format!("namespaces \"{name}\" not found"),
+        });
+    }
+    Json(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "uid": config.cluster_uid, "resourceVersion": "1"},
+        "status": {"phase": "Active"}}))
+    .into_response()
+}
+
+/// `preconditions` of a DELETE's `DeleteOptions` body (an empty body has none).
+fn preconditions(body: &Bytes) -> Result<Preconditions, ApiError> {
+    if body.is_empty() {
+        return Ok(Preconditions::default());
+    }
+    let options = json_body(body)?;
+    let field = |name: &str| {
+        options
+            .pointer(&format!("/preconditions/{name}"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    Ok(Preconditions {
+        uid: field("uid"),
+        resource_version: field("resourceVersion"),
+    })
 }
 
 fn not_found(method: &Method, uri: &Uri) -> Response {

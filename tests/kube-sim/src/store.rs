@@ -93,6 +93,15 @@ impl ApiError {
     }
 }
 
+/// A DELETE's preconditions (`DeleteOptions.preconditions`): what the object must still be.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// metadata.uid.
+    pub uid: Option<String>,
+    /// metadata.resourceVersion.
+    pub resource_version: Option<String>,
+}
+
 /// How a patch body is to be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchType {
@@ -335,6 +344,40 @@ impl Store {
         change(&mut object);
         carry_identity(&current, &mut object, kind);
         self.after_write(kind, namespace, name, object)
+    }
+
+    /// Deletes an object only if it still has the uid and resourceVersion the request's
+    /// preconditions name (409 Conflict otherwise), as kube-apiserver does.
+    pub fn delete_if(
+        &mut self,
+        kind: &'static KindSpec,
+        namespace: &str,
+        name: &str,
+        preconditions: &Preconditions,
+    ) -> Result<Value, ApiError> {
+        let object = self.get(kind, namespace, name)?;
+        let meta = |field: &str| {
+            object
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        for (field, expected) in [
+            ("uid", &preconditions.uid),
+            ("resourceVersion", &preconditions.resource_version),
+        ] {
+            if let Some(expected) = expected {
+                let actual = meta(field);
+                if *expected != actual {
+                    return Err(ApiError::conflict(format!(
+                        "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field}: {expected}, ObjectMeta.{field}: {actual}",
+                        kind.resource()
+                    )));
+                }
+            }
+        }
+        self.delete(kind, namespace, name)
     }
 
     /// Deletes an object: with finalizers it only gets a deletionTimestamp.

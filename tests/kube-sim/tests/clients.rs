@@ -278,3 +278,52 @@ async fn kube_rs_discovers_lists_and_watches_only_the_served_kinds() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_system_names_the_cluster_and_a_delete_honours_its_preconditions() {
+    let sim = KubeSim::start(SimConfig {
+        cluster_uid: "cluster-b".into(),
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let created = sim.create(Kind::Ip, "", ip("a.ns")).unwrap();
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let config = kube::Config::new(sim.url().parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    let kube_system = namespaces.get("kube-system").await.unwrap();
+    assert_eq!(kube_system.metadata.uid.as_deref(), Some("cluster-b"));
+    assert!(namespaces.get("default").await.is_err());
+
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("kubeovn.io", "v1", "IP"),
+        "ips",
+    );
+    let ips: kube::Api<kube::core::DynamicObject> = kube::Api::all_with(client, &resource);
+    let delete = |uid: &str, rv: &str| kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: Some(rv.to_owned()),
+        }),
+        ..kube::api::DeleteParams::default()
+    };
+    for (wrong_uid, wrong_rv) in [("other-uid", rv.as_str()), (uid.as_str(), "1")] {
+        match ips.delete("a.ns", &delete(wrong_uid, wrong_rv)).await {
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 409, "{status:?}"),
+            other => panic!("a failed precondition must be 409: {other:?}"),
+        }
+    }
+    assert!(sim.get(Kind::Ip, "", "a.ns").unwrap()["metadata"]["deletionTimestamp"].is_null());
+    ips.delete("a.ns", &delete(&uid, &rv)).await.unwrap();
+    let marked = sim.get(Kind::Ip, "", "a.ns").unwrap();
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "its finalizer keeps it, terminating"
+    );
+}

@@ -1,0 +1,15 @@
+//! `kubectl ipaudit`: the analyzer's rules on one snapshot of a live cluster, and a guarded
+//! release of what that snapshot found. Nothing here is a second implementation: the kinds
+//! come from the collector's discovery, objects become events with the collector's
+//! conversion, the analyzer's engine, rules and report judge them, and the release runs
+//! the collector's guarded finalizer removal.
+//!
+//! The pipeline, one module each: [`cluster`] (kubeconfig, and which cluster it is) ->
+//! [`snapshot`] (paged lists of every served kind, as events) -> [`check`] (the rules) ->
+//! [`report`] (the report file) -> [`release`] (guarded cleanup from a report).
+
+pub mod check;
+pub mod cluster;
+pub mod release;
+pub mod report;
+pub mod snapshot;

@@ -1,0 +1,239 @@
+//! `kubectl-ipaudit`: `kubectl ipaudit check` (the analyzer's rules on one snapshot of the
+//! cluster) and `kubectl ipaudit release --from-report` (a guarded cleanup of what a check
+//! found). kubectl finds it as a plugin when it is on PATH; it also runs by itself.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ipaudit_analyzer::cli::{parse_duration, RuleArgs};
+use ipaudit_analyzer::report::{render_jsonl, render_text};
+use ipaudit_analyzer::AnalyzerConfig;
+use ipaudit_collector::discovery;
+use ipaudit_collector::event::Stamp;
+use ipaudit_kubectl::check::analyze;
+use ipaudit_kubectl::cluster::{connect, KubeOptions};
+use ipaudit_kubectl::release::{release, Rate, ReleaseOptions, Verdict};
+use ipaudit_kubectl::report::CheckReport;
+use ipaudit_kubectl::snapshot;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-ipaudit",
+    version,
+    about = "ipaudit's one-shot IP leak check of a live cluster, and a guarded release from its report"
+)]
+struct Cli {
+    /// kubeconfig file (default: in-cluster service account, then $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, env = "IPAUDIT_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// kubeconfig context (default: its current context).
+    #[arg(long, global = true, env = "IPAUDIT_CONTEXT")]
+    context: Option<String>,
+    /// Log level and filters for stderr (tracing's EnvFilter syntax).
+    #[arg(long, global = true, default_value = "warn", env = "IPAUDIT_LOG")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Lists every IPAM kind the API server serves (read-only, paged), runs the analyzer's
+    /// rules on that snapshot and prints the report. Exit 0: no finding; 1: findings; 2: error.
+    Check(CheckArgs),
+    /// Releases what a check's report found, guarded: dry run unless --apply; refuses a
+    /// report of another cluster or older than --max-report-age; acts only where uid and
+    /// resourceVersion still match. Exit 0: done; 1: some action failed; 2: refused or error.
+    Release(ReleaseArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    /// The report `analyzer replay` prints.
+    Text,
+    /// One JSON object per alert.
+    Jsonl,
+}
+
+#[derive(Debug, Args)]
+struct CheckArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text", env = "IPAUDIT_FORMAT")]
+    format: Format,
+    /// Also write the report for `release --from-report` to this file (JSON).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        env = "IPAUDIT_REPORT"
+    )]
+    output: Option<PathBuf>,
+    /// Objects per list request.
+    #[arg(long, default_value_t = 500, env = "IPAUDIT_PAGE_SIZE")]
+    page_size: u32,
+    #[command(flatten)]
+    rules: RuleArgs,
+}
+
+#[derive(Debug, Args)]
+struct ReleaseArgs {
+    /// The report `check -o` wrote.
+    #[arg(long, value_name = "FILE", env = "IPAUDIT_REPORT")]
+    from_report: PathBuf,
+    /// Change the cluster (default: a dry run that checks everything and changes nothing).
+    #[arg(long, env = "IPAUDIT_APPLY")]
+    apply: bool,
+    /// Refuse a report older than this.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, env = "IPAUDIT_MAX_REPORT_AGE")]
+    max_report_age: Duration,
+    /// At most this many targets handled per second (`5/s`), minute (`100/m`) or hour.
+    #[arg(long, default_value = "5/s", env = "IPAUDIT_RATE")]
+    rate: Rate,
+    /// Every outcome (dry runs too) is appended to this file, one JSON line each.
+    #[arg(
+        long,
+        default_value = "ipaudit-release.log",
+        env = "IPAUDIT_RELEASE_LOG"
+    )]
+    log_file: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let kube = KubeOptions {
+        kubeconfig: cli.kubeconfig,
+        context: cli.context,
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Check(args) => check(&kube, args).await,
+            Command::Release(args) => release_from_report(&kube, args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn check(kube: &KubeOptions, args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let (client, identity) = connect(kube).await.context("cannot reach the cluster")?;
+    let kinds = discovery::discover(&client, None)
+        .await
+        .context("cannot tell which kinds the API server serves")?;
+    let stamp = Stamp {
+        cluster_id: identity.cluster_id(),
+        collector_id: "kubectl-ipaudit".into(),
+        raw_objects: false,
+    };
+    let snap = snapshot::take(&client, &kinds, &stamp, args.page_size.max(1))
+        .await
+        .context("cannot list the cluster")?;
+    let config = AnalyzerConfig {
+        default_cluster_id: identity.cluster_id(),
+        rules: args.rules.config(),
+        ..AnalyzerConfig::default()
+    };
+    let result = analyze(snap.events, snap.taken_at_ms, config);
+    let mut stdout = std::io::stdout().lock();
+    match args.format {
+        Format::Text => {
+            writeln!(
+                stdout,
+                "cluster {} (kube-system uid {})",
+                identity.server,
+                identity.kube_system_uid.as_deref().unwrap_or("unknown")
+            )?;
+            for list in &snap.lists {
+                writeln!(
+                    stdout,
+                    "  listed {} at resourceVersion {}: {} object(s)",
+                    list.resource, list.resource_version, list.objects
+                )?;
+            }
+            write!(stdout, "{}", render_text(&result.findings, &result.outcome))?;
+        }
+        Format::Jsonl => write!(
+            stdout,
+            "{}",
+            render_jsonl(&result.findings, &result.outcome)
+        )?,
+    }
+    if snap.unreadable > 0 {
+        eprintln!(
+            "warning: {} listed object(s) were not Kubernetes objects and were skipped",
+            snap.unreadable
+        );
+    }
+    let firing = result.firing.len();
+    if let Some(path) = &args.output {
+        CheckReport::new(identity, snap.taken_at_ms, snap.lists, result.firing)
+            .write(path)
+            .context("cannot write the report")?;
+        eprintln!("report written to {}", path.display());
+    }
+    Ok(if firing == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+async fn release_from_report(kube: &KubeOptions, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
+    let report = CheckReport::read(&args.from_report)?;
+    let (client, identity) = connect(kube).await.context("cannot reach the cluster")?;
+    let options = ReleaseOptions {
+        apply: args.apply,
+        max_report_age: args.max_report_age,
+        rate: args.rate,
+        log_file: args.log_file,
+    };
+    if !options.apply {
+        println!("dry run: nothing is changed (--apply to act)");
+    }
+    let mut stdout = std::io::stdout().lock();
+    let actions = release(&client, &identity, &report, &options, &mut stdout).await?;
+    let failed = actions
+        .iter()
+        .filter(|a| a.verdict == Verdict::Failed)
+        .count();
+    writeln!(
+        stdout,
+        "{} finding(s): {} applied, {} dry-run, {} skipped, {} report-only, {failed} failed; log: {}",
+        actions.len(),
+        actions.iter().filter(|a| a.verdict == Verdict::Applied).count(),
+        actions.iter().filter(|a| a.verdict == Verdict::DryRun).count(),
+        actions.iter().filter(|a| a.verdict == Verdict::Skipped).count(),
+        actions.iter().filter(|a| a.verdict == Verdict::ReportOnly).count(),
+        options.log_file.display()
+    )?;
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
