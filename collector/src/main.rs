@@ -36,7 +36,7 @@ enum Command {
     Run(Box<RunArgs>),
     /// Watch and write every event to an Avro container file (for `analyzer replay`).
     /// Stops on SIGINT/SIGTERM or after --duration.
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Inspect and repair the outbox of a state directory (works while `run` runs).
     Outbox(OutboxArgs),
 }
@@ -509,6 +509,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 .context("collector failed")
         }
         Command::Record(args) => {
+            let args = *args;
             let out = args.out.clone();
             let config = RecordConfig {
                 collector: collector_config(args.watch, args.listen, None),
