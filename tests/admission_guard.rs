@@ -420,3 +420,151 @@ fn every_deletion_is_allowed_until_the_watches_are_synced_then_the_guard_applies
         );
     }
 }
+
+#[test]
+fn a_restarted_collector_relists_what_the_guard_reads_and_guards_again() {
+    let world = World::new("guard-restart", None);
+    populate(&world.sim);
+    let certs = Certs::generate();
+    let client = client(&certs.ca);
+    let busy = (Kind::Subnet, "", "busy-net");
+    let (collector, port) = collector_with_guard(&world.setup(), &certs, "deny", true);
+    review_until("denied", &world, &client, port, busy, |r| {
+        r["allowed"] == false
+    });
+    assert!(collector.terminate(Duration::from_secs(30)), "clean stop");
+    // The outbox holds a resume point for every stream; the guard's index lived in memory
+    // and must be rebuilt from a fresh list, not left empty by a resumed watch.
+    let (collector, port) = collector_with_guard(&world.setup(), &certs, "deny", true);
+    let response = review_until(
+        "denied after the restart",
+        &world,
+        &client,
+        port,
+        busy,
+        |r| r["allowed"] == false,
+    );
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("named by {BUSY_IPS} live IPs"))),
+        "{response}"
+    );
+    assert!(collector.counter("ipaudit_relists_total{stream=\"ip\",reason=\"initial\"}") >= 1.0);
+}
+
+fn deploy_documents(file: &str) -> Vec<serde_yaml_ng::Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| {
+            <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc)
+                .unwrap_or_else(|e| panic!("{file}: {e}"))
+        })
+        .collect()
+}
+
+fn yaml_strings(value: &serde_yaml_ng::Value) -> Vec<String> {
+    value
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn the_deployed_webhook_reviews_only_deletes_of_the_guarded_kinds_and_never_blocks_the_cluster() {
+    let docs = deploy_documents("admission.yaml");
+    let of_kind = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("admission.yaml has a {kind}"))
+    };
+    let config = of_kind("ValidatingWebhookConfiguration");
+    let webhooks = config["webhooks"].as_sequence().expect("webhooks");
+    assert_eq!(webhooks.len(), 1);
+    let hook = &webhooks[0];
+    assert_eq!(hook["failurePolicy"], "Ignore");
+    assert_eq!(hook["timeoutSeconds"].as_u64(), Some(2));
+    assert_eq!(hook["sideEffects"], "None");
+    assert!(hook["objectSelector"].is_null(), "no objectSelector");
+    assert_eq!(yaml_strings(&hook["admissionReviewVersions"]), ["v1"]);
+    let mut reviewed = Vec::new();
+    for rule in hook["rules"].as_sequence().expect("rules") {
+        assert_eq!(yaml_strings(&rule["operations"]), ["DELETE"], "DELETE only");
+        for group in yaml_strings(&rule["apiGroups"]) {
+            for resource in yaml_strings(&rule["resources"]) {
+                reviewed.push((group.clone(), resource));
+            }
+        }
+    }
+    let guarded: Vec<(String, String)> = [Kind::Subnet, Kind::IpPool, Kind::SpiderIpPool]
+        .iter()
+        .filter_map(|k| k.spec())
+        .map(|s| (s.group.to_owned(), s.plural.to_owned()))
+        .collect();
+    assert_eq!(reviewed, guarded);
+
+    // The webhook reaches the collector's pods on the port the collector is told to use.
+    let service = of_kind("Service");
+    let client = &hook["clientConfig"]["service"];
+    assert_eq!(client["name"], service["metadata"]["name"]);
+    assert_eq!(client["namespace"], service["metadata"]["namespace"]);
+    assert_eq!(client["path"], "/validate");
+    assert_eq!(client["port"], service["spec"]["ports"][0]["port"]);
+    let target = service["spec"]["ports"][0]["targetPort"]
+        .as_u64()
+        .expect("targetPort");
+    let collector = deploy_documents("collector.yaml");
+    let deployment = collector
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("collector Deployment");
+    assert_eq!(
+        service["spec"]["selector"],
+        deployment["spec"]["template"]["metadata"]["labels"]
+    );
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/collector.yaml"),
+    )
+    .expect("collector.yaml");
+    assert!(
+        text.contains(&format!("#   value: 0.0.0.0:{target}"))
+            && text.contains(&format!("#   containerPort: {target}")),
+        "collector.yaml's commented admission settings use port {target}"
+    );
+
+    // cert-manager's certificate is for the Service's name, in the Secret the collector
+    // mounts, and the CA injector is pointed at it.
+    let certs = deploy_documents("admission-cert-manager.yaml");
+    let certificate = certs
+        .iter()
+        .find(|d| d["kind"] == "Certificate")
+        .expect("Certificate");
+    let service_dns = format!(
+        "{}.{}.svc",
+        service["metadata"]["name"].as_str().unwrap_or_default(),
+        service["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+    );
+    assert!(yaml_strings(&certificate["spec"]["dnsNames"]).contains(&service_dns));
+    let secret = certificate["spec"]["secretName"]
+        .as_str()
+        .expect("secretName");
+    assert!(text.contains(&format!("#     secretName: {secret}")));
+    assert_eq!(
+        config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        format!(
+            "{}/{}",
+            certificate["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default(),
+            certificate["metadata"]["name"].as_str().unwrap_or_default()
+        )
+        .as_str()
+    );
+}
