@@ -373,7 +373,7 @@ fn warn_allows_deleting_a_subnet_that_live_ips_name_with_warnings_naming_them() 
 }
 
 #[test]
-fn every_deletion_is_allowed_until_the_watches_are_synced_then_the_guard_applies() {
+fn every_deletion_is_allowed_until_the_watches_are_synced_and_while_one_fails() {
     let world = World::new("guard-unsynced", None);
     populate(&world.sim);
     let guarded = [Kind::Ip, Kind::IpPool, Kind::SpiderIpPool];
@@ -419,6 +419,32 @@ fn every_deletion_is_allowed_until_the_watches_are_synced_then_the_guard_applies
             |r| r["allowed"] == false,
         );
     }
+
+    // A watch that fails later makes the view untrusted again until it recovers.
+    world.sim.fail_kind(Kind::Ip);
+    let response = review_until(
+        "allowed while the ip watch fails",
+        &world,
+        &client,
+        port,
+        (Kind::Subnet, "", "busy-net"),
+        |r| r["allowed"] == true,
+    );
+    assert!(
+        warnings(&response)
+            .first()
+            .is_some_and(|w| w.contains("the ip watch is failing")),
+        "{response}"
+    );
+    world.sim.heal(Kind::Ip);
+    review_until(
+        "denied once the watch recovers",
+        &world,
+        &client,
+        port,
+        (Kind::Subnet, "", "busy-net"),
+        |r| r["allowed"] == false,
+    );
 }
 
 #[test]
