@@ -171,15 +171,32 @@ enum Sync {
     Synced,
 }
 
-/// A live kube-ovn IP, as far as the guard cares.
+/// A live kube-ovn IP, as far as the guard cares. Compact, because a large cluster has
+/// hundreds of thousands: the name and uid are shared with the subnet index, subnet names
+/// with every other IP of the subnet.
 #[derive(Debug, Clone)]
 struct IpEntry {
-    holder: Holder,
+    name: Arc<str>,
+    address: Box<str>,
+    /// `namespace/pod`, or empty.
+    pod: Box<str>,
+    terminating: bool,
     /// `spec.subnet` and `spec.attachSubnets`, without duplicates.
-    subnets: Vec<String>,
+    subnets: Box<[Arc<str>]>,
     /// Subnets named by the IP's owner references: such an IP (u2o interconnection,
     /// multicast querier) belongs to its subnet and goes with it.
-    owner_subnets: Vec<String>,
+    owner_subnets: Box<[Box<str>]>,
+}
+
+impl IpEntry {
+    fn holder(&self) -> Holder {
+        Holder {
+            name: self.name.to_string(),
+            address: self.address.to_string(),
+            pod: self.pod.to_string(),
+            terminating: self.terminating,
+        }
+    }
 }
 
 /// A live pool.
@@ -191,14 +208,18 @@ struct PoolEntry {
 
 type PoolKey = (Stream, Option<String>, String);
 
+/// An IP's (name, uid), shared with its entry.
+type NameAndUid = (Arc<str>, Arc<str>);
+
 /// The live view: IPs by the subnets they name, pools by name with their allocations.
 #[derive(Debug, Default)]
 pub struct Index {
     sync: HashMap<Stream, Sync>,
-    ips: HashMap<String, IpEntry>,
+    /// uid -> IP.
+    ips: HashMap<Arc<str>, IpEntry>,
     /// subnet -> (IP name, uid) of the IPs naming it; a set of pairs, because a relist
     /// adds a re-created IP before it removes the old uid of the same name.
-    by_subnet: HashMap<String, BTreeSet<(String, String)>>,
+    by_subnet: HashMap<Arc<str>, BTreeSet<NameAndUid>>,
     pools: HashMap<String, PoolEntry>,
     /// (stream, namespace, name) -> uid of the live pool of that name.
     pool_names: HashMap<PoolKey, String>,
@@ -247,46 +268,55 @@ impl Index {
         let terminating = meta.deletion_timestamp_ms.is_some();
         match &event.part {
             Some(KindPart::Ip(ip)) => {
-                let mut subnets = Vec::with_capacity(1 + ip.attach_subnets.len());
+                let (name, uid): (Arc<str>, Arc<str>) = (meta.name.as_str().into(), uid.into());
+                let mut subnets: Vec<Arc<str>> = Vec::with_capacity(1 + ip.attach_subnets.len());
                 for s in std::iter::once(&ip.subnet).chain(&ip.attach_subnets) {
-                    if !s.is_empty() && !subnets.contains(s) {
-                        subnets.push(s.clone());
+                    if s.is_empty() || subnets.iter().any(|known| **known == **s) {
+                        continue;
                     }
+                    // One copy of each subnet's name, shared by all its IPs.
+                    let (subnet, set) = match self.by_subnet.get_key_value(s.as_str()) {
+                        Some((subnet, _)) => {
+                            let subnet = Arc::clone(subnet);
+                            let set = self.by_subnet.get_mut(&subnet);
+                            (subnet, set)
+                        }
+                        None => {
+                            let subnet: Arc<str> = s.as_str().into();
+                            let set = Some(self.by_subnet.entry(Arc::clone(&subnet)).or_default());
+                            (subnet, set)
+                        }
+                    };
+                    if let Some(set) = set {
+                        set.insert((Arc::clone(&name), Arc::clone(&uid)));
+                    }
+                    subnets.push(subnet);
                 }
                 let address = [&ip.v4_ip_address, &ip.v6_ip_address, &ip.ip_address]
                     .into_iter()
                     .find(|a| !a.is_empty())
-                    .cloned()
-                    .unwrap_or_default();
-                let pod = if ip.pod_name.is_empty() {
-                    String::new()
+                    .map_or_else(Box::default, |a| a.as_str().into());
+                let pod: Box<str> = if ip.pod_name.is_empty() {
+                    Box::default()
                 } else if ip.pod_namespace.is_empty() {
-                    ip.pod_name.clone()
+                    ip.pod_name.as_str().into()
                 } else {
-                    format!("{}/{}", ip.pod_namespace, ip.pod_name)
+                    format!("{}/{}", ip.pod_namespace, ip.pod_name).into()
                 };
                 let owner_subnets = meta
                     .owner_references
                     .iter()
                     .filter(|o| o.kind == "Subnet")
-                    .map(|o| o.name.clone())
+                    .map(|o| o.name.as_str().into())
                     .collect();
-                for s in &subnets {
-                    self.by_subnet
-                        .entry(s.clone())
-                        .or_default()
-                        .insert((meta.name.clone(), uid.clone()));
-                }
                 self.ips.insert(
                     uid,
                     IpEntry {
-                        holder: Holder {
-                            name: meta.name.clone(),
-                            address,
-                            pod,
-                            terminating,
-                        },
-                        subnets,
+                        name,
+                        address,
+                        pod,
+                        terminating,
+                        subnets: subnets.into_boxed_slice(),
                         owner_subnets,
                     },
                 );
@@ -338,10 +368,11 @@ impl Index {
     }
 
     fn remove(&mut self, uid: &str) {
-        if let Some(ip) = self.ips.remove(uid) {
-            for s in &ip.subnets {
+        if let Some((uid, ip)) = self.ips.remove_entry(uid) {
+            let pair = (Arc::clone(&ip.name), uid);
+            for s in ip.subnets.iter() {
                 if let Some(set) = self.by_subnet.get_mut(s) {
-                    set.remove(&(ip.holder.name.clone(), uid.to_owned()));
+                    set.remove(&pair);
                     if set.is_empty() {
                         self.by_subnet.remove(s);
                     }
@@ -383,12 +414,12 @@ impl Index {
                     let Some(ip) = self.ips.get(uid) else {
                         continue;
                     };
-                    if ip.owner_subnets.iter().any(|o| o == name) {
+                    if ip.owner_subnets.iter().any(|o| &**o == name) {
                         continue;
                     }
                     holders.count += 1;
                     if holders.named.len() < MAX_NAMED {
-                        holders.named.push(ip.holder.clone());
+                        holders.named.push(ip.holder());
                     }
                 }
                 holders
