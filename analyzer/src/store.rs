@@ -13,6 +13,7 @@
 //! checkpoint the analysis cannot read is moved to the `checkpoint_set_aside` table
 //! ([`Store::set_aside_checkpoint`]). Either way the analysis is rebuilt from the topic.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -20,8 +20,10 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
+use crate::admission::{AdmissionConfig, AdmissionError};
 use crate::discovery::{self, DiscoveryError};
 use crate::event::Stamp;
+use crate::guard::{Guarded, IndexingSink, SharedIndex};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::outbox::{Outbox, OutboxError};
@@ -60,6 +62,8 @@ pub struct CollectorConfig {
     /// Watches pause while the outbox holds this many payload bytes (`None`: no bound;
     /// `collector record` has none).
     pub outbox_max_bytes: Option<u64>,
+    /// The admission webhook guarding deletions (`None`: not served).
+    pub admission: Option<AdmissionConfig>,
 }
 
 /// The long-running collector: outbox and Kafka.
@@ -107,6 +111,9 @@ pub enum AppError {
     /// A watcher stopped.
     #[error(transparent)]
     Watch(#[from] WatchError),
+    /// The admission webhook could not start.
+    #[error(transparent)]
+    Admission(#[from] AdmissionError),
     /// Remediation was switched on and stopped.
     #[error("remediation stopped: {0}")]
     Remediate(String),
@@ -229,10 +236,35 @@ async fn start(
         }
         None => None,
     };
-    let sink: Box<dyn EventSink> = match sink {
+    let mut sink: Box<dyn EventSink> = match sink {
         SinkKind::Outbox(outbox) => Box::new(outbox.observed_by(health.clone(), metrics.clone())),
         SinkKind::File(file) => Box::new(file),
     };
+    let mut admission_task = None;
+    if let Some(admission) = &config.admission {
+        // The guard's index lives in memory: the streams it reads are relisted at start
+        // rather than resumed, so that it learns every live object (the relist is the
+        // snapshot the analyzer already handles after a 410).
+        for guarded in Guarded::ALL {
+            if let Some(state) = states.get_mut(&guarded.holders_stream()) {
+                state.resume_from = None;
+            }
+        }
+        let index: SharedIndex =
+            Arc::new(std::sync::RwLock::new(crate::guard::Index::new(&watched)));
+        sink = Box::new(IndexingSink::new(sink, Arc::clone(&index)));
+        let (bound, task) = crate::admission::serve(
+            admission,
+            config.stamp.cluster_id.clone(),
+            index,
+            health.clone(),
+            metrics.clone(),
+            stop_rx.clone(),
+        )
+        .await?;
+        info!(%bound, mode = ?admission.mode, "serving admission reviews on /validate (HTTPS)");
+        admission_task = Some(task);
+    }
     let (tx, rx) = mpsc::channel(16_384);
     let stored = Arc::new(Notify::new());
     let sink = sink::spawn(sink, rx, Arc::clone(&stored));
@@ -264,6 +296,21 @@ async fn start(
         });
     }
     health.task_started("watcher");
+    if let Some(task) = admission_task {
+        health.task_started("admission");
+        // Supervised with the feeders: a webhook that stops on its own stops the process.
+        feeders.spawn(async move {
+            let result = match task.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(source)) => Err(AppError::Io {
+                    context: "the admission server failed".into(),
+                    source,
+                }),
+                Err(e) => Err(AppError::Internal(format!("admission task failed: {e}"))),
+            };
+            ("admission", result)
+        });
+    }
     if let Some((remediate, db)) = remediate.filter(|(r, _)| r.mode != RemediationMode::Off) {
         let (client, stamp, tx, stop_rx) = (
             client.clone(),

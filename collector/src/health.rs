@@ -105,6 +105,15 @@ impl Health {
         }
     }
 
+    /// Whether the stream's list or watch has failed and not recovered since (for the
+    /// admission guard, which does not trust a view that may be missing events).
+    pub fn stream_failing(&self, stream: Stream) -> bool {
+        self.0
+            .streams
+            .get(&stream)
+            .is_some_and(|s| lock(s).failing_since.is_some())
+    }
+
     /// The producer saw `rows` waiting in the outbox (before sending them).
     pub fn rows_waiting(&self, rows: i64) {
         let mut d = lock(&self.0.delivery);

@@ -7,11 +7,15 @@
 //! per stream, relist diff) ->
 //! [`event`] (objects into `WatchEvent`s) -> [`sink`] -> [`outbox`] (SQLite) ->
 //! [`produce`] (Kafka); or [`record`] (an Avro file) instead of the last two.
-//! [`app`] wires them; [`http`] and [`metrics`] are the operator's window.
+//! [`app`] wires them; [`http`] and [`metrics`] are the operator's window. [`guard`] and
+//! [`admission`] refuse or warn about the deletion of a Subnet or pool that live
+//! allocations still name (the validating webhook).
 
+pub mod admission;
 pub mod app;
 pub mod discovery;
 pub mod event;
+pub mod guard;
 pub mod health;
 pub mod http;
 pub mod metrics;

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use ipaudit_collector::admission::AdmissionConfig;
 use ipaudit_collector::app::{self, CollectorConfig, KubeSource, RecordConfig, RunConfig};
 use ipaudit_collector::event::Stamp;
+use ipaudit_collector::guard::GuardMode;
 use ipaudit_collector::outbox::Outbox;
 use ipaudit_collector::produce::{KafkaConfig, TopicCreation};
 use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
@@ -34,7 +36,7 @@ enum Command {
     Run(Box<RunArgs>),
     /// Watch and write every event to an Avro container file (for `analyzer replay`).
     /// Stops on SIGINT/SIGTERM or after --duration.
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Inspect and repair the outbox of a state directory (works while `run` runs).
     Outbox(OutboxArgs),
 }
@@ -111,6 +113,44 @@ struct WatchArgs {
         long_help = kinds_long_help()
     )]
     kinds: Vec<KindArg>,
+    #[command(flatten)]
+    admission: AdmissionArgs,
+}
+
+/// The validating admission webhook that guards the deletion of Subnets and pools.
+#[derive(Debug, Args)]
+struct AdmissionArgs {
+    /// Serve the validating admission webhook (HTTPS, POST /validate) on this address,
+    /// e.g. 0.0.0.0:8443; see deploy/admission.yaml. Default: not served.
+    #[arg(long, env = "IPAUDIT_ADMISSION_LISTEN")]
+    admission_listen: Option<SocketAddr>,
+    /// PEM certificate chain of the webhook (re-read when the file changes).
+    #[arg(
+        long,
+        env = "IPAUDIT_ADMISSION_CERT",
+        default_value = "/etc/ipaudit/admission/tls.crt"
+    )]
+    admission_cert: PathBuf,
+    /// PEM private key of the webhook.
+    #[arg(
+        long,
+        env = "IPAUDIT_ADMISSION_KEY",
+        default_value = "/etc/ipaudit/admission/tls.key"
+    )]
+    admission_key: PathBuf,
+    /// What the webhook does with the DELETE of a Subnet, IPPool or SpiderIPPool that live
+    /// IPs or allocations still name: warn (allow, with warnings naming them) or deny.
+    /// Either way it allows while its view is not synced.
+    #[arg(long, env = "IPAUDIT_GUARD", value_enum, default_value = "warn")]
+    guard: Guard,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Guard {
+    /// Allow, with warnings naming what still holds addresses.
+    Warn,
+    /// Refuse, naming what still holds addresses.
+    Deny,
 }
 
 /// One entry of `--kinds`; blank entries (`IPAUDIT_KINDS=""`, a trailing comma) name nothing.
@@ -355,6 +395,18 @@ fn collector_config(
         listen,
         unready_after: args.unready_after,
         outbox_max_bytes,
+        admission: args
+            .admission
+            .admission_listen
+            .map(|listen| AdmissionConfig {
+                listen,
+                cert: args.admission.admission_cert,
+                key: args.admission.admission_key,
+                mode: match args.admission.guard {
+                    Guard::Warn => GuardMode::Warn,
+                    Guard::Deny => GuardMode::Deny,
+                },
+            }),
     }
 }
 
@@ -457,6 +509,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 .context("collector failed")
         }
         Command::Record(args) => {
+            let args = *args;
             let out = args.out.clone();
             let config = RecordConfig {
                 collector: collector_config(args.watch, args.listen, None),

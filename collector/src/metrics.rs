@@ -50,6 +50,16 @@ pub struct OnlyReasonLabels {
     pub reason: String,
 }
 
+/// `{kind, decision}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    /// The reviewed kind's label (`subnet`, `ippool`, `spiderippool`), `other` for a kind
+    /// the guard does not review, `unknown` for a request it could not read.
+    pub kind: String,
+    /// allowed, warned, denied, unsynced or error.
+    pub decision: String,
+}
+
 /// Every metric of the collector.
 #[derive(Clone)]
 pub struct Metrics {
@@ -66,6 +76,7 @@ pub struct Metrics {
     outbox_bytes: Gauge,
     outbox_full: Counter,
     watch_pauses: Family<StreamLabels, Counter>,
+    admission_reviews: Family<AdmissionLabels, Counter>,
 }
 
 impl Metrics {
@@ -148,6 +159,12 @@ impl Metrics {
             "Watches paused because the outbox was full, by stream",
             watch_pauses.clone(),
         );
+        let admission_reviews = Family::<AdmissionLabels, Counter>::default();
+        collector.register(
+            "admission_reviews",
+            "AdmissionReviews answered by the guard, by reviewed kind and decision",
+            admission_reviews.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             events,
@@ -162,7 +179,18 @@ impl Metrics {
             outbox_bytes,
             outbox_full,
             watch_pauses,
+            admission_reviews,
         }
+    }
+
+    /// Counts one AdmissionReview answered by the guard.
+    pub fn admission_review(&self, kind: &str, decision: &str) {
+        self.admission_reviews
+            .get_or_create(&AdmissionLabels {
+                kind: kind.into(),
+                decision: decision.into(),
+            })
+            .inc();
     }
 
     /// Counts one recorded event.
