@@ -1,5 +1,7 @@
 //! What a replay found, for a person (an incident-review report) or a program (JSON lines).
 
+pub mod html;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
