@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::{Stream, WatchEvent};
 use ipaudit_tests::collector::workspace_binary;
-use ipaudit_tests::{incident_files, write_recording};
+use ipaudit_tests::{incident, incident_files, write_recording};
 
 const LEAKED_IP: &str =
     "test-vm-1.kube-ovn-dangling-ips.kube-ovn-dangling-ips-control-net.kube-ovn-dangling-ips.ovn";
@@ -231,6 +231,30 @@ fn keep(page: &Path, png: &Path, name: &str) {
     }
 }
 
+/// `(object, kind, actor)` of every mark that names who made its request.
+fn actors(dom: &str) -> Vec<(String, String, String)> {
+    let mut actors: Vec<_> = elements(dom, "g")
+        .into_iter()
+        .filter_map(|a| {
+            let actor = a.get("data-actor")?.clone();
+            Some((a["data-object"].clone(), a["data-kind"].clone(), actor))
+        })
+        .collect();
+    actors.sort();
+    actors
+}
+
+/// The audit-log fixtures of the kube-ovn seed (see tests/fixtures/audit/).
+fn audit_fixture(name: &str) -> Vec<PathBuf> {
+    let dir = incident("").join("../audit").join(name);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("fixture dir entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
 fn count(pixels: &[[u8; 3]], colour: [u8; 3]) -> usize {
     pixels.iter().filter(|p| **p == colour).count()
 }
@@ -297,6 +321,7 @@ fn the_kube_ovn_seed_report_renders_in_chromium_with_a_lane_per_object_and_its_m
         marks(&dom),
         [
             (ip.clone(), "created".into(), "1032".into()),
+            (subnet.clone(), "deletion-requested".into(), "1100".into()),
             (subnet.clone(), "deleted".into(), "1101".into()),
             (ip.clone(), "deletion-requested".into(), "1120".into()),
         ]
@@ -475,4 +500,58 @@ fn forged_object_names_stay_text_in_the_browser() {
             .any(|m| m.0 == format!("ip/{hostile}") && m.2 == "21"),
         "the forged IP's marks are drawn"
     );
+}
+
+#[test]
+fn the_seed_replayed_from_audit_logs_shows_who_did_each_step_beside_its_mark() {
+    let ip = format!("ip/{LEAKED_IP}");
+    let subnet = format!("subnet/{SUBNET}");
+    let ovn = "system:serviceaccount:kube-system:ovn".to_owned();
+    let expected = vec![
+        (ip.clone(), "created".to_owned(), ovn.clone()),
+        (
+            ip.clone(),
+            "deletion-requested".to_owned(),
+            "bob@example.com".to_owned(),
+        ),
+        (subnet.clone(), "deleted".to_owned(), ovn.clone()),
+        (
+            subnet.clone(),
+            "deletion-requested".to_owned(),
+            "alice@example.com".to_owned(),
+        ),
+    ];
+
+    // The audit logs alone (two HA API servers).
+    let dir = tempfile::tempdir().unwrap();
+    let page = report(dir.path(), &audit_fixture("kube-ovn-seed"));
+    let dom = dump_dom(&page);
+    assert_self_contained(&dom);
+    assert_eq!(actors(&dom), expected);
+    assert!(
+        dom.contains("ordered by audit time"),
+        "the page says how events were ordered"
+    );
+    let via: Vec<_> = elements(&dom, "g")
+        .into_iter()
+        .filter(|a| a.get("data-via").is_some_and(|v| v == "finalizer-removed"))
+        .collect();
+    assert_eq!(
+        via.len(),
+        1,
+        "the subnet went when its last finalizer was removed"
+    );
+    let (_, _, pixels) = screenshot(&page, &dir.path().join("audit.png"));
+    keep(&page, &dir.path().join("audit.png"), "kube-ovn-seed-audit");
+    assert!(
+        count(&pixels, [0x0b, 0x53, 0x94]) > 20,
+        "the actors' names are drawn beside the marks"
+    );
+
+    // The watch recordings plus a Metadata-level audit log: the same actors.
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = incident_files("kube-ovn-seed");
+    files.extend(audit_fixture("kube-ovn-seed-metadata"));
+    let dom = dump_dom(&report(dir.path(), &files));
+    assert_eq!(actors(&dom), expected);
 }

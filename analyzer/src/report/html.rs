@@ -18,7 +18,7 @@ use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{Actor, Alert, EventType, Evidence, Severity, Stream};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
-use super::{skipped_text, AlertHistory, Findings};
+use super::{actor_text, audit_text, skipped_text, AlertHistory, Findings};
 use crate::replay::ReplayOutcome;
 
 /// Width of one event column in the timeline, px.
@@ -56,6 +56,15 @@ enum MarkKind {
 }
 
 impl MarkKind {
+    /// Whether a DELETED event came from removing the object's last finalizer (a
+    /// terminating object goes when its finalizers are gone), as its evidence says.
+    fn finalizer_removed_by(e: &Evidence) -> bool {
+        matches!(e.event_type, EventType::Deleted)
+            && e.what
+                .to_ascii_lowercase()
+                .contains("removed the last finalizer")
+    }
+
     /// Reads the kind from the event type and, for a MODIFIED event, from what the rule
     /// said it shows (the evidence has no structured field for it).
     fn of(e: &Evidence) -> Self {
@@ -236,6 +245,11 @@ fn input_notes(outcome: &ReplayOutcome) -> Markup {
             p.note {
                 (stats.duplicates) " duplicate(s) dropped, " (stats.stale)
                 " stale event(s) ignored, " (stats.reorder.late) " late event(s)"
+            }
+        }
+        @if let Some(text) = audit_text(outcome) {
+            @for line in text.lines() {
+                p.note.audit { (line.trim()) }
             }
         }
         @if let Some(text) = skipped_text(outcome) {
@@ -431,23 +445,18 @@ fn time_text(ms: Option<i64>) -> String {
         .map_or_else(|| "no time recorded".to_owned(), format_timestamp_ms)
 }
 
-fn actor_text(actor: &Actor) -> String {
+/// The actor's name, short enough to sit beside a mark: a service account by its own
+/// name (`sa/ovn`); the full name is in the mark's tooltip and the event table.
+fn actor_name(actor: &Actor) -> String {
+    let user = actor
+        .user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|sa| sa.rsplit_once(':'))
+        .map_or_else(|| actor.user.clone(), |(_, name)| format!("sa/{name}"));
     match &actor.impersonated_user {
-        Some(as_user) => format!("{} (as {as_user})", actor.user),
-        None => actor.user.clone(),
+        Some(as_user) => format!("{user} (as {as_user})"),
+        None => user,
     }
-}
-
-/// The actor in full: user, impersonation, user agent and source addresses.
-fn actor_detail(actor: &Actor) -> String {
-    let mut text = actor_text(actor);
-    if let Some(agent) = &actor.user_agent {
-        text.push_str(&format!(", user agent {agent}"));
-    }
-    if !actor.source_ips.is_empty() {
-        text.push_str(&format!(", from {}", actor.source_ips.join(", ")));
-    }
-    text
 }
 
 fn shorten(text: &str, chars: usize) -> String {
@@ -778,17 +787,22 @@ fn mark(m: &Mark<'_>, x: i64, y: i64) -> Markup {
     let e = m.evidence;
     let actor = e.actor.as_ref();
     let mut tooltip = format!(
-        "{} {} {}: {} at rv {} ({})\n{}",
+        "{} {} {}: {}{} at rv {} ({})\n{}",
         e.stream.kind(),
         e.name,
         e.event_type.as_str(),
         m.kind.label(),
+        if MarkKind::finalizer_removed_by(e) {
+            " (its last finalizer removed)"
+        } else {
+            ""
+        },
         e.resource_version,
         time_text(e.time_ms),
         e.what
     );
     if let Some(actor) = actor {
-        tooltip.push_str(&format!("\nby {}", actor_detail(actor)));
+        tooltip.push_str(&format!("\nby {}", actor_text(actor)));
     }
     if m.cause {
         tooltip.push_str("\nthis event caused the leak");
@@ -803,9 +817,14 @@ fn mark(m: &Mark<'_>, x: i64, y: i64) -> Markup {
                 circle.cause-ring r="12" {}
             }
             (shape(m.kind))
+            @if MarkKind::finalizer_removed_by(e) {
+                g.via data-via="finalizer-removed" transform="translate(-22,0) scale(0.6)" {
+                    (shape(MarkKind::FinalizerRemoved))
+                }
+            }
             text.rv y="19" { (shorten(&e.resource_version, 10)) }
             @if let Some(actor) = actor {
-                text.actor y="-11" { (shorten(&actor_text(actor), ACTOR_CHARS)) }
+                text.actor y="-11" { (shorten(&actor_name(actor), ACTOR_CHARS)) }
             }
         }
     }
@@ -836,11 +855,13 @@ fn event_table(incident: &Incident<'_>) -> Markup {
                         td { (time_text(e.time_ms)) }
                         td { (e.resource_version) }
                         td { (e.stream.kind()) " " (e.name) }
-                        td { (m.kind.label()) " (" (e.event_type.as_str()) ")"
+                        td { (m.kind.label())
+                            @if MarkKind::finalizer_removed_by(e) { ": its last finalizer removed" }
+                            " (" (e.event_type.as_str()) ")"
                             @if m.cause { br; strong { "caused the leak" } }
                             @for rule in &m.fired { br; span.fired { (rule) " fired" } }
                         }
-                        td { @if let Some(actor) = &e.actor { (actor_detail(actor)) } @else { span.unknown { "-" } } }
+                        td { @if let Some(actor) = &e.actor { (actor_text(actor)) } @else { span.unknown { "-" } } }
                         td { (e.what) }
                     }
                 }
@@ -1070,7 +1091,7 @@ mod tests {
         let html = render_html(&seed("ip1"), &read(5));
         assert!(html.contains(r#"data-actor="alice@example.com""#), "{html}");
         assert!(html.contains("alice@exa…"), "{html}");
-        assert!(html.contains("alice@example.com, user agent kubectl/v1.33, from 10.0.0.7"));
+        assert!(html.contains("alice@example.com from 10.0.0.7, kubectl/v1.33"));
     }
 
     #[test]
