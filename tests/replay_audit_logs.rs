@@ -1,0 +1,282 @@
+//! `analyzer replay` given Kubernetes API server audit logs, run as an operator would run
+//! it: the kube-ovn seed incident from its audit log alone (two HA API servers, one file
+//! gzipped) and from its watch recordings beside a Metadata-level audit log must raise the
+//! same alerts and name the same people; a healthy audit log raises nothing.
+//!
+//! The fixtures are `fixtures/audit/` (written by its `make_audit_fixtures.py`). The binary
+//! is run as a process (build it first: `cargo build --bins`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use ipaudit_tests::collector::workspace_binary;
+use ipaudit_tests::incident_files;
+use serde_json::Value;
+
+const LEAKED_IP: &str =
+    "test-vm-1.kube-ovn-dangling-ips.kube-ovn-dangling-ips-control-net.kube-ovn-dangling-ips.ovn";
+const SUBNET: &str = "kube-ovn-dangling-ips-control-net";
+const ALICE: &str = "alice@example.com";
+const BOB: &str = "bob@example.com";
+const OVN: &str = "system:serviceaccount:kube-system:ovn";
+
+fn audit(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/audit")
+        .join(path)
+}
+
+/// The seed as its two API servers logged it.
+fn seed_audit_files() -> Vec<PathBuf> {
+    vec![
+        audit("kube-ovn-seed/apiserver-1.log"),
+        audit("kube-ovn-seed/apiserver-2.log.gz"),
+    ]
+}
+
+/// The seed's watch recordings and its Metadata-level audit log.
+fn seed_recordings_and_metadata_audit() -> Vec<PathBuf> {
+    let mut files = incident_files("kube-ovn-seed");
+    files.push(audit("kube-ovn-seed-metadata/audit.log"));
+    files
+}
+
+fn replay(args: &[&str], files: &[PathBuf]) -> Output {
+    Command::new(workspace_binary("analyzer"))
+        .arg("replay")
+        .arg("--no-progress")
+        .args(args)
+        .args(files)
+        .output()
+        .expect("analyzer runs")
+}
+
+fn text(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The `"record": "alert"` lines of `--format jsonl` output.
+fn jsonl_alerts(files: &[PathBuf]) -> Vec<Value> {
+    let output = replay(&["--format", "jsonl"], files);
+    assert!(
+        output.status.code().is_some_and(|c| c < 2),
+        "exit {:?}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    text(&output)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        .filter(|v| v["record"] == "alert")
+        .collect()
+}
+
+fn alert<'a>(alerts: &'a [Value], rule: &str) -> &'a Value {
+    alerts
+        .iter()
+        .find(|a| a["rule"] == rule)
+        .unwrap_or_else(|| panic!("no {rule} alert in {alerts:#?}"))
+}
+
+/// The evidence entry of `stream`/`type` about `name`.
+fn entry<'a>(alert: &'a Value, stream: &str, event_type: &str, name: &str) -> &'a Value {
+    alert["evidence"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["stream"] == stream && e["type"] == event_type && e["name"] == name)
+        .unwrap_or_else(|| panic!("no {stream} {event_type} {name} in {alert:#}"))
+}
+
+fn user(entry: &Value) -> Option<&str> {
+    entry["actor"]["user"].as_str()
+}
+
+/// What must be the same whatever the input: each alert's rule, subject and status, and
+/// its evidence as (stream, type, object, who).
+fn story(alerts: &[Value]) -> Vec<(String, String, String, Vec<[String; 4]>)> {
+    let s = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+    alerts
+        .iter()
+        .map(|a| {
+            let evidence = a["evidence"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    [
+                        s(&e["stream"]),
+                        s(&e["type"]),
+                        s(&e["name"]),
+                        s(&e["actor"]["user"]),
+                    ]
+                })
+                .collect();
+            (
+                s(&a["rule"]),
+                s(&a["subject_name"]),
+                s(&a["status"]),
+                evidence,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_seed_from_its_audit_log_alone_names_who_deleted_the_subnet_who_removed_its_finalizer_and_who_deleted_the_ip(
+) {
+    let alerts = jsonl_alerts(&seed_audit_files());
+    let rules: Vec<&str> = alerts.iter().filter_map(|a| a["rule"].as_str()).collect();
+    assert_eq!(rules, ["subnet-deleted-before-ip", "ip-stuck-terminating"]);
+    assert!(alerts.iter().all(|a| a["status"] == "firing"));
+    assert!(alerts.iter().all(|a| a["subject_name"] == LEAKED_IP));
+
+    let leak = alert(&alerts, "subnet-deleted-before-ip");
+    let requested = entry(leak, "subnet", "MODIFIED", SUBNET);
+    assert_eq!(user(requested), Some(ALICE), "who asked for the deletion");
+    assert_eq!(requested["resource_version"], "1100");
+    let gone = entry(leak, "subnet", "DELETED", SUBNET);
+    assert_eq!(user(gone), Some(OVN), "who removed the last finalizer");
+    assert!(
+        gone["what"]
+            .as_str()
+            .is_some_and(|w| w.contains("removed the last finalizer")),
+        "{gone:#}"
+    );
+    // Its version is never logged: ordered by audit time just after the delete's.
+    assert_eq!(gone["resource_version"], "1100+1");
+
+    let stuck = alert(&alerts, "ip-stuck-terminating");
+    let deleted = entry(stuck, "ip", "MODIFIED", LEAKED_IP);
+    assert_eq!(user(deleted), Some(BOB), "who deleted the IP");
+    assert_eq!(deleted["resource_version"], "1120");
+    assert_eq!(
+        deleted["actor"]["source_ips"],
+        serde_json::json!(["192.168.10.34"])
+    );
+    assert!(deleted["actor"]["user_agent"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("kubectl/")));
+    assert!(deleted["actor"]["impersonated_user"].is_null());
+}
+
+#[test]
+fn the_watch_recordings_beside_a_metadata_level_audit_log_give_the_same_alerts_and_actors() {
+    let from_audit = jsonl_alerts(&seed_audit_files());
+    let from_recordings = jsonl_alerts(&seed_recordings_and_metadata_audit());
+    assert_eq!(story(&from_recordings), story(&from_audit));
+    // The versions are the recordings' own.
+    let leak = alert(&from_recordings, "subnet-deleted-before-ip");
+    assert_eq!(
+        entry(leak, "subnet", "DELETED", SUBNET)["resource_version"],
+        "1101"
+    );
+    assert_eq!(user(entry(leak, "subnet", "DELETED", SUBNET)), Some(OVN));
+}
+
+#[test]
+fn a_healthy_audit_log_raises_nothing() {
+    let output = replay(&[], &[audit("healthy/audit.log")]);
+    let report = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    assert!(report.contains("No leak found."), "{report}");
+    assert!(report.contains("0 alert(s)"), "{report}");
+    assert!(
+        report.contains("write(s) of watched kinds used"),
+        "the audit log was read: {report}"
+    );
+}
+
+#[test]
+fn refused_deletes_and_reads_just_before_a_deletion_are_never_named_as_its_actor() {
+    // Without bob's delete, the only requests on the IP near its deletion are carol's
+    // (403), dave's (an admission webhook's denial) and bob's reads: none may be named.
+    let dir = tempfile::tempdir().unwrap();
+    let log = std::fs::read_to_string(audit("kube-ovn-seed-metadata/audit.log")).unwrap();
+    let without: String = log
+        .lines()
+        .filter(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            !(v["verb"] == "delete" && v["user"]["username"] == BOB)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(without.len() < log.len(), "bob's delete was in the log");
+    assert!(without.contains("carol@example.com") && without.contains("\"code\":403"));
+    assert!(without.contains("dave@example.com") && without.contains("admission webhook"));
+    let path = dir.path().join("audit.log");
+    std::fs::write(&path, without).unwrap();
+    let mut files = incident_files("kube-ovn-seed");
+    files.push(path);
+    let alerts = jsonl_alerts(&files);
+    let stuck = alert(&alerts, "ip-stuck-terminating");
+    let deleted = entry(stuck, "ip", "MODIFIED", LEAKED_IP);
+    assert!(deleted["actor"].is_null(), "{deleted:#}");
+    // The rest of the story still has its actors.
+    let leak = alert(&alerts, "subnet-deleted-before-ip");
+    assert_eq!(user(entry(leak, "subnet", "MODIFIED", SUBNET)), Some(ALICE));
+}
+
+#[test]
+fn the_text_report_shows_who_did_each_step_and_which_events_were_ordered_by_audit_time() {
+    let output = replay(&[], &seed_audit_files());
+    let report = text(&output);
+    assert_eq!(output.status.code(), Some(1), "alerts fire: {report}");
+    assert!(
+        report.contains(&format!("by {ALICE} from 192.168.10.21, kubectl/v1.30.2")),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("by {BOB} from 192.168.10.34")),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("by {OVN} from 172.18.0.3")),
+        "{report}"
+    );
+    assert!(report.contains("rv 1100+1"), "{report}");
+    assert!(
+        report.contains("ordered by audit time after the latest known version V, shown as rv V+n"),
+        "{report}"
+    );
+    assert!(report.contains("2 file(s)"), "both HA files read: {report}");
+}
+
+#[test]
+fn a_broken_line_in_an_audit_log_is_an_input_problem_at_its_line_and_the_rest_is_analysed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = std::fs::read_to_string(audit("kube-ovn-seed/apiserver-1.log")).unwrap();
+    let lines = log.lines().count();
+    log.push_str("{\"kind\":\"Event\",\"apiVersion\":\"audit.k8s.io/v1\",\"verb\":\"delete\n");
+    log.push_str("{\"kind\":\"Event\",\"apiVersion\":\"audit.k8s.io/v1\",\"stage\":\"ResponseComplete\",\"verb\":\"delete\",\"objectRef\":{\"resource\":\"ips\",\"apiGroup\":\"kubeovn.io\",\"name\":\"x\"},\"responseStatus\":{\"code\":200},\"stageTimestamp\":\"yesterday\"}\n");
+    let path = dir.path().join("apiserver-1.log");
+    std::fs::write(&path, log).unwrap();
+    let output = replay(&[], &[path, audit("kube-ovn-seed/apiserver-2.log.gz")]);
+    let report = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains(&format!("line {}, column 1", lines + 1))
+            && report.contains("invalid audit entry"),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("line {}, column 1", lines + 2))
+            && report.contains("stageTimestamp \"yesterday\" is not an RFC 3339 time"),
+        "{report}"
+    );
+    assert!(
+        report.contains("SKIPPED INPUT: 2 input problem(s)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("[CRITICAL] ip-stuck-terminating (FIRING)"),
+        "{report}"
+    );
+
+    let strict = replay(&["--strict"], &[dir.path().join("apiserver-1.log")]);
+    assert_eq!(
+        strict.status.code(),
+        Some(2),
+        "--strict refuses skipped input"
+    );
+}
