@@ -280,3 +280,81 @@ fn a_broken_line_in_an_audit_log_is_an_input_problem_at_its_line_and_the_rest_is
         "--strict refuses skipped input"
     );
 }
+
+/// The level `deploy/audit-policy.yaml` logs a request at: its first matching rule's.
+fn policy_level(policy: &serde_yaml_ng::Value, verb: &str, group: &str, resource: &str) -> String {
+    let empty = Vec::new();
+    let list = |v: &serde_yaml_ng::Value| v.as_sequence().unwrap_or(&empty).clone();
+    let names = |v: &serde_yaml_ng::Value| -> Vec<String> {
+        list(v)
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_owned))
+            .collect()
+    };
+    for rule in list(&policy["rules"]) {
+        let verbs = names(&rule["verbs"]);
+        let resources = list(&rule["resources"]);
+        let verb_matches = verbs.is_empty() || verbs.iter().any(|v| v == verb);
+        let resource_matches = resources.is_empty()
+            || resources.iter().any(|r| {
+                r["group"].as_str().unwrap_or("") == group
+                    && names(&r["resources"]).iter().any(|n| n == resource)
+            });
+        if verb_matches && resource_matches {
+            return rule["level"].as_str().unwrap_or("?").to_owned();
+        }
+    }
+    "None".to_owned()
+}
+
+#[test]
+fn the_audit_policy_logs_every_write_of_the_watched_kinds_with_its_object_and_no_reads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/audit-policy.yaml");
+    let policy: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(policy["apiVersion"], "audit.k8s.io/v1");
+    assert_eq!(policy["kind"], "Policy");
+    assert_eq!(policy["omitManagedFields"], true);
+    for spec in ipaudit_schemas::KINDS {
+        let level = |verb: &str, resource: &str| policy_level(&policy, verb, spec.group, resource);
+        for read in ["get", "list", "watch"] {
+            assert_eq!(
+                level(read, spec.plural),
+                "None",
+                "{read} {}",
+                spec.resource()
+            );
+        }
+        if spec.stream == ipaudit_schemas::Stream::Pod {
+            assert_eq!(level("create", "pods"), "RequestResponse");
+            assert_eq!(level("delete", "pods"), "RequestResponse");
+            assert_eq!(level("patch", "pods"), "Metadata");
+            assert_eq!(level("update", "pods/status"), "Metadata");
+            continue;
+        }
+        for write in ["create", "update", "patch", "delete"] {
+            assert_eq!(
+                level(write, spec.plural),
+                "RequestResponse",
+                "{write} {}",
+                spec.resource()
+            );
+        }
+    }
+    // A resource name does not match its subresources: the status writes are listed.
+    assert_eq!(
+        policy_level(&policy, "update", "kubeovn.io", "subnets/status"),
+        "RequestResponse"
+    );
+    assert_eq!(
+        policy_level(
+            &policy,
+            "update",
+            "spiderpool.spidernet.io",
+            "spiderippools/status"
+        ),
+        "RequestResponse"
+    );
+    assert_eq!(policy_level(&policy, "create", "", "configmaps"), "None");
+    assert_eq!(policy_level(&policy, "delete", "", "secrets"), "None");
+}
