@@ -358,3 +358,45 @@ fn the_audit_policy_logs_every_write_of_the_watched_kinds_with_its_object_and_no
     assert_eq!(policy_level(&policy, "create", "", "configmaps"), "None");
     assert_eq!(policy_level(&policy, "delete", "", "secrets"), "None");
 }
+
+#[test]
+fn a_finalizer_removed_by_hand_shows_as_such_with_who_removed_it() {
+    // The same incident, but bob strips the subnet's finalizer with kubectl patch.
+    let dir = tempfile::tempdir().unwrap();
+    let log = std::fs::read_to_string(audit("kube-ovn-seed-metadata/audit.log")).unwrap();
+    let mut changed = 0;
+    let by_hand: String = log
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            if v["verb"] == "patch"
+                && v["objectRef"]["resource"] == "subnets"
+                && v["objectRef"]["name"] == SUBNET
+            {
+                v["user"] = serde_json::json!({"username": BOB});
+                v["userAgent"] = "kubectl/v1.30.2 (linux/amd64) kubernetes/3968350".into();
+                changed += 1;
+            }
+            format!("{v}\n")
+        })
+        .collect();
+    assert_eq!(changed, 1);
+    let path = dir.path().join("audit.log");
+    std::fs::write(&path, by_hand).unwrap();
+    let mut files = incident_files("kube-ovn-seed");
+    files.push(path);
+    let alerts = jsonl_alerts(&files);
+    let gone = entry(
+        alert(&alerts, "subnet-deleted-before-ip"),
+        "subnet",
+        "DELETED",
+        SUBNET,
+    );
+    assert_eq!(user(gone), Some(BOB));
+    assert!(
+        gone["what"]
+            .as_str()
+            .is_some_and(|w| w.ends_with(&format!("(patch by {BOB} removed the last finalizer)"))),
+        "{gone:#}"
+    );
+}
