@@ -668,3 +668,279 @@ fn order(
     events.sort_by_key(|e| e.resource_version_num);
     (events, requests)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    use crate::source::{detect_file, InputFormat};
+
+    const T: &str = "2025-06-02T09:00:0";
+
+    /// One audit entry: `verb` on subnet `name` by `user` at second `s`, with `object` as
+    /// the response (RequestResponse) or none (Metadata).
+    fn entry(
+        verb: &str,
+        name: &str,
+        user: &str,
+        s: u32,
+        code: i64,
+        object: Option<&str>,
+    ) -> String {
+        let level = if object.is_some() {
+            "RequestResponse"
+        } else {
+            "Metadata"
+        };
+        let response = object.map_or_else(String::new, |o| format!(",\"responseObject\":{o}"));
+        format!(
+            "{{\"kind\":\"Event\",\"apiVersion\":\"audit.k8s.io/v1\",\"level\":\"{level}\",\"auditID\":\"x\",\"stage\":\"ResponseComplete\",\"verb\":\"{verb}\",\"user\":{{\"username\":\"{user}\"}},\"sourceIPs\":[\"10.0.0.1\"],\"objectRef\":{{\"resource\":\"subnets\",\"apiGroup\":\"kubeovn.io\",\"name\":\"{name}\"}},\"responseStatus\":{{\"code\":{code}}},\"stageTimestamp\":\"{T}{s}.000100Z\"{response}}}\n"
+        )
+    }
+
+    fn subnet(name: &str, rv: u32, deleting: bool, finalizers: &str) -> String {
+        let deletion = if deleting {
+            ",\"deletionTimestamp\":\"2025-06-02T09:00:01Z\""
+        } else {
+            ""
+        };
+        format!(
+            "{{\"apiVersion\":\"kubeovn.io/v1\",\"kind\":\"Subnet\",\"metadata\":{{\"name\":\"{name}\",\"uid\":\"u-{name}\",\"resourceVersion\":\"{rv}\",\"finalizers\":[{finalizers}]{deletion}}},\"spec\":{{\"cidrBlock\":\"10.0.0.0/24\"}}}}"
+        )
+    }
+
+    fn write(dir: &Path, name: &str, text: &str, gzip: bool) -> PathBuf {
+        let path = dir.join(name);
+        let file = File::create(&path).unwrap();
+        if gzip {
+            let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+            gz.write_all(text.as_bytes()).unwrap();
+            gz.finish().unwrap();
+        } else {
+            let mut file = file;
+            file.write_all(text.as_bytes()).unwrap();
+        }
+        path
+    }
+
+    fn events(source: AuditLogSource) -> Vec<(String, EventType, String)> {
+        source
+            .filter_map(|item| match item {
+                SourceItem::Event(e) => Some((e.object_key(), e.event_type, e.resource_version)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    const FIN: &str = "\"kubeovn.io/kube-ovn-controller\"";
+
+    #[test]
+    fn an_audit_log_is_told_from_kubectl_json_by_its_first_line_gzipped_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = entry("get", "a", "u", 1, 200, None);
+        let plain = write(dir.path(), "audit.log", &line, false);
+        let gz = write(dir.path(), "audit.log.gz", &line, true);
+        let kubectl = "{\n    \"type\": \"ADDED\",\n    \"object\": {}\n}\n";
+        let watch = write(dir.path(), "ips.json", kubectl, false);
+        let watch_gz = write(dir.path(), "ips.json.gz", kubectl, true);
+        assert_eq!(detect_file(&plain).unwrap(), InputFormat::AuditLog);
+        assert_eq!(detect_file(&gz).unwrap(), InputFormat::AuditLog);
+        assert_eq!(detect_file(&watch).unwrap(), InputFormat::KubectlJson);
+        assert!(
+            matches!(
+                detect_file(&watch_gz),
+                Err(SourceError::UnknownFormat { .. })
+            ),
+            "only audit logs are read gzipped"
+        );
+    }
+
+    #[test]
+    fn a_delete_then_a_patch_emptying_finalizers_are_the_mark_and_the_deletion_after_its_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = [
+            entry(
+                "create",
+                "net",
+                "alice",
+                0,
+                200,
+                Some(&subnet("net", 10, false, FIN)),
+            ),
+            entry(
+                "delete",
+                "net",
+                "alice",
+                1,
+                200,
+                Some(&subnet("net", 12, true, FIN)),
+            ),
+            // Refused and read: never events.
+            entry("patch", "net", "carol", 2, 403, None),
+            entry("get", "net", "bob", 2, 200, None),
+            // Answered with the version before it.
+            entry(
+                "patch",
+                "net",
+                "ovn",
+                3,
+                200,
+                Some(&subnet("net", 12, true, "")),
+            ),
+        ]
+        .concat();
+        let path = write(dir.path(), "audit.log", &log, false);
+        let source = AuditLogSource::open(&[path], true).unwrap();
+        let summary = source.summary().clone();
+        assert_eq!((summary.writes, summary.refused, summary.reads), (3, 1, 1));
+        assert_eq!(summary.ordered_by_time, 1);
+        let users: Vec<&str> = source
+            .requests()
+            .iter()
+            .map(|r| r.actor.user.as_str())
+            .collect();
+        assert_eq!(users, ["alice", "alice", "ovn"]);
+        assert_eq!(
+            events(source),
+            [
+                ("net".into(), EventType::Added, "10".into()),
+                ("net".into(), EventType::Modified, "12".into()),
+                ("net".into(), EventType::Deleted, "12+1".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn files_of_two_api_servers_are_merged_by_version_and_audit_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = [
+            entry(
+                "create",
+                "a",
+                "u",
+                0,
+                200,
+                Some(&subnet("a", 10, false, FIN)),
+            ),
+            entry(
+                "delete",
+                "a",
+                "u",
+                4,
+                200,
+                Some(&subnet("a", 30, true, FIN)),
+            ),
+        ]
+        .concat();
+        let two = [
+            entry(
+                "create",
+                "b",
+                "u",
+                1,
+                200,
+                Some(&subnet("b", 20, false, "")),
+            ),
+            entry("patch", "a", "u", 5, 200, Some(&subnet("a", 30, true, ""))),
+            entry(
+                "delete",
+                "b",
+                "u",
+                6,
+                200,
+                Some(&subnet("b", 40, false, "")),
+            ),
+        ]
+        .concat();
+        let paths = [
+            write(dir.path(), "cp1.log", &one, false),
+            write(dir.path(), "cp2.log.gz", &two, true),
+        ];
+        let got = events(AuditLogSource::open(&paths, true).unwrap());
+        assert_eq!(
+            got,
+            [
+                ("a".into(), EventType::Added, "10".into()),
+                ("b".into(), EventType::Added, "20".into()),
+                ("a".into(), EventType::Modified, "30".into()),
+                ("a".into(), EventType::Deleted, "30+1".into()),
+                ("b".into(), EventType::Deleted, "40".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn at_metadata_level_only_the_last_delete_of_an_object_deletes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = [
+            entry("create", "p", "controller", 0, 200, None),
+            entry("patch", "p", "kubelet", 1, 200, None),
+            entry("delete", "p", "alice", 2, 200, None),
+            entry("delete", "p", "kubelet", 3, 200, None),
+        ]
+        .concat();
+        let path = write(dir.path(), "audit.log", &log, false);
+        let source = AuditLogSource::open(&[path], true).unwrap();
+        assert_eq!(source.requests().len(), 4, "every write names its actor");
+        assert_eq!(
+            events(source),
+            [
+                ("p".into(), EventType::Added, "0+1".into()),
+                ("p".into(), EventType::Deleted, "0+2".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn lines_that_are_not_audit_events_are_problems_at_their_line_and_the_rest_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = [
+            entry(
+                "create",
+                "a",
+                "u",
+                0,
+                200,
+                Some(&subnet("a", 10, false, FIN)),
+            ),
+            "{\"type\":\"ADDED\",\"object\":{}}\n".to_owned(),
+            "not json\n".to_owned(),
+            entry(
+                "delete",
+                "a",
+                "u",
+                1,
+                200,
+                Some(&subnet("a", 11, false, "")),
+            ),
+        ]
+        .concat();
+        let path = write(dir.path(), "audit.log", &log, false);
+        let items: Vec<SourceItem> = AuditLogSource::open(&[path], true).unwrap().collect();
+        let problems: Vec<(u64, bool)> = items
+            .iter()
+            .filter_map(|i| match i {
+                SourceItem::Problem(Problem {
+                    position: Position::Text { line, .. },
+                    skipped,
+                    ..
+                }) => Some((*line, *skipped)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(problems, [(2, true), (3, true)]);
+        let events = items
+            .iter()
+            .filter(|i| matches!(i, SourceItem::Event(_)))
+            .count();
+        assert_eq!(events, 2);
+    }
+
+    #[test]
+    fn evidence_versions_sort_with_audit_ordered_ones_after_their_base() {
+        let mut versions = vec!["1100+2", "1101", "x", "1100", "1100+1", "99"];
+        versions.sort_by_key(|v| version_order(v));
+        assert_eq!(versions, ["99", "1100", "1100+1", "1100+2", "1101", "x"]);
+    }
+}
