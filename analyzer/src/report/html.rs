@@ -59,10 +59,7 @@ impl MarkKind {
     /// Whether a DELETED event came from removing the object's last finalizer (a
     /// terminating object goes when its finalizers are gone), as its evidence says.
     fn finalizer_removed_by(e: &Evidence) -> bool {
-        matches!(e.event_type, EventType::Deleted)
-            && e.what
-                .to_ascii_lowercase()
-                .contains("removed the last finalizer")
+        e.event_type.is_deletion() && e.what.contains(crate::actors::FINALIZER_REMOVED)
     }
 
     /// Reads the kind from the event type and, for a MODIFIED event, from what the rule
@@ -76,6 +73,7 @@ impl MarkKind {
                 let what = e.what.to_ascii_lowercase();
                 if what.contains("finalizer")
                     && (what.contains("removed") || what.contains("emptied"))
+                    && !what.contains("never removed")
                 {
                     MarkKind::FinalizerRemoved
                 } else if what.contains("marked for deletion")
@@ -1056,6 +1054,10 @@ mod tests {
             ),
             (EventType::Deleted, "gone"),
             (EventType::Modified, "labels changed"),
+            (
+                EventType::Modified,
+                "terminating: its finalizer was never removed",
+            ),
         ]
         .iter()
         .map(|(t, what)| MarkKind::of(&evidence(Stream::Ip, *t, "x", "1", what)))
@@ -1067,7 +1069,8 @@ mod tests {
                 MarkKind::DeletionRequested,
                 MarkKind::FinalizerRemoved,
                 MarkKind::Deleted,
-                MarkKind::Changed
+                MarkKind::Changed,
+                MarkKind::DeletionRequested,
             ]
         );
     }
