@@ -76,10 +76,11 @@ impl MarkKind {
                     && !what.contains("never removed")
                 {
                     MarkKind::FinalizerRemoved
-                } else if what.contains("marked for deletion")
+                } else if (what.contains("marked for deletion")
                     || what.contains("deletion requested")
-                    || what.contains("terminating")
-                    || what.contains("deleted")
+                    || what.contains(" is terminating"))
+                    && !what.contains("not terminating")
+                    && !what.contains("no longer terminating")
                 {
                     MarkKind::DeletionRequested
                 } else {
@@ -1045,34 +1046,40 @@ mod tests {
 
     #[test]
     fn marks_say_what_the_event_did_to_the_object() {
-        let kinds: Vec<MarkKind> = [
-            (EventType::Added, "IP added"),
-            (EventType::Modified, "IP marked for deletion at 12:00"),
+        let cases = [
+            (EventType::Added, "IP added", MarkKind::Created),
             (
                 EventType::Modified,
-                "finalizer kube-ovn-controller removed by hand",
-            ),
-            (EventType::Deleted, "gone"),
-            (EventType::Modified, "labels changed"),
-            (
-                EventType::Modified,
-                "terminating: its finalizer was never removed",
-            ),
-        ]
-        .iter()
-        .map(|(t, what)| MarkKind::of(&evidence(Stream::Ip, *t, "x", "1", what)))
-        .collect();
-        assert_eq!(
-            kinds,
-            [
-                MarkKind::Created,
+                "IP marked for deletion at 12:00",
                 MarkKind::DeletionRequested,
+            ),
+            (
+                EventType::Modified,
+                "finalizer x removed by hand",
                 MarkKind::FinalizerRemoved,
-                MarkKind::Deleted,
-                MarkKind::Changed,
+            ),
+            (EventType::Deleted, "gone", MarkKind::Deleted),
+            (EventType::Modified, "labels changed", MarkKind::Changed),
+            (
+                EventType::Modified,
+                "Subnet a is terminating: finalizer never removed",
                 MarkKind::DeletionRequested,
-            ]
-        );
+            ),
+            (
+                EventType::Modified,
+                "Pod ns/web (uid 1) is Pending, not terminating",
+                MarkKind::Changed,
+            ),
+            (
+                EventType::Modified,
+                "SpiderEndpoint ns/a no longer terminating",
+                MarkKind::Changed,
+            ),
+        ];
+        for (event_type, what, kind) in cases {
+            let e = evidence(Stream::Ip, event_type, "x", "1", what);
+            assert_eq!(MarkKind::of(&e), kind, "{what}");
+        }
     }
 
     #[test]
