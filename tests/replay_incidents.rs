@@ -45,6 +45,8 @@ fn seed_alerts() -> Vec<Seen> {
             Some(SUBNET.into()),
             vec![
                 ev(Stream::Ip, EventType::Added, LEAKED_IP, "1032"),
+                // The deletion request, then the deletion: an audit log names who did each.
+                ev(Stream::Subnet, EventType::Modified, SUBNET, "1100"),
                 ev(Stream::Subnet, EventType::Deleted, SUBNET, "1101"),
             ],
         ),

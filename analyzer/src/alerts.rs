@@ -138,7 +138,7 @@ impl AlertBook {
             return None;
         }
         let mut evidence = finding.evidence;
-        evidence.sort_by_key(|e| e.resource_version.parse::<i64>().unwrap_or(i64::MAX));
+        evidence.sort_by_key(|e| crate::source::audit_log::version_order(&e.resource_version));
         let mut alert = Alert {
             alert_id: id.clone(),
             cluster_id: cluster_id.to_owned(),

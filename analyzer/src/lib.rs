@@ -3,12 +3,14 @@
 //!
 //! The pipeline, one module each: [`source`] (recorded files) -> [`dedupe`] ->
 //! [`reorder`] (resourceVersion order across streams) -> [`state`] (the live cluster) ->
-//! [`rules`] -> [`alerts`] (lifecycle and stable ids) -> [`report`]. [`engine`] drives
+//! [`rules`] -> [`alerts`] (lifecycle and stable ids) -> [`report`]; [`actors`] names who
+//! made each request from an audit log. [`engine`] drives
 //! the core for live and offline use alike; [`replay`] drives it over files, [`live`] over
 //! a Kafka consumer group, with [`store`] (SQLite checkpoints and alert outbox) and
 //! [`sinks`] (log, webhook, Alertmanager). [`cli`] holds the flags its binary shares with
 //! `kubectl-ipaudit`.
 
+pub mod actors;
 pub mod alerts;
 pub mod cli;
 pub mod deadletters;

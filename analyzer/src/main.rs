@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ipaudit_analyzer::cli::{millis, parse_duration, RuleArgs};
 use ipaudit_analyzer::reorder::ReorderConfig;
 use ipaudit_analyzer::replay::{replay, ReplayOptions};
+use ipaudit_analyzer::report::html::render_html;
 use ipaudit_analyzer::report::{render_jsonl, render_text, skipped_text, Findings};
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
@@ -231,6 +232,8 @@ enum Format {
     Text,
     /// One JSON object per alert.
     Jsonl,
+    /// One self-contained HTML page: an index of incidents and a timeline picture of each.
+    Html,
 }
 
 #[derive(Debug, Args)]
@@ -501,6 +504,12 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("warning: {problem}");
             }
             print!("{}", render_jsonl(&findings, &outcome));
+        }
+        Format::Html => {
+            for problem in &outcome.problems {
+                eprintln!("warning: {problem}");
+            }
+            print!("{}", render_html(&findings, &outcome));
         }
     }
     if outcome.nothing_read() {

@@ -1,4 +1,10 @@
-//! Offline replay: recorded files -> merged by resourceVersion -> the analyzer core.
+//! Offline replay: recorded files -> merged by resourceVersion -> the analyzer core; then,
+//! when audit logs are among the inputs, who made each request is named in the evidence.
+//!
+//! Audit logs alone give the events (see [`crate::source::audit_log`]). Beside watch
+//! recordings or Avro files, which then give the events, they only name the actors: an
+//! audit log at Metadata level knows no resourceVersion, and its events would only
+//! duplicate the recorded ones out of order.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -7,8 +13,12 @@ use std::sync::atomic::Ordering;
 use indicatif::{ProgressBar, ProgressStyle};
 use ipaudit_schemas::WatchEvent;
 
+use crate::actors::{ActorIndex, Named};
 use crate::engine::{Analyzer, AnalyzerConfig, AnalyzerStats, Output};
-use crate::source::{Problem, Source, SourceError, SourceItem, Unlisted};
+use crate::source::{
+    detect_file, AuditLogSource, AuditSummary, InputFormat, Problem, Source, SourceError,
+    SourceItem, Unlisted,
+};
 
 /// How to replay.
 #[derive(Debug, Clone, Default)]
@@ -40,6 +50,19 @@ pub struct ReplayOutcome {
     pub rv_range: Option<(i64, i64)>,
     /// Per input, the problems counted but not listed.
     pub unlisted: Vec<Unlisted>,
+    /// What the audit logs among the inputs gave, if any.
+    pub audit: Option<AuditReport>,
+}
+
+/// How the audit logs of a replay were used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditReport {
+    /// How their entries were used.
+    pub summary: AuditSummary,
+    /// Whether they gave the events (alone) or only the actors (beside recordings).
+    pub gave_events: bool,
+    /// How many evidence entries got an actor.
+    pub named: Named,
 }
 
 impl ReplayOutcome {
@@ -55,10 +78,26 @@ pub const MAX_PROBLEMS: usize = 1_000;
 
 /// Replays the files together, merged by resourceVersion.
 pub fn replay(paths: &[PathBuf], options: &ReplayOptions) -> Result<ReplayOutcome, SourceError> {
-    let mut sources = paths
-        .iter()
-        .map(|p| Source::open(p))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut audit_paths = Vec::new();
+    let mut sources = Vec::new();
+    for path in paths {
+        match detect_file(path)? {
+            InputFormat::AuditLog => audit_paths.push(path.clone()),
+            _ => sources.push(Source::open(path)?),
+        }
+    }
+    // Every audit file together: those of an HA control plane are merged.
+    let mut actors = None;
+    if !audit_paths.is_empty() {
+        let gave_events = sources.is_empty();
+        let audit = AuditLogSource::open(&audit_paths, gave_events)?;
+        actors = Some((
+            ActorIndex::new(audit.requests().iter().cloned()),
+            audit.summary().clone(),
+            gave_events,
+        ));
+        sources.push(Source::Audit(audit));
+    }
     let progress = progress_bar(&sources, options.progress);
     let counters: Vec<_> = sources.iter().map(Source::progress).collect();
     let mut analyzer = Analyzer::new(options.analyzer.clone());
@@ -73,7 +112,8 @@ pub fn replay(paths: &[PathBuf], options: &ReplayOptions) -> Result<ReplayOutcom
             break;
         };
         heads[index] = next_event(&mut sources[index], &mut outcome);
-        if let Some(rv) = event.resource_version_num {
+        // The version as sent: an audit log's ordering version (`V+n`) is not one.
+        if let Some(rv) = ipaudit_schemas::event::parse_resource_version(&event.resource_version) {
             let (lo, hi) = outcome.rv_range.unwrap_or((rv, rv));
             outcome.rv_range = Some((lo.min(rv), hi.max(rv)));
         }
@@ -90,6 +130,14 @@ pub fn replay(paths: &[PathBuf], options: &ReplayOptions) -> Result<ReplayOutcom
         bar.finish_and_clear();
     }
     outcome.stats = analyzer.stats();
+    if let Some((index, summary, gave_events)) = actors {
+        let named = index.name_all(&mut outcome.outputs);
+        outcome.audit = Some(AuditReport {
+            summary,
+            gave_events,
+            named,
+        });
+    }
     Ok(outcome)
 }
 

@@ -1,10 +1,12 @@
 //! What a replay found, for a person (an incident-review report) or a program (JSON lines).
 
+pub mod html;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
-use ipaudit_schemas::{Alert, AlertStatus, Evidence};
+use ipaudit_schemas::{Actor, Alert, AlertStatus, Evidence};
 use serde_json::json;
 
 use crate::engine::Output;
@@ -94,6 +96,7 @@ pub fn render_jsonl(findings: &Findings, outcome: &ReplayOutcome) -> String {
                 "resource_version": e.resource_version,
                 "time": e.time_ms.and_then(time_or_null),
                 "what": e.what,
+                "actor": e.actor.as_ref().map(actor_json),
             })).collect::<Vec<_>>(),
         });
         out.push_str(&line.to_string());
@@ -112,6 +115,62 @@ pub fn render_jsonl(findings: &Findings, outcome: &ReplayOutcome) -> String {
         out.push('\n');
     }
     out
+}
+
+/// An evidence entry's actor as JSON: the audit log's names for it.
+fn actor_json(actor: &Actor) -> serde_json::Value {
+    json!({
+        "user": actor.user,
+        "user_agent": actor.user_agent,
+        "source_ips": actor.source_ips,
+        "impersonated_user": actor.impersonated_user,
+    })
+}
+
+/// Who made a request, for a person: `user (as impersonated) from ips, agent`.
+pub fn actor_text(actor: &Actor) -> String {
+    let mut text = actor.user.clone();
+    if let Some(as_user) = &actor.impersonated_user {
+        let _ = write!(text, " (as {as_user})");
+    }
+    if !actor.source_ips.is_empty() {
+        let _ = write!(text, " from {}", actor.source_ips.join(", "));
+    }
+    if let Some(agent) = &actor.user_agent {
+        let _ = write!(text, ", {agent}");
+    }
+    text
+}
+
+/// What the audit logs gave, for the report's header; `None` without audit input.
+pub fn audit_text(outcome: &ReplayOutcome) -> Option<String> {
+    let audit = outcome.audit.as_ref()?;
+    let s = &audit.summary;
+    let mut text = format!(
+        "audit log: {} file(s), {} entries: {} write(s) of watched kinds used ({} with the object), skipped {} read(s), {} refused request(s), {} other stage(s), {} of other resources, {} other verb(s)",
+        s.files, s.entries, s.writes, s.with_object, s.reads, s.refused, s.other_stages, s.other_resources, s.other_verbs
+    );
+    if audit.gave_events {
+        if s.ordered_by_time > 0 {
+            let _ = write!(
+                text,
+                "\n  {} event(s) whose resourceVersion the audit log does not give are ordered by audit time after the latest known version V, shown as rv V+n",
+                s.ordered_by_time
+            );
+        }
+    } else {
+        text.push_str(
+            "\n  events from the recordings; the audit log only names who made each request",
+        );
+    }
+    let _ = write!(
+        text,
+        "\n  actors named for {} of {} evidence entries (matched by resourceVersion, else by kind, name and verb within {} ms)",
+        audit.named.named,
+        audit.named.evidence,
+        crate::actors::MATCH_WINDOW_MS
+    );
+    Some(text)
 }
 
 /// How much input was unusable, in one sentence; `None` when all of it was read.
@@ -165,6 +224,9 @@ pub fn render_text(findings: &Findings, outcome: &ReplayOutcome) -> String {
             stats.reorder.forced,
             crate::reorder::MAX_HELD
         );
+    }
+    if let Some(text) = audit_text(outcome) {
+        let _ = writeln!(out, "  {text}");
     }
     if let Some(text) = skipped_text(outcome) {
         let _ = writeln!(out, "  SKIPPED INPUT: {text}");
@@ -272,4 +334,7 @@ fn write_evidence(out: &mut String, e: &Evidence, stream_width: usize) {
         e.event_type.as_str(),
         e.what
     );
+    if let Some(actor) = &e.actor {
+        let _ = writeln!(out, "    {:<24}    by {}", "", actor_text(actor));
+    }
 }

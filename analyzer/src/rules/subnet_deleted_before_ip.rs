@@ -53,7 +53,7 @@ impl Rule for SubnetDeletedBeforeIp {
             if holdings::is_pool(stream) {
                 let pool = PoolRef::new(stream, &change.event.name);
                 match stream {
-                    Stream::Subnet => on_subnet_deleted(ctx, &pool, change.event),
+                    Stream::Subnet => on_subnet_deleted(ctx, &pool, removed, change.event),
                     _ => self.on_pool_deleted(ctx, &pool, removed, change.released, change.event),
                 }
             }
@@ -231,8 +231,17 @@ fn unindex<K: Ord>(index: &mut BTreeMap<K, BTreeSet<String>>, key: &K, id: &str)
     }
 }
 
-/// The subnet `pool` was just deleted: every live IP naming it leaks.
-fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef) {
+/// The subnet `pool` was just deleted: every live IP naming it leaks. The evidence names
+/// both steps of the deletion when they were two: the request that marked the subnet (a
+/// delete, which only sets deletionTimestamp while a finalizer is there) and the event
+/// that made it go (the write that removed the last finalizer), so that an audit log can
+/// name who did each.
+fn on_subnet_deleted(
+    ctx: &mut Context<'_>,
+    pool: &PoolRef,
+    subnet_record: &ObjectRecord,
+    deletion: &EventRef,
+) {
     let subnet = pool.name.as_str();
     let naming = ctx.state.naming(pool);
     for (_, name) in &naming {
@@ -245,6 +254,30 @@ fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef)
             "was deleted"
         };
         let described = describe_ip(ip);
+        let mut proof = vec![evidence(
+            &ip.last,
+            format!(
+                "IP {name} on subnet {subnet}{described}, finalizers [{}]",
+                ip.finalizers.join(", ")
+            ),
+        )];
+        if let Some(requested) = subnet_record
+            .deletion_requested
+            .as_deref()
+            .filter(|r| r.resource_version != deletion.resource_version)
+        {
+            proof.push(evidence(
+                requested,
+                format!("Subnet {subnet} marked for deletion (deletion requested)"),
+            ));
+        }
+        proof.push(evidence(
+            deletion,
+            format!(
+                "Subnet {subnet} deleted while {} IP(s) still named it",
+                naming.len()
+            ),
+        ));
         let finding = Finding {
             rule: NAME,
             severity: Severity::Critical,
@@ -258,22 +291,7 @@ fn on_subnet_deleted(ctx: &mut Context<'_>, pool: &PoolRef, deletion: &EventRef)
             ),
             fix: Some(fix_for(ip, name, subnet)),
             cleanup: None,
-            evidence: vec![
-                evidence(
-                    &ip.last,
-                    format!(
-                        "IP {name} on subnet {subnet}{described}, finalizers [{}]",
-                        ip.finalizers.join(", ")
-                    ),
-                ),
-                evidence(
-                    deletion,
-                    format!(
-                        "Subnet {subnet} deleted while {} IP(s) still named it",
-                        naming.len()
-                    ),
-                ),
-            ],
+            evidence: proof,
         };
         ctx.fire(finding);
     }

@@ -1,12 +1,13 @@
 //! Where recorded events come from: Avro container files (`collector record`, or exported
-//! from Kafka) and kubectl watch output (`kubectl get KIND -A --watch
-//! --output-watch-events -o json`). The format is detected from the first bytes.
+//! from Kafka), kubectl watch output (`kubectl get KIND -A --watch --output-watch-events
+//! -o json`) and Kubernetes API server audit logs (JSON lines, plain or gzip). The format is
+//! detected from the first bytes (and, for JSON, the first line).
 
+pub mod audit_log;
 mod avro_file;
 mod kubectl_json;
 
 use std::fmt;
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use ipaudit_schemas::container::CONTAINER_MAGIC;
 use ipaudit_schemas::{ContainerError, WatchEvent};
 
+pub use audit_log::{AuditLogSource, AuditSummary};
 pub use avro_file::AvroFileSource;
 pub use kubectl_json::{split_documents, KubectlJsonSource, MAX_DOCUMENT_BYTES};
 
@@ -25,16 +27,51 @@ pub enum InputFormat {
     AvroContainer,
     /// kubectl watch output: `{"type": ..., "object": ...}` documents.
     KubectlJson,
+    /// API server audit log: `audit.k8s.io` Events, one per line (gzip-compressed or not).
+    AuditLog,
 }
 
-/// Tells the format from the first bytes of a file.
+/// Tells the format from the first bytes of a file (for gzip, of its decompressed text):
+/// JSON whose first line is an `audit.k8s.io` Event is an audit log, other JSON kubectl
+/// output. `head` should hold the first line whole.
 pub fn detect_format(head: &[u8]) -> Option<InputFormat> {
     if head.starts_with(&CONTAINER_MAGIC) {
         return Some(InputFormat::AvroContainer);
     }
-    match head.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') => Some(InputFormat::KubectlJson),
-        _ => None,
+    let text = head.trim_ascii_start();
+    if !text.starts_with(b"{") {
+        return None;
+    }
+    let first_line = text.split(|&b| b == b'\n').next().unwrap_or(text);
+    if audit_log::is_audit_line(first_line) {
+        Some(InputFormat::AuditLog)
+    } else {
+        Some(InputFormat::KubectlJson)
+    }
+}
+
+/// How many bytes of a file are read to detect its format: enough for the first line of
+/// an audit log (an Event with its objects is rarely longer).
+const DETECT_BYTES: usize = 256 * 1024;
+
+/// The format of the file at `path` (see [`detect_format`]).
+pub fn detect_file(path: &Path) -> Result<InputFormat, SourceError> {
+    let io = |source| SourceError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let (input, gzipped) = audit_log::reader(path).map_err(io)?;
+    let mut head = Vec::with_capacity(4096);
+    input
+        .take(DETECT_BYTES as u64)
+        .read_to_end(&mut head)
+        .map_err(io)?;
+    match detect_format(&head) {
+        // Only audit logs are read compressed (rotated API server logs are gzipped).
+        Some(format) if !gzipped || format == InputFormat::AuditLog => Ok(format),
+        _ => Err(SourceError::UnknownFormat {
+            path: path.to_owned(),
+        }),
     }
 }
 
@@ -50,8 +87,8 @@ pub enum SourceError {
         #[source]
         source: std::io::Error,
     },
-    /// Neither an Avro container nor kubectl JSON.
-    #[error("{path}: not an Avro container file (starts with Obj\\x01) nor kubectl watch JSON (starts with {{)")]
+    /// Neither an Avro container, kubectl JSON nor an audit log.
+    #[error("{path}: not an Avro container file (starts with Obj\\x01), kubectl watch JSON (starts with {{) nor an audit.k8s.io log (JSON lines, plain or gzip)")]
     UnknownFormat {
         /// The file.
         path: PathBuf,
@@ -247,31 +284,20 @@ pub enum Source {
     Avro(AvroFileSource),
     /// kubectl watch JSON.
     Kubectl(KubectlJsonSource),
+    /// Audit logs, read together.
+    Audit(AuditLogSource),
 }
 
 impl Source {
     /// Opens a file, detecting its format.
     pub fn open(path: &Path) -> Result<Source, SourceError> {
-        let io = |source| SourceError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        let mut file = File::open(path).map_err(io)?;
-        let mut head = [0u8; 64];
-        let mut filled = 0;
-        while filled < head.len() {
-            let n = file.read(&mut head[filled..]).map_err(io)?;
-            if n == 0 {
-                break;
-            }
-            filled += n;
-        }
-        match detect_format(&head[..filled]) {
-            Some(InputFormat::AvroContainer) => Ok(Source::Avro(AvroFileSource::open(path)?)),
-            Some(InputFormat::KubectlJson) => Ok(Source::Kubectl(KubectlJsonSource::open(path)?)),
-            None => Err(SourceError::UnknownFormat {
-                path: path.to_owned(),
-            }),
+        match detect_file(path)? {
+            InputFormat::AvroContainer => Ok(Source::Avro(AvroFileSource::open(path)?)),
+            InputFormat::KubectlJson => Ok(Source::Kubectl(KubectlJsonSource::open(path)?)),
+            InputFormat::AuditLog => Ok(Source::Audit(AuditLogSource::open(
+                &[path.to_owned()],
+                true,
+            )?)),
         }
     }
 
@@ -280,6 +306,7 @@ impl Source {
         match self {
             Source::Avro(s) => s.total_bytes(),
             Source::Kubectl(s) => s.total_bytes(),
+            Source::Audit(s) => s.total_bytes(),
         }
     }
 
@@ -288,6 +315,7 @@ impl Source {
         match self {
             Source::Avro(s) => s.progress(),
             Source::Kubectl(s) => s.progress(),
+            Source::Audit(s) => s.progress(),
         }
     }
 }
@@ -299,6 +327,7 @@ impl Iterator for Source {
         match self {
             Source::Avro(s) => s.next(),
             Source::Kubectl(s) => s.next(),
+            Source::Audit(s) => s.next(),
         }
     }
 }
