@@ -178,6 +178,18 @@ pub enum CheckpointError {
     },
 }
 
+impl std::fmt::Debug for Analyzer {
+    /// A summary: the state is far too large to print.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Analyzer")
+            .field("cluster_id", &self.cluster_id)
+            .field("last_rv", &self.last_rv)
+            .field("history_now_ms", &self.history_now_ms)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Analyzer {
     /// A fresh analyzer with nothing seen.
     pub fn new(config: AnalyzerConfig) -> Self {
