@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 
 use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, KindPart, Stream, WatchEvent};
 
@@ -32,8 +33,9 @@ pub struct EventRef {
     pub event_type: EventType,
     /// Object name (`namespace/name` for namespaced kinds), shared with the record's key.
     pub name: Arc<str>,
-    /// Its resourceVersion as sent.
-    pub resource_version: String,
+    /// Its resourceVersion as sent (inline: a version is a short decimal, and every event
+    /// makes one of these).
+    pub resource_version: SmolStr,
     /// Numeric resourceVersion, for ordering evidence.
     pub rv: i64,
     /// Event time.
@@ -47,7 +49,7 @@ impl EventRef {
             stream: event.stream,
             event_type: event.event_type,
             name: Arc::from(event.object_key()),
-            resource_version: event.resource_version.clone(),
+            resource_version: SmolStr::new(&event.resource_version),
             rv: event.resource_version_num.unwrap_or(-1),
             time_ms: event.event_time_ms(),
         }
@@ -186,6 +188,9 @@ pub struct ClusterState {
     /// is applied whatever its version, since versions of two epochs do not compare.
     #[serde(default)]
     from_earlier_epoch: rustc_hash::FxHashSet<RecordKey>,
+    /// Where a `namespace/name` is put together to look a record up without allocating.
+    #[serde(skip)]
+    scratch: String,
 }
 
 impl ClusterState {
@@ -338,8 +343,44 @@ impl ClusterState {
 
     /// Applies one event, in resourceVersion order.
     pub fn apply(&mut self, event: WatchEvent) -> Applied {
-        let at = EventRef::of(&event);
+        let at = self.event_ref(&event);
         self.apply_at(event, at)
+    }
+
+    /// Points at `event` like [`EventRef::of`], sharing the name of the record already
+    /// held under it: only an object seen for the first time allocates its name.
+    pub fn event_ref(&mut self, event: &WatchEvent) -> EventRef {
+        let name = match &event.metadata {
+            Some(meta) => {
+                let key = match &meta.namespace {
+                    Some(ns) if !ns.is_empty() => {
+                        self.scratch.clear();
+                        self.scratch.push_str(ns);
+                        self.scratch.push('/');
+                        self.scratch.push_str(&meta.name);
+                        self.scratch.as_str()
+                    }
+                    _ => meta.name.as_str(),
+                };
+                match self
+                    .objects
+                    .get(&event.stream)
+                    .and_then(|m| m.get_key_value(key))
+                {
+                    Some((name, _)) => Arc::clone(name),
+                    None => Arc::from(key),
+                }
+            }
+            None => Arc::from(""),
+        };
+        EventRef {
+            stream: event.stream,
+            event_type: event.event_type,
+            name,
+            resource_version: SmolStr::new(&event.resource_version),
+            rv: event.resource_version_num.unwrap_or(-1),
+            time_ms: event.event_time_ms(),
+        }
     }
 
     /// [`ClusterState::apply`], with the event's [`EventRef`] already made (the engine
