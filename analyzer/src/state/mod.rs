@@ -6,6 +6,7 @@
 
 pub mod holdings;
 mod indexes;
+mod records;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub use holdings::{Holding, Holdings, PoolRef, Scope};
 pub use indexes::Released;
 
 use indexes::{binds_owner_uid, Indexes};
+use records::Records;
 
 /// The label by which a person reserves a kube-ovn IP by hand.
 const IP_RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
@@ -168,7 +170,7 @@ const POOL_DELETIONS: usize = 16_384;
 /// The cluster's live objects and the indexes over them.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ClusterState {
-    objects: HashMap<Stream, HashMap<Arc<str>, ObjectRecord>>,
+    objects: HashMap<Stream, Records>,
     indexes: Indexes,
     /// The last deletion of each pool name, by kind (bounded: auto-created pools get new
     /// names all the time).
@@ -206,7 +208,7 @@ impl ClusterState {
 
     /// The live records of `stream`, in no order.
     pub fn records(&self, stream: Stream) -> impl Iterator<Item = (&Arc<str>, &ObjectRecord)> {
-        self.objects.get(&stream).into_iter().flatten()
+        self.objects.get(&stream).into_iter().flat_map(Records::iter)
     }
 
     /// The live pool.
