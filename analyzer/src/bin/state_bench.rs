@@ -33,8 +33,9 @@ enum Command {
     Analyze {
         /// The history file (Avro container or kubectl recording).
         file: PathBuf,
-        /// Events decoded ahead of each timed stretch.
-        #[arg(long, default_value_t = 65_536)]
+        /// Events decoded ahead of each timed stretch (small, so that they are still in
+        /// cache when analysed, as they are when a replay streams them).
+        #[arg(long, default_value_t = 1_024)]
         chunk: usize,
     },
     /// Replay a history as `analyzer replay` does and report peak memory per live object.

@@ -71,7 +71,7 @@ pub struct ObjectRecord {
     pub reserved: bool,
     /// The pod the record belongs to as a whole (`namespace/name`), when its kind names
     /// one: kept so that reading the record's holdings allocates nothing.
-    pub pod_owner: Option<String>,
+    pub pod_owner: Option<SmolStr>,
     /// The version this object (this uid) was first seen at.
     pub first_rv: i64,
     /// The time it was first seen at.
@@ -181,9 +181,9 @@ pub struct ClusterState {
     /// The first complete list of each stream (`SYNC_END`).
     listed: HashMap<Stream, EventRef>,
     /// Recently gone pods by `namespace/name` (bounded; the latest per name).
-    gone_pods: HashMap<String, Gone>,
+    gone_pods: HashMap<Arc<str>, Gone>,
     /// Names in the order they went, with the version that made them gone.
-    gone_order: VecDeque<(String, i64)>,
+    gone_order: VecDeque<(Arc<str>, i64)>,
     tombstones: HashMap<String, i64>,
     tombstone_order: VecDeque<String>,
     /// Objects held when versions last went backwards (an etcd restore): their next event
@@ -222,7 +222,7 @@ impl ClusterState {
             .indexes
             .naming
             .get(&pool.stream)
-            .and_then(|by_name| by_name.get(&pool.name))
+            .and_then(|by_name| by_name.get(pool.name.as_str()))
             .map(|set| set.iter().cloned().collect())
             .unwrap_or_default();
         keys.sort();
@@ -430,7 +430,7 @@ impl ClusterState {
                 self.remember_pool_deletion(stream, &name, at.clone());
             }
             if stream == Stream::Pod {
-                self.remember_gone_pod(&name, uid, at);
+                self.remember_gone_pod(uid, at);
             }
             let before = self.objects.entry(stream).or_default().remove(&*name);
             let key: RecordKey = (stream, name);
@@ -457,7 +457,7 @@ impl ClusterState {
                 // A new uid under a held name: the old pod is gone even if its deletion
                 // was missed.
                 let old_uid = replaced.replaced_uid.clone().unwrap_or_default();
-                self.remember_gone_pod(&name, &old_uid, record.last.clone());
+                self.remember_gone_pod(&old_uid, record.last.clone());
             }
         }
         if holdings::is_pool(stream) {
@@ -500,7 +500,8 @@ impl ClusterState {
             .insert(name.to_owned(), at);
     }
 
-    fn remember_gone_pod(&mut self, name: &str, uid: &str, at: EventRef) {
+    /// `at` is the event that says so; its name is the pod's (and shared with its key).
+    fn remember_gone_pod(&mut self, uid: &str, at: EventRef) {
         if self.gone_order.len() == GONE_PODS {
             if let Some((oldest, rv)) = self.gone_order.pop_front() {
                 // Only if that name did not go again since.
@@ -509,9 +510,9 @@ impl ClusterState {
                 }
             }
         }
-        self.gone_order.push_back((name.to_owned(), at.rv));
+        self.gone_order.push_back((Arc::clone(&at.name), at.rv));
         self.gone_pods.insert(
-            name.to_owned(),
+            Arc::clone(&at.name),
             Gone {
                 uid: uid.to_owned(),
                 at,
@@ -628,11 +629,12 @@ struct Previous {
 fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>) -> ObjectRecord {
     let meta = event.metadata.take().unwrap_or_default();
     let deletion_ref = meta.deletion_timestamp_ms.map(|_| Box::new(last.clone()));
-    let part = event
+    let mut part = event
         .part
         .take()
         .or_else(|| KindPart::empty(event.stream))
         .unwrap_or(KindPart::Pod(Default::default()));
+    drop_unread(&mut part);
     ObjectRecord {
         uid: meta.uid,
         finalizers: meta.finalizers,
@@ -649,6 +651,35 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
         pod_owner: holdings::pod_owner(&part),
         part,
         last,
+    }
+}
+
+/// Frees what no rule reads of a part, so that a live object costs only what the analysis
+/// needs (the event keeps everything; the record is not the audit log).
+fn drop_unread(part: &mut KindPart) {
+    match part {
+        KindPart::Ip(ip) => {
+            // `ip_address` carries both families; the split fields repeat it.
+            ip.v4_ip_address = String::new();
+            ip.v6_ip_address = String::new();
+            ip.mac_address = String::new();
+            ip.node_name = String::new();
+        }
+        KindPart::Pod(pod) => {
+            pod.node_name = String::new();
+            pod.pod_ips = Vec::new();
+            pod.allocations = Vec::new();
+        }
+        KindPart::Subnet(subnet) => {
+            subnet.cidr_block = String::new();
+            subnet.provider = String::new();
+            subnet.protocol = String::new();
+            subnet.gateway = String::new();
+            subnet.v4_available_ips = None;
+            subnet.v6_using_ips = None;
+            subnet.v6_available_ips = None;
+        }
+        _ => {}
     }
 }
 
@@ -930,6 +961,32 @@ mod tests {
                 .map(|e| e.rv),
             Some(2)
         );
+    }
+
+    #[test]
+    fn a_record_keeps_what_the_rules_read_and_frees_the_rest() {
+        let mut state = ClusterState::new();
+        let mut event = EventBuilder::ip("a.default", "s1")
+            .ip_of("default", "a", "10.0.0.5", "")
+            .rv(1)
+            .added();
+        if let Some(KindPart::Ip(ip)) = &mut event.part {
+            ip.node_name = "node-1".into();
+            ip.mac_address = "00:00:00:aa:bb:cc".into();
+        }
+        state.apply(event);
+        let record = state.get(Stream::Ip, "a.default").unwrap();
+        let KindPart::Ip(ip) = record.part() else {
+            panic!("an IP record");
+        };
+        assert_eq!(
+            (ip.subnet.as_str(), ip.ip_address.as_str(), ip.pod_name.as_str()),
+            ("s1", "10.0.0.5", "a")
+        );
+        assert!(ip.mac_address.is_empty() && ip.node_name.is_empty());
+        assert!(ip.v4_ip_address.is_empty());
+        assert_eq!(record.pod_owner.as_deref(), Some("default/a"));
+        assert_eq!(state.holders_of("10.0.0.5").len(), 1);
     }
 
     #[test]
