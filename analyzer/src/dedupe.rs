@@ -233,7 +233,10 @@ mod tests {
             assert!(dedupe.is_new(&EventBuilder::ip("a", "s").rv(rv).added()));
         }
         for rv in [3, 5, 6, 7, 8, 9, 12] {
-            assert!(!dedupe.is_new(&EventBuilder::ip("a", "s").rv(rv).added()), "{rv}");
+            assert!(
+                !dedupe.is_new(&EventBuilder::ip("a", "s").rv(rv).added()),
+                "{rv}"
+            );
         }
         assert_eq!(dedupe.dropped(), 7);
         assert!(dedupe.is_new(&EventBuilder::ip("b", "s").rv(7).added()));

@@ -11,7 +11,7 @@
 //! target/release/state-bench memory /tmp/ipaudit-1m-live.avro
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn open(file: &PathBuf) -> anyhow::Result<Source> {
+fn open(file: &Path) -> anyhow::Result<Source> {
     Source::open(file).with_context(|| format!("open {}", file.display()))
 }
 
@@ -63,7 +63,7 @@ fn events(source: &mut Source) -> impl Iterator<Item = WatchEvent> + '_ {
     })
 }
 
-fn analyze(file: &PathBuf, chunk: usize) -> anyhow::Result<()> {
+fn analyze(file: &Path, chunk: usize) -> anyhow::Result<()> {
     let mut source = open(file)?;
     let mut events = events(&mut source);
     let mut analyzer = Analyzer::new(AnalyzerConfig::default());
@@ -104,7 +104,7 @@ fn analyze(file: &PathBuf, chunk: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn memory(file: &PathBuf) -> anyhow::Result<()> {
+fn memory(file: &Path) -> anyhow::Result<()> {
     let rss_before = rss_kib("VmRSS:").unwrap_or(0);
     let mut source = open(file)?;
     let mut analyzer = Analyzer::new(AnalyzerConfig::default());

@@ -180,13 +180,11 @@ pub fn holdings<'a>(key: &'a str, record: &'a ObjectRecord) -> Holdings<'a> {
 /// a kube-ovn IP's pod. Computed once per version (see [`ObjectRecord::pod_owner`]).
 pub fn pod_owner(part: &KindPart) -> Option<SmolStr> {
     match part {
-        KindPart::Ip(ip) if !ip.pod_name.is_empty() => {
-            Some(smol_str::format_smolstr!(
-                "{}/{}",
-                ip.pod_namespace,
-                ip.pod_name
-            ))
-        }
+        KindPart::Ip(ip) if !ip.pod_name.is_empty() => Some(smol_str::format_smolstr!(
+            "{}/{}",
+            ip.pod_namespace,
+            ip.pod_name
+        )),
         _ => None,
     }
 }

@@ -208,7 +208,10 @@ impl ClusterState {
 
     /// The live records of `stream`, in no order.
     pub fn records(&self, stream: Stream) -> impl Iterator<Item = (&Arc<str>, &ObjectRecord)> {
-        self.objects.get(&stream).into_iter().flat_map(Records::iter)
+        self.objects
+            .get(&stream)
+            .into_iter()
+            .flat_map(Records::iter)
     }
 
     /// The live pool.
@@ -278,7 +281,7 @@ impl ClusterState {
         match self
             .objects
             .get(&key.0)
-            .and_then(|m| m.get_key_value(&*key.1))
+            .and_then(|m| m.get_key_value(&key.1))
         {
             Some((name, record)) => holdings::holdings(name, record),
             None => Holdings::new(),
@@ -432,7 +435,7 @@ impl ClusterState {
             if stream == Stream::Pod {
                 self.remember_gone_pod(uid, at);
             }
-            let before = self.objects.entry(stream).or_default().remove(&*name);
+            let before = self.objects.entry(stream).or_default().remove(&name);
             let key: RecordKey = (stream, name);
             let released = match &before {
                 Some(record) => {
@@ -537,7 +540,7 @@ impl ClusterState {
     /// anything indexed may have changed, and what the record no longer holds.
     fn reindex(&mut self, key: &RecordKey, before: Option<&ObjectRecord>) -> (bool, Vec<Released>) {
         let released = {
-            let Some(after) = self.objects.get(&key.0).and_then(|m| m.get(&*key.1)) else {
+            let Some(after) = self.objects.get(&key.0).and_then(|m| m.get(&key.1)) else {
                 return (false, Vec::new());
             };
             let unchanged = before.is_some_and(|b| {
@@ -600,7 +603,7 @@ impl ClusterState {
         };
         let shown = holdings::holdings(pod_name, pod);
         for record in records {
-            let Some(held) = self.objects.get(&record.0).and_then(|m| m.get(&*record.1)) else {
+            let Some(held) = self.objects.get(&record.0).and_then(|m| m.get(&record.1)) else {
                 continue;
             };
             for holding in holdings::holdings(&record.1, held) {
@@ -980,7 +983,11 @@ mod tests {
             panic!("an IP record");
         };
         assert_eq!(
-            (ip.subnet.as_str(), ip.ip_address.as_str(), ip.pod_name.as_str()),
+            (
+                ip.subnet.as_str(),
+                ip.ip_address.as_str(),
+                ip.pod_name.as_str()
+            ),
             ("s1", "10.0.0.5", "a")
         );
         assert!(ip.mac_address.is_empty() && ip.node_name.is_empty());
