@@ -766,6 +766,26 @@ mod tests {
             })
     }
 
+    #[test]
+    fn held_events_in_and_out_of_order_leave_lowest_first_and_survive_a_checkpoint() {
+        let mut held = Held::default();
+        for (seq, rv) in [5, 9, 7, 12, 6, 12, 3].into_iter().enumerate() {
+            held.push(rv, seq as u64, ip(rv));
+        }
+        assert_eq!(held.in_order.len(), 4, "5, 9, 12, 12 came in order");
+        let json = serde_json::to_value(&held).unwrap();
+        assert_eq!(json.as_array().map(Vec::len), Some(7));
+        let mut back: Held = serde_json::from_value(json).unwrap();
+        let drain = |held: &mut Held| {
+            std::iter::from_fn(|| held.pop_up_to(i64::MAX).map(|(rv, _)| rv)).collect::<Vec<_>>()
+        };
+        assert_eq!(held.pop_up_to(4).map(|(rv, _)| rv), Some(3));
+        assert!(held.pop_up_to(4).is_none());
+        assert_eq!(drain(&mut held), [5, 6, 7, 9, 12, 12]);
+        assert_eq!(drain(&mut back), [3, 5, 6, 7, 9, 12, 12]);
+        assert!(back.is_empty());
+    }
+
     proptest! {
         #[test]
         fn every_release_is_in_version_order_and_nothing_is_lost(events in interleavings()) {
