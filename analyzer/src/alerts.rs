@@ -14,8 +14,8 @@ use sha2::{Digest, Sha256};
 /// Where in history a transition happens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Moment {
-    /// resourceVersion of the event that caused it.
-    pub resource_version: String,
+    /// resourceVersion of the event that caused it (inline: one is made per event).
+    pub resource_version: smol_str::SmolStr,
     /// Event time, Unix ms (0 when the input has no times at all).
     pub time_ms: i64,
     /// resourceVersion epoch.
@@ -154,7 +154,7 @@ impl AlertBook {
             epoch: at.epoch as i64,
             fired_at_ms: at.time_ms,
             resolved_at_ms: None,
-            fired_resource_version: at.resource_version.clone(),
+            fired_resource_version: at.resource_version.to_string(),
             resolved_resource_version: None,
             evidence,
             cleanup: finding.cleanup,
@@ -181,7 +181,7 @@ impl AlertBook {
         }
         alert.status = AlertStatus::Resolved;
         alert.resolved_at_ms = Some(at.time_ms);
-        alert.resolved_resource_version = Some(at.resource_version.clone());
+        alert.resolved_resource_version = Some(at.resource_version.to_string());
         alert.evidence.push(healed_by);
         Some(alert)
     }

@@ -12,7 +12,7 @@ use crate::alerts::{AlertBook, Moment};
 use crate::dedupe::Dedupe;
 use crate::reorder::{EpochChange, Released, ReorderBuffer, ReorderConfig, ReorderStats};
 use crate::rules::{self, Change, Context, Rule, RuleConfig};
-use crate::state::{ClusterState, EventRef};
+use crate::state::ClusterState;
 
 /// Settings of the analyzer core.
 #[derive(Debug, Clone)]
@@ -77,7 +77,7 @@ pub struct Analyzer {
     book: AlertBook,
     rules: Vec<Box<dyn Rule>>,
     cluster_id: String,
-    last_rv: String,
+    last_rv: smol_str::SmolStr,
     /// Event time of history as released so far: timers run on this clock, so that a
     /// grace period never expires ahead of events still held in the reorder buffer. It
     /// moves only with event time (event timestamps, observation times, bookmarks), never
@@ -178,6 +178,18 @@ pub enum CheckpointError {
     },
 }
 
+impl std::fmt::Debug for Analyzer {
+    /// A summary: the state is far too large to print.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Analyzer")
+            .field("cluster_id", &self.cluster_id)
+            .field("last_rv", &self.last_rv)
+            .field("history_now_ms", &self.history_now_ms)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Analyzer {
     /// A fresh analyzer with nothing seen.
     pub fn new(config: AnalyzerConfig) -> Self {
@@ -188,7 +200,7 @@ impl Analyzer {
             book: AlertBook::new(),
             rules: rules::all(),
             cluster_id: config.default_cluster_id.clone(),
-            last_rv: String::new(),
+            last_rv: smol_str::SmolStr::default(),
             history_now_ms: None,
             clock_marks: ClockMarks::new(),
             latest_event_ms: None,
@@ -245,7 +257,7 @@ impl Analyzer {
             book: checkpoint.book,
             rules,
             cluster_id: checkpoint.cluster_id,
-            last_rv: checkpoint.last_rv,
+            last_rv: checkpoint.last_rv.into(),
             history_now_ms: checkpoint.history_now_ms,
             clock_marks: checkpoint.clock_marks,
             latest_event_ms: checkpoint.latest_event_ms,
@@ -392,8 +404,8 @@ impl Analyzer {
     }
 
     fn apply(&mut self, event: WatchEvent, out: &mut Vec<Output>) {
-        let event_ref = EventRef::of(&event);
-        self.last_rv.clone_from(&event.resource_version);
+        let event_ref = self.state.event_ref(&event);
+        self.last_rv.clone_from(&event_ref.resource_version);
         if let Some(t) = event_ref.time_ms {
             self.history_now_ms = Some(self.history_now_ms.map_or(t, |now| now.max(t)));
         }

@@ -123,11 +123,104 @@ pub struct ReorderStats {
     pub forced: u64,
 }
 
+/// An event held, as a checkpoint lists it.
+#[derive(Serialize)]
+struct PendingRef<'a> {
+    rv: i64,
+    seq: u64,
+    event: &'a WatchEvent,
+}
+
+/// The held events, released lowest (version, arrival) first. Events nearly always arrive
+/// in version order (one collector, or streams that keep pace): those go to the back of a
+/// queue, unboxed, at no cost; only one that arrives below the queue's last version goes to
+/// a heap. The lowest of the two fronts is next.
+#[derive(Debug, Default)]
+struct Held {
+    in_order: VecDeque<(i64, u64, WatchEvent)>,
+    out_of_order: BinaryHeap<Reverse<Pending>>,
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        self.in_order.len() + self.out_of_order.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.in_order.is_empty() && self.out_of_order.is_empty()
+    }
+
+    /// (version, arrival) of the next event to release, and whether it is in the queue.
+    fn peek(&self) -> Option<(i64, u64, bool)> {
+        let queued = self.in_order.front().map(|(rv, seq, _)| (*rv, *seq, true));
+        let heaped = self.out_of_order.peek().map(|p| (p.0.rv, p.0.seq, false));
+        match (queued, heaped) {
+            (Some(q), Some(h)) => Some(if (h.0, h.1) < (q.0, q.1) { h } else { q }),
+            (q, h) => q.or(h),
+        }
+    }
+
+    fn lowest_rv(&self) -> Option<i64> {
+        self.peek().map(|(rv, _, _)| rv)
+    }
+
+    fn push(&mut self, rv: i64, seq: u64, event: WatchEvent) {
+        if self.in_order.back().is_none_or(|(last, _, _)| rv >= *last) {
+            self.in_order.push_back((rv, seq, event));
+        } else {
+            self.out_of_order.push(Reverse(Pending {
+                rv,
+                seq,
+                event: Box::new(event),
+            }));
+        }
+    }
+
+    /// The next event if its version is at most `bound`.
+    fn pop_up_to(&mut self, bound: i64) -> Option<(i64, WatchEvent)> {
+        let (rv, _, queued) = self.peek().filter(|(rv, _, _)| *rv <= bound)?;
+        if queued {
+            self.in_order.pop_front().map(|(_, _, event)| (rv, event))
+        } else {
+            self.out_of_order.pop().map(|p| (rv, *p.0.event))
+        }
+    }
+}
+
+/// Saved as one list of held events, the shape the heap of earlier releases had.
+impl Serialize for Held {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let queued = self.in_order.iter().map(|(rv, seq, event)| PendingRef {
+            rv: *rv,
+            seq: *seq,
+            event,
+        });
+        let heaped = self.out_of_order.iter().map(|p| PendingRef {
+            rv: p.0.rv,
+            seq: p.0.seq,
+            event: &p.0.event,
+        });
+        serializer.collect_seq(queued.chain(heaped))
+    }
+}
+
+impl<'de> Deserialize<'de> for Held {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut listed = Vec::<Pending>::deserialize(deserializer)?;
+        listed.sort();
+        let mut held = Held::default();
+        for p in listed {
+            held.push(p.rv, p.seq, *p.event);
+        }
+        Ok(held)
+    }
+}
+
 /// Holds events until every stream has passed them.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ReorderBuffer {
     config: ReorderConfig,
-    pending: BinaryHeap<Reverse<Pending>>,
+    pending: Held,
     /// (arrival time, version) of held events, oldest first, to expire them.
     arrivals: VecDeque<(i64, i64)>,
     /// Versions of held events that arrived before any time was known: they arrive at
@@ -152,7 +245,7 @@ impl ReorderBuffer {
     pub fn new(config: ReorderConfig) -> Self {
         ReorderBuffer {
             config,
-            pending: BinaryHeap::new(),
+            pending: Held::default(),
             arrivals: VecDeque::new(),
             untimed: VecDeque::new(),
             expired_up_to: None,
@@ -192,7 +285,7 @@ impl ReorderBuffer {
 
     /// The lowest version held, if any.
     pub fn lowest_held_rv(&self) -> Option<i64> {
-        self.pending.peek().map(|p| p.0.rv)
+        self.pending.lowest_rv()
     }
 
     /// The highest version history has certainly passed: every stream has passed it, an
@@ -288,14 +381,10 @@ impl ReorderBuffer {
             }
             None => self.untimed.push_back(rv),
         }
-        self.pending.push(Reverse(Pending {
-            rv,
-            seq,
-            event: Box::new(event),
-        }));
+        self.pending.push(rv, seq, event);
         self.release_ready(out);
         if self.pending.len() > MAX_HELD {
-            let bound = self.pending.peek().map_or(i64::MIN, |p| p.0.rv);
+            let bound = self.pending.lowest_rv().unwrap_or(i64::MIN);
             let before = out.len();
             self.release_up_to(bound, out);
             self.stats.forced += (out.len() - before) as u64;
@@ -387,15 +476,9 @@ impl ReorderBuffer {
     }
 
     fn release_up_to(&mut self, bound: i64, out: &mut Vec<Released>) {
-        while self.pending.peek().is_some_and(|p| p.0.rv <= bound) {
-            let Some(Reverse(pending)) = self.pending.pop() else {
-                break;
-            };
-            self.released_up_to = Some(
-                self.released_up_to
-                    .map_or(pending.rv, |f| f.max(pending.rv)),
-            );
-            out.push(Released::Event(*pending.event));
+        while let Some((rv, event)) = self.pending.pop_up_to(bound) {
+            self.released_up_to = Some(self.released_up_to.map_or(rv, |f| f.max(rv)));
+            out.push(Released::Event(event));
         }
     }
 }
@@ -681,6 +764,26 @@ mod tests {
                 }
                 merged
             })
+    }
+
+    #[test]
+    fn held_events_in_and_out_of_order_leave_lowest_first_and_survive_a_checkpoint() {
+        let mut held = Held::default();
+        for (seq, rv) in [5, 9, 7, 12, 6, 12, 3].into_iter().enumerate() {
+            held.push(rv, seq as u64, ip(rv));
+        }
+        assert_eq!(held.in_order.len(), 4, "5, 9, 12, 12 came in order");
+        let json = serde_json::to_value(&held).unwrap();
+        assert_eq!(json.as_array().map(Vec::len), Some(7));
+        let mut back: Held = serde_json::from_value(json).unwrap();
+        let drain = |held: &mut Held| {
+            std::iter::from_fn(|| held.pop_up_to(i64::MAX).map(|(rv, _)| rv)).collect::<Vec<_>>()
+        };
+        assert_eq!(held.pop_up_to(4).map(|(rv, _)| rv), Some(3));
+        assert!(held.pop_up_to(4).is_none());
+        assert_eq!(drain(&mut held), [5, 6, 7, 9, 12, 12]);
+        assert_eq!(drain(&mut back), [3, 5, 6, 7, 9, 12, 12]);
+        assert!(back.is_empty());
     }
 
     proptest! {

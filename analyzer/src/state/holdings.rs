@@ -9,6 +9,8 @@
 
 use std::borrow::Cow;
 
+use smol_str::SmolStr;
+
 use ipaudit_schemas::{IpInfo, KindPart, Stream};
 
 use super::ObjectRecord;
@@ -176,11 +178,13 @@ pub fn holdings<'a>(key: &'a str, record: &'a ObjectRecord) -> Holdings<'a> {
 
 /// The pod a record belongs to as a whole (`namespace/name`), when its kind names one:
 /// a kube-ovn IP's pod. Computed once per version (see [`ObjectRecord::pod_owner`]).
-pub fn pod_owner(part: &KindPart) -> Option<String> {
+pub fn pod_owner(part: &KindPart) -> Option<SmolStr> {
     match part {
-        KindPart::Ip(ip) if !ip.pod_name.is_empty() => {
-            Some(format!("{}/{}", ip.pod_namespace, ip.pod_name))
-        }
+        KindPart::Ip(ip) if !ip.pod_name.is_empty() => Some(smol_str::format_smolstr!(
+            "{}/{}",
+            ip.pod_namespace,
+            ip.pod_name
+        )),
         _ => None,
     }
 }

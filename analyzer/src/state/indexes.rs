@@ -7,6 +7,7 @@
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
+use smol_str::SmolStr;
 
 use ipaudit_schemas::Stream;
 
@@ -36,11 +37,11 @@ pub struct Released {
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Indexes {
     /// Records (IPs, SpiderEndpoints) by the pools they name: kind, then pool name.
-    pub naming: HashMap<Stream, HashMap<String, HashSet<RecordKey>>>,
+    pub naming: HashMap<Stream, HashMap<SmolStr, HashSet<RecordKey>>>,
     /// IPAM records by the owners they hold addresses for.
-    pub by_owner: HashMap<String, Holders>,
+    pub by_owner: HashMap<SmolStr, Holders>,
     /// Records and pods by the addresses they hold.
-    pub by_address: HashMap<String, Holders>,
+    pub by_address: HashMap<SmolStr, Holders>,
     /// whereabouts holdings carry no uid: the owner uid each of a record's addresses was
     /// bound to when it appeared.
     #[serde(with = "pairs")]
@@ -167,7 +168,7 @@ impl Indexes {
                     set.insert(key.clone());
                 }
                 None => {
-                    by_name.insert((*pool).to_owned(), HashSet::from_iter([key.clone()]));
+                    by_name.insert(SmolStr::new(pool), HashSet::from_iter([key.clone()]));
                 }
             }
         }
@@ -231,17 +232,17 @@ impl Indexes {
     }
 }
 
-fn add_to(index: &mut HashMap<String, Holders>, entry: &str, key: &RecordKey) {
+fn add_to(index: &mut HashMap<SmolStr, Holders>, entry: &str, key: &RecordKey) {
     match index.get_mut(entry) {
         Some(holders) if holders.contains(key) => {}
         Some(holders) => holders.push(key.clone()),
         None => {
-            index.insert(entry.to_owned(), SmallVec::from_elem(key.clone(), 1));
+            index.insert(SmolStr::new(entry), SmallVec::from_elem(key.clone(), 1));
         }
     }
 }
 
-fn remove_from(index: &mut HashMap<String, Holders>, entry: &str, key: &RecordKey) {
+fn remove_from(index: &mut HashMap<SmolStr, Holders>, entry: &str, key: &RecordKey) {
     if let Some(holders) = index.get_mut(entry) {
         holders.retain(|k| k != key);
         if holders.is_empty() {

@@ -6,12 +6,14 @@
 
 pub mod holdings;
 mod indexes;
+mod records;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 
 use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, KindPart, Stream, WatchEvent};
 
@@ -19,6 +21,7 @@ pub use holdings::{Holding, Holdings, PoolRef, Scope};
 pub use indexes::Released;
 
 use indexes::{binds_owner_uid, Indexes};
+use records::Records;
 
 /// The label by which a person reserves a kube-ovn IP by hand.
 const IP_RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
@@ -32,8 +35,9 @@ pub struct EventRef {
     pub event_type: EventType,
     /// Object name (`namespace/name` for namespaced kinds), shared with the record's key.
     pub name: Arc<str>,
-    /// Its resourceVersion as sent.
-    pub resource_version: String,
+    /// Its resourceVersion as sent (inline: a version is a short decimal, and every event
+    /// makes one of these).
+    pub resource_version: SmolStr,
     /// Numeric resourceVersion, for ordering evidence.
     pub rv: i64,
     /// Event time.
@@ -47,7 +51,7 @@ impl EventRef {
             stream: event.stream,
             event_type: event.event_type,
             name: Arc::from(event.object_key()),
-            resource_version: event.resource_version.clone(),
+            resource_version: SmolStr::new(&event.resource_version),
             rv: event.resource_version_num.unwrap_or(-1),
             time_ms: event.event_time_ms(),
         }
@@ -67,7 +71,7 @@ pub struct ObjectRecord {
     pub reserved: bool,
     /// The pod the record belongs to as a whole (`namespace/name`), when its kind names
     /// one: kept so that reading the record's holdings allocates nothing.
-    pub pod_owner: Option<String>,
+    pub pod_owner: Option<SmolStr>,
     /// The version this object (this uid) was first seen at.
     pub first_rv: i64,
     /// The time it was first seen at.
@@ -166,7 +170,7 @@ const POOL_DELETIONS: usize = 16_384;
 /// The cluster's live objects and the indexes over them.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ClusterState {
-    objects: HashMap<Stream, HashMap<Arc<str>, ObjectRecord>>,
+    objects: HashMap<Stream, Records>,
     indexes: Indexes,
     /// The last deletion of each pool name, by kind (bounded: auto-created pools get new
     /// names all the time).
@@ -177,15 +181,18 @@ pub struct ClusterState {
     /// The first complete list of each stream (`SYNC_END`).
     listed: HashMap<Stream, EventRef>,
     /// Recently gone pods by `namespace/name` (bounded; the latest per name).
-    gone_pods: HashMap<String, Gone>,
+    gone_pods: HashMap<Arc<str>, Gone>,
     /// Names in the order they went, with the version that made them gone.
-    gone_order: VecDeque<(String, i64)>,
+    gone_order: VecDeque<(Arc<str>, i64)>,
     tombstones: HashMap<String, i64>,
     tombstone_order: VecDeque<String>,
     /// Objects held when versions last went backwards (an etcd restore): their next event
     /// is applied whatever its version, since versions of two epochs do not compare.
     #[serde(default)]
     from_earlier_epoch: rustc_hash::FxHashSet<RecordKey>,
+    /// Where a `namespace/name` is put together to look a record up without allocating.
+    #[serde(skip)]
+    scratch: String,
 }
 
 impl ClusterState {
@@ -201,7 +208,10 @@ impl ClusterState {
 
     /// The live records of `stream`, in no order.
     pub fn records(&self, stream: Stream) -> impl Iterator<Item = (&Arc<str>, &ObjectRecord)> {
-        self.objects.get(&stream).into_iter().flatten()
+        self.objects
+            .get(&stream)
+            .into_iter()
+            .flat_map(Records::iter)
     }
 
     /// The live pool.
@@ -215,7 +225,7 @@ impl ClusterState {
             .indexes
             .naming
             .get(&pool.stream)
-            .and_then(|by_name| by_name.get(&pool.name))
+            .and_then(|by_name| by_name.get(pool.name.as_str()))
             .map(|set| set.iter().cloned().collect())
             .unwrap_or_default();
         keys.sort();
@@ -271,7 +281,7 @@ impl ClusterState {
         match self
             .objects
             .get(&key.0)
-            .and_then(|m| m.get_key_value(&*key.1))
+            .and_then(|m| m.get_key_value(&key.1))
         {
             Some((name, record)) => holdings::holdings(name, record),
             None => Holdings::new(),
@@ -338,8 +348,44 @@ impl ClusterState {
 
     /// Applies one event, in resourceVersion order.
     pub fn apply(&mut self, event: WatchEvent) -> Applied {
-        let at = EventRef::of(&event);
+        let at = self.event_ref(&event);
         self.apply_at(event, at)
+    }
+
+    /// Points at `event` like [`EventRef::of`], sharing the name of the record already
+    /// held under it: only an object seen for the first time allocates its name.
+    pub fn event_ref(&mut self, event: &WatchEvent) -> EventRef {
+        let name = match &event.metadata {
+            Some(meta) => {
+                let key = match &meta.namespace {
+                    Some(ns) if !ns.is_empty() => {
+                        self.scratch.clear();
+                        self.scratch.push_str(ns);
+                        self.scratch.push('/');
+                        self.scratch.push_str(&meta.name);
+                        self.scratch.as_str()
+                    }
+                    _ => meta.name.as_str(),
+                };
+                match self
+                    .objects
+                    .get(&event.stream)
+                    .and_then(|m| m.get_key_value(key))
+                {
+                    Some((name, _)) => Arc::clone(name),
+                    None => Arc::from(key),
+                }
+            }
+            None => Arc::from(""),
+        };
+        EventRef {
+            stream: event.stream,
+            event_type: event.event_type,
+            name,
+            resource_version: SmolStr::new(&event.resource_version),
+            rv: event.resource_version_num.unwrap_or(-1),
+            time_ms: event.event_time_ms(),
+        }
     }
 
     /// [`ClusterState::apply`], with the event's [`EventRef`] already made (the engine
@@ -387,9 +433,9 @@ impl ClusterState {
                 self.remember_pool_deletion(stream, &name, at.clone());
             }
             if stream == Stream::Pod {
-                self.remember_gone_pod(&name, uid, at);
+                self.remember_gone_pod(uid, at);
             }
-            let before = self.objects.entry(stream).or_default().remove(&*name);
+            let before = self.objects.entry(stream).or_default().remove(&name);
             let key: RecordKey = (stream, name);
             let released = match &before {
                 Some(record) => {
@@ -414,7 +460,7 @@ impl ClusterState {
                 // A new uid under a held name: the old pod is gone even if its deletion
                 // was missed.
                 let old_uid = replaced.replaced_uid.clone().unwrap_or_default();
-                self.remember_gone_pod(&name, &old_uid, record.last.clone());
+                self.remember_gone_pod(&old_uid, record.last.clone());
             }
         }
         if holdings::is_pool(stream) {
@@ -457,7 +503,8 @@ impl ClusterState {
             .insert(name.to_owned(), at);
     }
 
-    fn remember_gone_pod(&mut self, name: &str, uid: &str, at: EventRef) {
+    /// `at` is the event that says so; its name is the pod's (and shared with its key).
+    fn remember_gone_pod(&mut self, uid: &str, at: EventRef) {
         if self.gone_order.len() == GONE_PODS {
             if let Some((oldest, rv)) = self.gone_order.pop_front() {
                 // Only if that name did not go again since.
@@ -466,9 +513,9 @@ impl ClusterState {
                 }
             }
         }
-        self.gone_order.push_back((name.to_owned(), at.rv));
+        self.gone_order.push_back((Arc::clone(&at.name), at.rv));
         self.gone_pods.insert(
-            name.to_owned(),
+            Arc::clone(&at.name),
             Gone {
                 uid: uid.to_owned(),
                 at,
@@ -493,7 +540,7 @@ impl ClusterState {
     /// anything indexed may have changed, and what the record no longer holds.
     fn reindex(&mut self, key: &RecordKey, before: Option<&ObjectRecord>) -> (bool, Vec<Released>) {
         let released = {
-            let Some(after) = self.objects.get(&key.0).and_then(|m| m.get(&*key.1)) else {
+            let Some(after) = self.objects.get(&key.0).and_then(|m| m.get(&key.1)) else {
                 return (false, Vec::new());
             };
             let unchanged = before.is_some_and(|b| {
@@ -556,7 +603,7 @@ impl ClusterState {
         };
         let shown = holdings::holdings(pod_name, pod);
         for record in records {
-            let Some(held) = self.objects.get(&record.0).and_then(|m| m.get(&*record.1)) else {
+            let Some(held) = self.objects.get(&record.0).and_then(|m| m.get(&record.1)) else {
                 continue;
             };
             for holding in holdings::holdings(&record.1, held) {
@@ -585,11 +632,12 @@ struct Previous {
 fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>) -> ObjectRecord {
     let meta = event.metadata.take().unwrap_or_default();
     let deletion_ref = meta.deletion_timestamp_ms.map(|_| Box::new(last.clone()));
-    let part = event
+    let mut part = event
         .part
         .take()
         .or_else(|| KindPart::empty(event.stream))
         .unwrap_or(KindPart::Pod(Default::default()));
+    drop_unread(&mut part);
     ObjectRecord {
         uid: meta.uid,
         finalizers: meta.finalizers,
@@ -606,6 +654,35 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
         pod_owner: holdings::pod_owner(&part),
         part,
         last,
+    }
+}
+
+/// Frees what no rule reads of a part, so that a live object costs only what the analysis
+/// needs (the event keeps everything; the record is not the audit log).
+fn drop_unread(part: &mut KindPart) {
+    match part {
+        KindPart::Ip(ip) => {
+            // `ip_address` carries both families; the split fields repeat it.
+            ip.v4_ip_address = String::new();
+            ip.v6_ip_address = String::new();
+            ip.mac_address = String::new();
+            ip.node_name = String::new();
+        }
+        KindPart::Pod(pod) => {
+            pod.node_name = String::new();
+            pod.pod_ips = Vec::new();
+            pod.allocations = Vec::new();
+        }
+        KindPart::Subnet(subnet) => {
+            subnet.cidr_block = String::new();
+            subnet.provider = String::new();
+            subnet.protocol = String::new();
+            subnet.gateway = String::new();
+            subnet.v4_available_ips = None;
+            subnet.v6_using_ips = None;
+            subnet.v6_available_ips = None;
+        }
+        _ => {}
     }
 }
 
@@ -887,6 +964,36 @@ mod tests {
                 .map(|e| e.rv),
             Some(2)
         );
+    }
+
+    #[test]
+    fn a_record_keeps_what_the_rules_read_and_frees_the_rest() {
+        let mut state = ClusterState::new();
+        let mut event = EventBuilder::ip("a.default", "s1")
+            .ip_of("default", "a", "10.0.0.5", "")
+            .rv(1)
+            .added();
+        if let Some(KindPart::Ip(ip)) = &mut event.part {
+            ip.node_name = "node-1".into();
+            ip.mac_address = "00:00:00:aa:bb:cc".into();
+        }
+        state.apply(event);
+        let record = state.get(Stream::Ip, "a.default").unwrap();
+        let KindPart::Ip(ip) = record.part() else {
+            panic!("an IP record");
+        };
+        assert_eq!(
+            (
+                ip.subnet.as_str(),
+                ip.ip_address.as_str(),
+                ip.pod_name.as_str()
+            ),
+            ("s1", "10.0.0.5", "a")
+        );
+        assert!(ip.mac_address.is_empty() && ip.node_name.is_empty());
+        assert!(ip.v4_ip_address.is_empty());
+        assert_eq!(record.pod_owner.as_deref(), Some("default/a"));
+        assert_eq!(state.holders_of("10.0.0.5").len(), 1);
     }
 
     #[test]
