@@ -238,7 +238,8 @@ enum Format {
 
 #[derive(Debug, Args)]
 struct ReplayArgs {
-    /// Recorded files: Avro containers and/or kubectl watch JSON.
+    /// Recorded files: Avro containers, kubectl watch JSON and/or API server audit logs
+    /// (JSON lines, plain or .gz; alone they give the events, beside recordings the actors).
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
 

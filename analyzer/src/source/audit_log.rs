@@ -626,6 +626,9 @@ fn order(
     let mut after = 0i64;
     let mut events = Vec::new();
     let mut requests = Vec::with_capacity(writes.len());
+    // The uid an object was last seen with: a Metadata-level entry rarely names it, and a
+    // deletion under another uid than the one held would not be applied.
+    let mut uids: HashMap<(Stream, String), String> = HashMap::new();
     for w in writes {
         let Write {
             mut request,
@@ -634,6 +637,18 @@ fn order(
             ..
         } = w;
         if let Some(mut event) = event {
+            if let Some(meta) = event.metadata.as_mut() {
+                let object = (request.stream, request.name.clone());
+                if meta.uid.is_empty() {
+                    if let Some(uid) = uids.get(&object) {
+                        meta.uid.clone_from(uid);
+                    }
+                } else if event.event_type.is_deletion() {
+                    uids.remove(&object);
+                } else {
+                    uids.insert(object, meta.uid.clone());
+                }
+            }
             let (num, text) = match version {
                 Version::Known(rv) if rv <= MAX_VERSION => {
                     if rv > latest {
@@ -888,6 +903,38 @@ mod tests {
             [
                 ("p".into(), EventType::Added, "0+1".into()),
                 ("p".into(), EventType::Deleted, "0+2".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_metadata_level_delete_of_an_object_known_with_its_uid_deletes_that_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = [
+            entry(
+                "create",
+                "a",
+                "u",
+                0,
+                200,
+                Some(&subnet("a", 10, false, "")),
+            ),
+            entry("delete", "a", "u", 1, 200, None),
+        ]
+        .concat();
+        let path = write(dir.path(), "audit.log", &log, false);
+        let uids: Vec<(EventType, String)> = AuditLogSource::open(&[path], true)
+            .unwrap()
+            .filter_map(|item| match item {
+                SourceItem::Event(e) => Some((e.event_type, e.uid().to_owned())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            uids,
+            [
+                (EventType::Added, "u-a".into()),
+                (EventType::Deleted, "u-a".into())
             ]
         );
     }
