@@ -483,6 +483,22 @@ fn run_dead_letters(command: DeadLettersCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Writes the report to stdout. A reader that closed the pipe early (`| head`) has all it
+/// wants: that is not an error, and the exit status still says whether leaks were found.
+fn emit(report: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(report.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(error).context("cannot write the report to stdout")
+        }
+        _ => Ok(()),
+    }
+}
+
 fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let options = ReplayOptions {
         analyzer: AnalyzerConfig {
@@ -501,18 +517,18 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     std::mem::forget(outcome.analyzer.take());
     let findings = Findings::from_outputs(&outcome.outputs);
     match args.format {
-        Format::Text => print!("{}", render_text(&findings, &outcome)),
+        Format::Text => emit(&render_text(&findings, &outcome))?,
         Format::Jsonl => {
             for problem in &outcome.problems {
                 eprintln!("warning: {problem}");
             }
-            print!("{}", render_jsonl(&findings, &outcome));
+            emit(&render_jsonl(&findings, &outcome))?;
         }
         Format::Html => {
             for problem in &outcome.problems {
                 eprintln!("warning: {problem}");
             }
-            print!("{}", render_html(&findings, &outcome));
+            emit(&render_html(&findings, &outcome))?;
         }
     }
     if outcome.nothing_read() {

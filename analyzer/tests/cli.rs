@@ -130,3 +130,21 @@ fn usage_errors_and_unreadable_input_exit_2_with_a_message() {
     );
     assert_eq!(bad_flag.status.code(), Some(2));
 }
+
+#[test]
+fn closing_the_pipe_early_is_no_panic_and_the_exit_status_still_counts_leaks() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_analyzer"))
+        .args(["replay", "--format", "jsonl"])
+        .args(incident("kube-ovn-seed"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("analyzer runs");
+    // `| head -0`: the reader is gone before the report is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("analyzer ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+}
