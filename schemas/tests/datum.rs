@@ -1142,6 +1142,17 @@ fn analysis_view(mut event: WatchEvent, keys: &[&str]) -> WatchEvent {
     event
 }
 
+/// apache-avro's `Value` path (older versions) can return a datum cut short as complete:
+/// the last union read at the end of the input comes back null, and a varint cut by the
+/// end of the input reads as whole (the truncation trap of CRATE-FACTS). The registry's
+/// re-encoding check catches most such cuts, not those where a longer-than-needed varint
+/// earlier in the datum makes up the difference. The specialised decoder says truncated,
+/// rightly: that is the one disagreement allowed, and only at the end of the input.
+fn value_path_reads_a_cut_datum(version: WireVersion, bytes: &[u8], error: &WireError) -> bool {
+    version < WireVersion::V4
+        && matches!(error, WireError::Truncated { offset, .. } if *offset == bytes.len())
+}
+
 const WANTED_LABELS: &[&str] = &["ovn.kubernetes.io/ip_reserved", ""];
 
 /// Both decoders on the same bytes of `version`: the specialised one accepts exactly what
@@ -1154,7 +1165,7 @@ fn assert_version_same_as_apache(version: WireVersion, bytes: &[u8]) -> Result<(
         (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
         (Err(_), Err(_)) => {}
         (Err(e), Ok(_)) => prop_assert!(
-            stricter_than_apache(e),
+            stricter_than_apache(e) || value_path_reads_a_cut_datum(version, bytes, e),
             "{version:?}: apache-avro accepted what the specialised decoder refused: {e}"
         ),
         (Ok(_), Err(e)) => prop_assert!(
