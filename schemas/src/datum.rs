@@ -12,9 +12,9 @@
 //! object, annotations, owner references, labels but a few) is checked as apache-avro
 //! would check it and skipped, never copied. Everything else stays with apache-avro:
 //! versions newer than this build, other records. The decoder is checked against
-//! apache-avro's output on generated events of every kind and version (`tests/datum.rs`,
-//! `tests/datum_versions.rs`); it is used only for the schema versions whose fingerprints
-//! it was written for ([`WATCH_EVENT_FINGERPRINTS`]).
+//! apache-avro's output on generated events of every kind and version, and on cut, flipped
+//! and random bytes (`tests/datum.rs`); it is used only for the schema versions whose
+//! fingerprints it was written for ([`WATCH_EVENT_FINGERPRINTS`]).
 //!
 //! Malformed input is a [`WireError`], never a panic; nothing is reserved for a length or
 //! count the input does not have the bytes for (an array block's count is checked against
