@@ -1,9 +1,10 @@
 //! Recordings: Avro object container files of one record type, written with today's schema
 //! and read back from any known version.
 //!
-//! Files of today's schema (null or deflate blocks) are framed here and each record is read
-//! with [`Record::read_current`] (for WatchEvent, [`crate::datum`]); apache-avro writes every
-//! file, and reads the others: older versions, newer ones, codecs this module does not know.
+//! Files of every kept schema version (null or deflate blocks) are framed here and each
+//! record is read with [`Record::read_version`] (for WatchEvent, [`crate::datum`], which
+//! reads every version directly); apache-avro writes every file, and reads the others:
+//! versions newer than this build, codecs this module does not know.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -12,9 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use apache_avro::{Codec, DeflateSettings, Reader, Schema, Writer};
-use miniz_oxide::inflate::core::{decompress, inflate_flags, DecompressorOxide};
-use miniz_oxide::inflate::TINFLStatus;
+use libdeflater::{DecompressionError, Decompressor};
 
+use crate::datum::Fields;
 use crate::registry::{DatumError, Record, SchemaSet};
 
 /// The magic that opens every Avro object container file.
@@ -206,7 +207,7 @@ pub enum BlockError {
     /// A deflate block does not inflate.
     #[error("deflate data does not inflate ({status})")]
     Inflate {
-        /// miniz_oxide's status.
+        /// What libdeflate said.
         status: String,
     },
     /// Bytes left in a block after the records it declares.
@@ -223,26 +224,30 @@ pub enum BlockError {
 /// already read, then the rest.
 type Replay<R> = std::io::Chain<std::io::Cursor<Vec<u8>>, CountingRead<R>>;
 
-/// Files of today's schema are read here, block by block, each record with
-/// [`Record::read_current`]; older and newer versions go through apache-avro's `Value` and
-/// schema resolution, the only way it resolves.
+/// Files of a known schema version are read here, block by block, each record with
+/// [`Record::read_version`]; newer versions go through apache-avro's `Value` and schema
+/// resolution, the only way it resolves.
 #[allow(
     clippy::large_enum_variant,
     reason = "one per open file; the fast path stays unboxed"
 )]
 enum Records<T: Record, R: Read> {
-    Current(Blocks<CountingRead<R>>, PhantomData<T>),
+    Known(Blocks<CountingRead<R>>, PhantomData<T>),
     // Boxed: the slow path, and apache-avro's reader is four times the size of `Blocks`.
     Resolving(Box<Reader<'static, Replay<R>>>, &'static SchemaSet),
 }
 
 /// Reads the records of a container file, resolving older schema versions to today's.
-/// A corrupt block yields [`ContainerError::Corrupt`]; for files of today's schema the
-/// reader then resumes after the next sync marker, and container files concatenated to
-/// this one (`cat a.avro b.avro`) are read on. Files read through apache-avro (other
-/// versions) end at their first corrupt block. The records before it are all returned.
+/// A corrupt block yields [`ContainerError::Corrupt`]; for files of a known schema version
+/// the reader then resumes after the next sync marker, and container files of the same
+/// version concatenated to this one (`cat a.avro b.avro`) are read on. Files read through
+/// apache-avro (versions newer than this build) end at their first corrupt block. The
+/// records before it are all returned.
 pub struct ContainerReader<T: Record, R: Read> {
     records: Records<T, R>,
+    /// The writer's version, by index in the record's [`SchemaSet`].
+    version_index: usize,
+    fields: Fields,
     count: Arc<AtomicU64>,
     index: u64,
     writer_version: Option<u32>,
@@ -250,8 +255,14 @@ pub struct ContainerReader<T: Record, R: Read> {
 }
 
 impl<T: Record, R: Read> ContainerReader<T, R> {
-    /// Reads the header of a container file.
+    /// Reads the header of a container file; every field of every record will be read.
     pub fn new(input: R) -> Result<Self, ContainerError> {
+        Self::with_fields(input, Fields::ALL)
+    }
+
+    /// Reads the header of a container file; of each record, `fields` will be read (for
+    /// WatchEvent; other records are read whole). Replay wants [`Fields::analysis`].
+    pub fn with_fields(input: R, fields: Fields) -> Result<Self, ContainerError> {
         limit_allocations();
         let mut input = CountingRead::new(input);
         let count = input.counter();
@@ -262,20 +273,21 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
             seen: &mut header_bytes,
         });
         if let Some(header) = header {
-            let is_current = header
+            let known = header
                 .schema
                 .as_ref()
-                .and_then(|schema| set.position_of_schema(schema))
-                .is_some_and(|index| set.is_current(index));
-            if let (true, Some(codec)) = (is_current, header.codec) {
+                .and_then(|schema| set.position_of_schema(schema));
+            if let (Some(version_index), Some(codec)) = (known, header.codec) {
                 let mut blocks = Blocks::new(input, header.schema, header.sync, codec);
                 // Offsets count from the start of the file.
                 blocks.input.offset = header_bytes.len() as u64;
                 return Ok(ContainerReader {
-                    records: Records::Current(blocks, PhantomData),
+                    records: Records::Known(blocks, PhantomData),
+                    version_index,
+                    fields,
                     count,
                     index: 0,
-                    writer_version: Some(set.current().version),
+                    writer_version: Some(set.versions()[version_index].version),
                     failed: false,
                 });
             }
@@ -303,6 +315,8 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
         };
         Ok(ContainerReader {
             records: Records::Resolving(Box::new(inner), set),
+            version_index: set.versions().len() - 1,
+            fields,
             writer_version,
             count,
             index: 0,
@@ -323,7 +337,7 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
 
     fn corrupt(&mut self, source: BlockError) -> ContainerError {
         let (byte_offset, skipped_bytes, resumed) = match &mut self.records {
-            Records::Current(blocks, _) => {
+            Records::Known(blocks, _) => {
                 let start = blocks.block_start;
                 match blocks.recover(&source) {
                     Ok((skipped, resumed)) => (start, skipped, resumed),
@@ -354,7 +368,7 @@ impl<T: Record, R: Read> Iterator for ContainerReader<T, R> {
             return None;
         }
         let next = match &mut self.records {
-            Records::Current(blocks, _) => {
+            Records::Known(blocks, _) => {
                 // The record is decoded straight into the returned value: a WatchEvent is
                 // some 500 bytes, and every wrapper in between would copy it.
                 let mut body = match blocks.next_datum() {
@@ -363,7 +377,7 @@ impl<T: Record, R: Read> Iterator for ContainerReader<T, R> {
                     Err(source) => return Some(Err(self.corrupt(source))),
                 };
                 let before = body.len();
-                match T::read_current(&mut body) {
+                match T::read_version(self.version_index, &mut body, &self.fields) {
                     Ok(record) => {
                         let consumed = before - body.len();
                         blocks.consumed(consumed);
@@ -541,7 +555,7 @@ impl<R> PushBack<R> {
     }
 }
 
-/// The blocks of a container file of today's schema, and the position in the current one.
+/// The blocks of a container file of a known schema, and the position in the current one.
 struct Blocks<R> {
     input: PushBack<R>,
     /// Where the current block starts.
@@ -557,8 +571,9 @@ struct Blocks<R> {
     codec: BlockCodec,
     /// A deflate block as read (reused).
     compressed: Vec<u8>,
-    /// Reused across blocks; boxed, it is some 10 KiB.
-    inflater: Box<DecompressorOxide>,
+    /// libdeflate's decompressor, reused across blocks: it inflates a whole block in one
+    /// call, twice as fast as miniz_oxide's streaming inflater on our blocks (BENCHMARKS.md).
+    inflater: Decompressor,
     /// The current block's records (reused; only `..len` is this block's).
     data: Vec<u8>,
     len: usize,
@@ -584,7 +599,7 @@ impl<R: Read> Blocks<R> {
             sync,
             codec,
             compressed: Vec::new(),
-            inflater: Box::default(),
+            inflater: Decompressor::new(),
             data: Vec::new(),
             len: 0,
             pos: 0,
@@ -766,38 +781,32 @@ impl<R: Read> Blocks<R> {
 }
 
 /// Inflates raw DEFLATE `input` into `out`, reusing its allocation; returns the length.
-/// `out` grows by doubling as output is produced, up to [`MAX_BLOCK_BYTES`].
+/// libdeflate inflates whole buffers only: `out` starts at four times the input and
+/// doubles while the output does not fit, up to [`MAX_BLOCK_BYTES`]; it keeps its size
+/// for the next block, so the retries happen on the first blocks only.
 fn inflate(
-    state: &mut DecompressorOxide,
-    mut input: &[u8],
+    inflater: &mut Decompressor,
+    input: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<usize, BlockError> {
-    // The whole block is in `input`, and `out` holds the whole output (back references
-    // read it): no more input will come, and the output buffer does not wrap.
-    let flags = inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
-    state.init();
     if out.len() < input.len().saturating_mul(4) {
         out.resize(input.len().saturating_mul(4).min(MAX_BLOCK_BYTES), 0);
     }
-    let mut pos = 0;
     loop {
-        let (status, read, written) = decompress(state, input, out, pos, flags);
-        pos += written;
-        input = &input[read.min(input.len())..];
-        match status {
-            TINFLStatus::Done => return Ok(pos),
-            TINFLStatus::HasMoreOutput if out.len() < MAX_BLOCK_BYTES => {
+        match inflater.deflate_decompress(input, out) {
+            Ok(len) => return Ok(len),
+            Err(DecompressionError::InsufficientSpace) if out.len() < MAX_BLOCK_BYTES => {
                 let grown = out.len().saturating_mul(2).clamp(1024, MAX_BLOCK_BYTES);
                 out.resize(grown, 0);
             }
-            TINFLStatus::HasMoreOutput => {
+            Err(DecompressionError::InsufficientSpace) => {
                 return Err(BlockError::Inflate {
                     status: format!("more than {MAX_BLOCK_BYTES} bytes"),
                 })
             }
-            other => {
+            Err(other) => {
                 return Err(BlockError::Inflate {
-                    status: format!("{other:?}"),
+                    status: other.to_string(),
                 })
             }
         }

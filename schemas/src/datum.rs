@@ -1,13 +1,20 @@
-//! A decoder specialised to today's WatchEvent schema (`avro/watch_event.v4.avsc`): one
-//! Avro binary datum straight into a [`WatchEvent`], sans I/O.
+//! A decoder specialised to the WatchEvent schema: one Avro binary datum of any kept
+//! version (`avro/watch_event.v1.avsc` to `v4`) straight into today's [`WatchEvent`], sans
+//! I/O.
 //!
 //! apache-avro's serde path matches every field name as a string and allocates its way
-//! through the schema tree; replay and live analysis decode millions of events, so the hot
-//! path reads the fields in schema order from a byte slice instead. Everything else stays
-//! with apache-avro: older versions (schema resolution), newer versions, other records.
-//! The decoder is checked against apache-avro's output on generated events of every kind
-//! (`tests/datum.rs`); it is used only while today's schema is the one it is written for
-//! (fingerprint [`WATCH_EVENT_FINGERPRINT`]), and only for data of today's schema.
+//! through the schema tree, and data of an older version goes through its `Value` tree and
+//! schema resolution, several times slower again; replay and live analysis decode millions
+//! of events, so the hot path reads the fields in the writer schema's order from a byte
+//! slice instead, one reader per version (a const parameter: the checks for fields a
+//! version lacks cost nothing at run time), filling what an older version lacks with the
+//! defaults resolution would give. What the caller does not want ([`Fields`]: the raw
+//! object, annotations, owner references, labels but a few) is checked as apache-avro
+//! would check it and skipped, never copied. Everything else stays with apache-avro:
+//! versions newer than this build, other records. The decoder is checked against
+//! apache-avro's output on generated events of every kind and version, and on cut, flipped
+//! and random bytes (`tests/datum.rs`); it is used only for the schema versions whose
+//! fingerprints it was written for ([`WATCH_EVENT_FINGERPRINTS`]).
 //!
 //! Malformed input is a [`WireError`], never a panic; nothing is reserved for a length or
 //! count the input does not have the bytes for (an array block's count is checked against
@@ -25,10 +32,113 @@ use crate::event::{
     SubnetInfo, WatchEvent,
 };
 
-/// CRC-64-AVRO fingerprint of the schema this decoder is written for (WatchEvent v4), as
-/// single-object headers carry it. A new schema version has another fingerprint: its data
-/// goes to apache-avro until this decoder is brought up to date (a test fails meanwhile).
-pub const WATCH_EVENT_FINGERPRINT: [u8; 8] = [0x1f, 0xa3, 0x3b, 0x5e, 0xb5, 0xd5, 0x1d, 0x63];
+/// CRC-64-AVRO fingerprint of today's schema this decoder is written for (WatchEvent v4),
+/// as single-object headers carry it. A new schema version has another fingerprint: its
+/// data goes to apache-avro until this decoder is brought up to date (a test fails
+/// meanwhile).
+pub const WATCH_EVENT_FINGERPRINT: [u8; 8] = WATCH_EVENT_FINGERPRINTS[3];
+
+/// CRC-64-AVRO fingerprints of the versions this decoder reads, v1 first: the version of
+/// `schemas/avro/watch_event.v{N}.avsc` is its index plus one.
+pub const WATCH_EVENT_FINGERPRINTS: [[u8; 8]; 4] = [
+    [0x42, 0x76, 0x37, 0x77, 0x06, 0xf3, 0x63, 0x19],
+    [0xb1, 0xad, 0x52, 0x42, 0x3b, 0xdd, 0x85, 0x0f],
+    [0x85, 0x83, 0x66, 0xea, 0x9a, 0x6b, 0xc4, 0xa6],
+    [0x1f, 0xa3, 0x3b, 0x5e, 0xb5, 0xd5, 0x1d, 0x63],
+];
+
+/// A WatchEvent schema version this decoder reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WireVersion {
+    /// `watch_event.v1.avsc`: three streams, seven event types.
+    V1 = 1,
+    /// v2 adds `raw_object` and `metadata.last_update_ms`.
+    V2 = 2,
+    /// v3 adds the REMEDIATION event type and `remediation`.
+    V3 = 3,
+    /// v4 (today's) adds the whereabouts and spiderpool kinds, the UNKNOWN stream and the
+    /// pods' network-status and disruption target.
+    V4 = 4,
+}
+
+impl WireVersion {
+    /// Every version, oldest first.
+    pub const ALL: [WireVersion; 4] = [Self::V1, Self::V2, Self::V3, Self::V4];
+
+    /// The version with this number (1 to 4).
+    pub fn from_number(number: u32) -> Option<Self> {
+        Self::ALL.get((number as usize).checked_sub(1)?).copied()
+    }
+
+    /// The version whose schema has this fingerprint.
+    pub fn of_fingerprint(fingerprint: &[u8]) -> Option<Self> {
+        let index = WATCH_EVENT_FINGERPRINTS
+            .iter()
+            .position(|f| f[..] == *fingerprint)?;
+        Some(Self::ALL[index])
+    }
+
+    /// The fingerprint of its schema.
+    pub fn fingerprint(self) -> [u8; 8] {
+        WATCH_EVENT_FINGERPRINTS[self as usize - 1]
+    }
+}
+
+/// Which fields of a WatchEvent the caller wants. What is not wanted is read as far as the
+/// schema requires (lengths, UTF-8, block sizes: the same errors as reading it) and left
+/// out: the field is empty or `None` in the result. Replay and analysis want none of the
+/// fields that can be large and that no rule reads ([`Fields::ANALYSIS`]); a collector or a
+/// tool that shows or re-encodes events wants all of them ([`Fields::ALL`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fields {
+    /// `raw_object`: the object as the API server sent it, when captured (v2 and later).
+    pub raw_object: bool,
+    /// `metadata.annotations`.
+    pub annotations: bool,
+    /// `metadata.owner_references`.
+    pub owner_references: bool,
+    /// `metadata.labels`: every label, or only those with one of these keys.
+    pub labels: Labels,
+}
+
+/// Which labels [`Fields`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Labels {
+    /// Every label.
+    All,
+    /// Only labels with one of these keys.
+    Only(&'static [&'static str]),
+}
+
+impl Fields {
+    /// Every field: the event exactly as written.
+    pub const ALL: Fields = Fields {
+        raw_object: true,
+        annotations: true,
+        owner_references: true,
+        labels: Labels::All,
+    };
+
+    /// What analysis reads: no raw object, annotations or owner references, and only the
+    /// labels with one of these keys (the rules read kube-ovn's `ip_reserved` label).
+    pub const fn analysis(labels: &'static [&'static str]) -> Fields {
+        Fields {
+            raw_object: false,
+            annotations: false,
+            owner_references: false,
+            labels: Labels::Only(labels),
+        }
+    }
+
+    /// What analysis reads, with no labels at all.
+    pub const ANALYSIS: Fields = Fields::analysis(&[]);
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Fields::ALL
+    }
+}
 
 /// Why bytes are not a WatchEvent v4 datum. Offsets count from the start of the datum.
 /// None is retryable: the bytes are what they are.
@@ -137,14 +247,38 @@ pub enum WireError {
     },
 }
 
-/// Decodes the WatchEvent v4 datum at the front of `input` and advances `input` past it
-/// (a datum in a container block is followed by the next one); on error `input` is left
-/// as it was.
+/// Decodes the WatchEvent v4 datum at the front of `input`, every field, and advances
+/// `input` past it (a datum in a container block is followed by the next one); on error
+/// `input` is left as it was.
 #[inline]
 pub fn read_watch_event(input: &mut &[u8]) -> Result<WatchEvent, WireError> {
-    let mut cursor = Cursor {
+    read_watch_event_of(WireVersion::V4, &Fields::ALL, input)
+}
+
+/// Decodes the datum of WatchEvent schema `version` at the front of `input` into today's
+/// [`WatchEvent`], keeping `fields`, and advances `input` past it; on error `input` is
+/// left as it was. What an older version lacks is filled as schema resolution does (the
+/// schemas' defaults: `None`, empty, `false`).
+#[inline]
+pub fn read_watch_event_of(
+    version: WireVersion,
+    fields: &Fields,
+    input: &mut &[u8],
+) -> Result<WatchEvent, WireError> {
+    match version {
+        WireVersion::V4 => read::<4>(fields, input),
+        WireVersion::V3 => read::<3>(fields, input),
+        WireVersion::V2 => read::<2>(fields, input),
+        WireVersion::V1 => read::<1>(fields, input),
+    }
+}
+
+#[inline(always)]
+fn read<const V: u8>(fields: &Fields, input: &mut &[u8]) -> Result<WatchEvent, WireError> {
+    let mut cursor = Cursor::<V> {
         rest: input,
         total: input.len(),
+        fields: *fields,
     };
     // The result is returned as it is: a WatchEvent is some 500 bytes, not to be copied
     // out of one `Result` into another.
@@ -156,8 +290,18 @@ pub fn read_watch_event(input: &mut &[u8]) -> Result<WatchEvent, WireError> {
 }
 
 /// Decodes `input` as exactly one WatchEvent v4 datum; bytes after it are an error.
-pub fn decode_watch_event(mut input: &[u8]) -> Result<WatchEvent, WireError> {
-    let event = read_watch_event(&mut input)?;
+pub fn decode_watch_event(input: &[u8]) -> Result<WatchEvent, WireError> {
+    decode_watch_event_of(WireVersion::V4, &Fields::ALL, input)
+}
+
+/// Decodes `input` as exactly one datum of `version`, keeping `fields`; bytes after it
+/// are an error.
+pub fn decode_watch_event_of(
+    version: WireVersion,
+    fields: &Fields,
+    mut input: &[u8],
+) -> Result<WatchEvent, WireError> {
+    let event = read_watch_event_of(version, fields, &mut input)?;
     if !input.is_empty() {
         return Err(WireError::TrailingBytes { extra: input.len() });
     }
@@ -203,10 +347,12 @@ struct Block {
     start: usize,
 }
 
-/// The bytes not read yet, and the datum's length to turn them into offsets.
-struct Cursor<'a> {
+/// The bytes not read yet, the datum's length to turn them into offsets, and the fields
+/// wanted; `V` is the writer's schema version.
+struct Cursor<'a, const V: u8> {
     rest: &'a [u8],
     total: usize,
+    fields: Fields,
 }
 
 type Result<T, E = WireError> = std::result::Result<T, E>;
@@ -214,7 +360,7 @@ type Result<T, E = WireError> = std::result::Result<T, E>;
 // Every multi-field structure below is a struct expression whose fields are written in
 // schema order: Rust evaluates field initialisers in the order written, so that is the
 // order the bytes are read in.
-impl<'a> Cursor<'a> {
+impl<'a, const V: u8> Cursor<'a, V> {
     fn offset(&self) -> usize {
         self.total - self.rest.len()
     }
@@ -504,12 +650,68 @@ impl<'a> Cursor<'a> {
         Ok(map)
     }
 
+    /// A `["null", "string"]` read and dropped: checked, not copied.
+    #[inline]
+    fn skip_optional_string(&mut self, field: &'static str) -> Result<()> {
+        if self.present(field)? {
+            self.str(field)?;
+        }
+        Ok(())
+    }
+
+    /// An array read and dropped: the same blocks and checks as [`Cursor::array`].
+    #[inline]
+    fn skip_array(
+        &mut self,
+        field: &'static str,
+        min_item_len: usize,
+        mut skip: impl FnMut(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        if self.empty_collection() {
+            return Ok(());
+        }
+        while let Some(block) = self.block(field, min_item_len)? {
+            for _ in 0..block.count {
+                skip(self)?;
+            }
+            self.end_block(field, block)?;
+        }
+        Ok(())
+    }
+
+    /// A string map of which only the entries with one of `keys` are kept; the others are
+    /// checked (as UTF-8) and dropped without a copy. A key written twice keeps its last
+    /// value, as in [`Cursor::string_map`].
+    #[inline]
+    fn string_map_only(
+        &mut self,
+        field: &'static str,
+        keys: &[&str],
+    ) -> Result<BTreeMap<String, String>> {
+        let mut map = BTreeMap::new();
+        if self.empty_collection() {
+            return Ok(map);
+        }
+        while let Some(block) = self.block(field, 2)? {
+            for _ in 0..block.count {
+                let key = self.str(field)?;
+                let value = self.str(field)?;
+                if keys.contains(&key) {
+                    map.insert(key.to_owned(), value.to_owned());
+                }
+            }
+            self.end_block(field, block)?;
+        }
+        Ok(map)
+    }
+
     fn watch_event(&mut self) -> Result<WatchEvent> {
         let cluster_id = self.string("cluster_id")?;
         let collector_id = self.string("collector_id")?;
         let sequence = self.long("sequence")?;
-        let stream = self.symbol("stream", &STREAMS)?;
-        let event_type = self.symbol("event_type", &EVENT_TYPES)?;
+        // Older versions have the first symbols of today's enums, in the same order.
+        let stream = self.symbol("stream", &STREAMS[..if V >= 4 { 8 } else { 3 }])?;
+        let event_type = self.symbol("event_type", &EVENT_TYPES[..if V >= 3 { 8 } else { 7 }])?;
         let resource_version = self.string("resource_version")?;
         let resource_version_num = self.optional_long("resource_version_num")?;
         let observed_at_ms = self.optional_long("observed_at_ms")?;
@@ -534,8 +736,35 @@ impl<'a> Cursor<'a> {
             Self::pod,
             KindPart::Pod,
         )?;
-        let raw_object = self.optional_string("raw_object")?;
-        let remediation = self.optional("remediation", Self::remediation)?;
+        let raw_object = if V < 2 {
+            None
+        } else if self.fields.raw_object {
+            self.optional_string("raw_object")?
+        } else {
+            self.skip_optional_string("raw_object")?;
+            None
+        };
+        let remediation = if V >= 3 {
+            self.optional("remediation", Self::remediation)?
+        } else {
+            None
+        };
+        if V < 4 {
+            return Ok(WatchEvent {
+                cluster_id,
+                collector_id,
+                sequence,
+                stream,
+                event_type,
+                resource_version,
+                resource_version_num,
+                observed_at_ms,
+                metadata,
+                part,
+                raw_object,
+                remediation,
+            });
+        }
         self.part(
             "ip_pool",
             Stream::IpPool,
@@ -614,12 +843,41 @@ impl<'a> Cursor<'a> {
             creation_timestamp_ms: self.optional_long("metadata.creation_timestamp_ms")?,
             deletion_timestamp_ms: self.optional_long("metadata.deletion_timestamp_ms")?,
             finalizers: self.strings("metadata.finalizers")?,
-            // api_version, kind, name, uid: one byte each at least; controller's branch one.
-            owner_references: self.array("metadata.owner_references", 5, Self::owner_reference)?,
-            labels: self.string_map("metadata.labels")?,
-            annotations: self.string_map("metadata.annotations")?,
-            last_update_ms: self.optional_long("metadata.last_update_ms")?,
+            owner_references: if self.fields.owner_references {
+                // api_version, kind, name, uid: one byte each at least; controller's
+                // branch one.
+                self.array("metadata.owner_references", 5, Self::owner_reference)?
+            } else {
+                self.skip_array("metadata.owner_references", 5, |c| {
+                    c.owner_reference_skipped().map(drop)
+                })?;
+                Vec::new()
+            },
+            labels: match self.fields.labels {
+                Labels::All => self.string_map("metadata.labels")?,
+                Labels::Only(keys) => self.string_map_only("metadata.labels", keys)?,
+            },
+            annotations: if self.fields.annotations {
+                self.string_map("metadata.annotations")?
+            } else {
+                self.string_map_only("metadata.annotations", &[])?
+            },
+            last_update_ms: if V >= 2 {
+                self.optional_long("metadata.last_update_ms")?
+            } else {
+                None
+            },
         })
+    }
+
+    /// An owner reference read and dropped: its strings checked, not copied.
+    fn owner_reference_skipped(&mut self) -> Result<()> {
+        const F: &str = "metadata.owner_references";
+        for _ in 0..4 {
+            self.str(F)?;
+        }
+        self.optional(F, |c| c.boolean(F))?;
+        Ok(())
     }
 
     fn owner_reference(&mut self) -> Result<OwnerReference> {
@@ -671,8 +929,12 @@ impl<'a> Cursor<'a> {
             // Five strings and a boolean.
             allocations: self.array("pod.allocations", 6, Self::pod_allocation)?,
             // Four strings (one of them the ips array's end) and a boolean.
-            network_status: self.array("pod.network_status", 5, Self::network_status)?,
-            disruption_target: self.boolean("pod.disruption_target")?,
+            network_status: if V >= 4 {
+                self.array("pod.network_status", 5, Self::network_status)?
+            } else {
+                Vec::new()
+            },
+            disruption_target: V >= 4 && self.boolean("pod.disruption_target")?,
         })
     }
 

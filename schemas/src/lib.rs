@@ -4,7 +4,8 @@
 //!
 //! - [`message`]: Kafka messages, Avro single-object encoding (`C3 01` + fingerprint).
 //! - [`container`]: recordings, Avro object container files.
-//! - [`datum`]: the decoder specialised to today's WatchEvent schema, the hot path of both.
+//! - [`datum`]: the decoder specialised to the WatchEvent schema (every kept version), the
+//!   hot path of both.
 //! - [`kubernetes`]: Kubernetes objects as JSON into [`WatchEvent`]s, leniently.
 //!
 //! Data written with any older schema version is read as today's version.
@@ -26,6 +27,7 @@ pub use command::{
     SignatureError,
 };
 pub use container::{ContainerError, ContainerReader, ContainerWriter};
+pub use datum::{Fields, Labels, WireVersion};
 pub use event::{
     EventType, IpInfo, IpPoolAllocation, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus,
     ObjectMeta, OwnerReference, PodAllocation, PodInfo, Remediation, RemediationOutcome,

@@ -11,6 +11,7 @@ use apache_avro::{
 };
 use serde::{de::DeserializeOwned, Serialize};
 
+use crate::datum::{Fields, WireVersion};
 use crate::{Alert, CleanupCommand, WatchEvent};
 
 /// One version of one schema.
@@ -114,12 +115,22 @@ impl SchemaSet {
         index + 1 == self.versions.len()
     }
 
-    /// Reads one datum written with version `index`: with [`Record::read_current`] for
-    /// today's schema, through `Value` and resolution for older ones.
+    /// Reads one datum written with version `index`, every field: with the record's own
+    /// decoder where it has one for that version ([`Record::read_version`]), else with
+    /// [`Record::read_current`] for today's schema and through `Value` and resolution for
+    /// older ones.
     pub fn read_datum<T: Record>(&self, index: usize, body: &mut &[u8]) -> Result<T, DatumError> {
-        if self.is_current(index) {
-            return T::read_current(body);
-        }
+        T::read_version(index, body, &Fields::ALL)
+    }
+
+    /// Reads one datum of an older version `index` through apache-avro's `Value` and
+    /// schema resolution to today's: the default of [`Record::read_version`], and the
+    /// reference the specialised decoders of older versions are tested against.
+    pub fn read_datum_resolving<T: Record>(
+        &self,
+        index: usize,
+        body: &mut &[u8],
+    ) -> Result<T, DatumError> {
         let (reader, writer) = &self.codecs[index];
         let before = body.len();
         let value = reader.read_value(body)?;
@@ -187,10 +198,24 @@ pub trait Record: Serialize + DeserializeOwned + 'static {
     fn read_current(body: &mut &[u8]) -> Result<Self, DatumError> {
         Self::schemas().read_current_serde(body)
     }
+
+    /// Reads the datum of schema version `index` (in [`SchemaSet::versions`]) at the front
+    /// of `body`, advancing `body` past it. `fields` says what the caller wants of a
+    /// WatchEvent; records without a specialised decoder read every field: today's
+    /// version with [`Record::read_current`], older ones through `Value` and resolution.
+    fn read_version(index: usize, body: &mut &[u8], fields: &Fields) -> Result<Self, DatumError> {
+        let _ = fields;
+        let set = Self::schemas();
+        if set.is_current(index) {
+            Self::read_current(body)
+        } else {
+            set.read_datum_resolving(index, body)
+        }
+    }
 }
 
 macro_rules! record {
-    ($ty:ty, $name:literal, [$($file:literal),+ $(,)?] $(, $read_current:item)?) => {
+    ($ty:ty, $name:literal, [$($file:literal),+ $(,)?] $(, $read_current:item)*) => {
         impl Record for $ty {
             const NAME: &'static str = $name;
             fn schemas() -> &'static SchemaSet {
@@ -199,7 +224,7 @@ macro_rules! record {
                     SchemaSet::build(&[$(include_str!(concat!("../avro/", $file))),+])
                 })
             }
-            $($read_current)?
+            $($read_current)*
         }
     };
 }
@@ -222,6 +247,21 @@ record!(
             Ok(crate::datum::read_watch_event(body)?)
         } else {
             Self::schemas().read_current_serde(body)
+        }
+    },
+    // Every version whose fingerprint the decoder knows is read by it (versions are kept
+    // in order, so version `index` has the decoder's fingerprint `index`); one it does not
+    // know goes to apache-avro.
+    #[inline]
+    fn read_version(index: usize, body: &mut &[u8], fields: &Fields) -> Result<Self, DatumError> {
+        let set = Self::schemas();
+        let known = WireVersion::ALL
+            .get(index)
+            .filter(|v| v.fingerprint() == set.versions()[index].fingerprint);
+        match known {
+            Some(&version) => Ok(crate::datum::read_watch_event_of(version, fields, body)?),
+            None if set.is_current(index) => set.read_current_serde(body),
+            None => set.read_datum_resolving(index, body),
         }
     }
 );

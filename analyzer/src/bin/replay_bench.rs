@@ -4,20 +4,34 @@
 //! that peak memory is the replay's own:
 //!
 //! ```sh
-//! cargo build --release -p ipaudit-analyzer --bin replay-bench
+//! cargo build --release -p ipaudit-analyzer --bin replay-bench --bin analyzer
 //! target/release/replay-bench generate --out /tmp/ipaudit-history.avro
 //! target/release/replay-bench run /tmp/ipaudit-history.avro
+//! # object content like a real cluster's (~600 bytes an event), and an older schema:
+//! target/release/replay-bench generate --realistic --out /tmp/realistic.avro
+//! target/release/replay-bench generate --schema-version 2 --out /tmp/history-v2.avro
+//! # side by side on one file: analyzer replay, apache-avro's Reader, fastavro
+//! target/release/replay-bench compare /tmp/realistic.avro
 //! ```
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context as _;
+use apache_avro::types::Value;
+use apache_avro::{Codec, DeflateSettings};
 use clap::{Parser, Subcommand};
 use ipaudit_analyzer::replay::{replay, ReplayOptions};
 use ipaudit_analyzer::report::Findings;
+use ipaudit_analyzer::source::ANALYSIS_FIELDS;
 use ipaudit_schemas::builders::EventBuilder;
-use ipaudit_schemas::{ContainerWriter, EventType, Stream, WatchEvent};
+use ipaudit_schemas::{
+    ContainerReader, ContainerWriter, EventType, Fields, KindPart, NetworkStatus, OwnerReference,
+    PodAllocation, Record, Stream, WatchEvent,
+};
 
 #[derive(Debug, Parser)]
 #[command(about = "Replay throughput benchmark of the ipaudit analyzer")]
@@ -45,16 +59,62 @@ enum Command {
         /// One subnet in this many is deleted under its live IPs (the leak).
         #[arg(long, default_value_t = 200)]
         leak_one_in: usize,
+        /// Object content like a real kube-ovn cluster's (uids, labels, kube-ovn
+        /// annotations, owner references, allocations, network-status): about 600 bytes an
+        /// event before compression, where the default history has about 140. The same
+        /// events, the same leaks.
+        #[arg(long)]
+        realistic: bool,
+        /// Write with this WatchEvent schema version (1 to 4; default today's), as a
+        /// collector of that version did: what it lacks is left out.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4))]
+        schema_version: Option<u32>,
     },
     /// Replay a file and print events/s and peak memory.
     Run {
         /// The history file.
         file: PathBuf,
     },
-    /// Only decode a file (no analysis), to split the cost.
+    /// Only decode a file (no analysis), to split the cost: the fields replay reads.
     Decode {
         /// The history file.
         file: PathBuf,
+        /// Decode every field (raw objects, annotations, owner references, labels).
+        #[arg(long)]
+        all_fields: bool,
+    },
+    /// Decode a file with apache-avro's generic `Reader` into `Value`s (no resolution, no
+    /// analysis): the yardstick of issue 11.
+    ApacheDecode {
+        /// The history file.
+        file: PathBuf,
+    },
+    /// Inflate every deflate block of a container with miniz_oxide (apache-avro's
+    /// inflater, and ours before issue 11) and with libdeflate (ours now), in turn, and
+    /// print each one's output rate: the measurement behind the choice.
+    Inflate {
+        /// A container file with deflate blocks.
+        file: PathBuf,
+        /// Rounds (the median is shown).
+        #[arg(long, default_value_t = 7)]
+        rounds: usize,
+    },
+    /// Side by side on one file, each a whole process, in turn: `analyzer replay` (decode
+    /// and every rule), apache-avro's `Reader` decoding to `Value`s, and Python fastavro
+    /// decoding (skipped when fastavro is not installed). Prints wall seconds, events/s
+    /// and each one's ratio to `analyzer replay`.
+    Compare {
+        /// The history file.
+        file: PathBuf,
+        /// Runs of each command (the median is shown).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// The analyzer binary (default: `analyzer` next to this program).
+        #[arg(long)]
+        analyzer: Option<PathBuf>,
+        /// The Python interpreter for fastavro.
+        #[arg(long, default_value = "python3")]
+        python: String,
     },
 }
 
@@ -66,17 +126,103 @@ fn main() -> anyhow::Result<()> {
             ips,
             events,
             leak_one_in,
-        } => generate(&out, subnets, ips, events, leak_one_in),
+            realistic,
+            schema_version,
+        } => {
+            let output = Output::create(&out, schema_version)?;
+            let realism = realistic.then_some(Realism { subnets });
+            generate(&out, output, realism, subnets, ips, events, leak_one_in)
+        }
         Command::Run { file } => run(&file),
-        Command::Decode { file } => decode(&file),
+        Command::Decode { file, all_fields } => decode(&file, all_fields),
+        Command::ApacheDecode { file } => apache_decode(&file),
+        Command::Inflate { file, rounds } => inflate(&file, rounds),
+        Command::Compare {
+            file,
+            runs,
+            analyzer,
+            python,
+        } => compare(&file, runs, analyzer, &python),
     }
+}
+
+/// Where the history goes: a container of today's schema, or of an older version.
+#[allow(clippy::large_enum_variant, reason = "one per run")]
+enum Output {
+    Current(ContainerWriter<WatchEvent, BufWriter<File>>),
+    /// apache-avro's writer with the old schema; each event is turned into a `Value` of
+    /// that version.
+    Older(apache_avro::Writer<'static, BufWriter<File>>, u32),
+}
+
+impl Output {
+    fn create(out: &Path, version: Option<u32>) -> anyhow::Result<Output> {
+        let file = File::create(out).with_context(|| format!("create {}", out.display()))?;
+        let set = WatchEvent::schemas();
+        Ok(match version {
+            Some(v) if v != set.current().version => {
+                let schema = set.versions()[v as usize - 1].schema;
+                let writer = apache_avro::Writer::builder()
+                    .schema(schema)
+                    .writer(BufWriter::new(file))
+                    .codec(Codec::Deflate(DeflateSettings::default()))
+                    .build()?;
+                Output::Older(writer, v)
+            }
+            _ => Output::Current(ContainerWriter::new(BufWriter::new(file))?),
+        })
+    }
+
+    fn append(&mut self, event: &WatchEvent) -> anyhow::Result<()> {
+        match self {
+            Output::Current(writer) => writer.append(event)?,
+            Output::Older(writer, version) => {
+                writer.append_value(value_of_version(event, *version)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        match self {
+            Output::Current(writer) => drop(writer.finish()?),
+            Output::Older(writer, _) => drop(writer.into_inner()?),
+        }
+        Ok(())
+    }
+}
+
+/// The event as a collector of schema `version` wrote it: the fields that version lacks
+/// left out, then resolved to its schema.
+fn value_of_version(event: &WatchEvent, version: u32) -> anyhow::Result<Value> {
+    fn strip(version: u32, value: &mut Value) {
+        if let Value::Record(fields) = value {
+            fields.retain(|(name, _)| match name.as_str() {
+                "raw_object" | "last_update_ms" => version >= 2,
+                "remediation" => version >= 3,
+                "ip_pool" | "ip_reservation" | "spider_ip_pool" | "spider_endpoint"
+                | "network_status" | "disruption_target" => version >= 4,
+                _ => true,
+            });
+            for (_, v) in fields.iter_mut() {
+                strip(version, v);
+            }
+        } else if let Value::Union(_, inner) = value {
+            strip(version, inner);
+        }
+    }
+    let mut value = apache_avro::to_value(event)?;
+    strip(version, &mut value);
+    let schema = WatchEvent::schemas().versions()[version as usize - 1].schema;
+    Ok(value.resolve(schema)?)
 }
 
 /// Builds events in history order with one resourceVersion counter, as etcd would.
 struct History {
     rv: i64,
     t_ms: i64,
-    writer: ContainerWriter<WatchEvent, std::io::BufWriter<std::fs::File>>,
+    output: Output,
+    realism: Option<Realism>,
     written: usize,
 }
 
@@ -87,7 +233,10 @@ impl History {
         let mut event = builder.rv(self.rv).at(self.t_ms).build(event_type);
         event.cluster_id = "bench".into();
         event.collector_id = "collector-0".into();
-        self.writer.append(&event)?;
+        if let Some(realism) = &self.realism {
+            realism.enrich(&mut event, self.t_ms);
+        }
+        self.output.append(&event)?;
         self.written += 1;
         Ok(())
     }
@@ -96,11 +245,167 @@ impl History {
         let mut event = EventBuilder::bookmark(stream, self.rv);
         event.cluster_id = "bench".into();
         event.collector_id = "collector-0".into();
+        if self.realism.is_some() {
+            event.cluster_id = REALISTIC_CLUSTER.into();
+            event.collector_id = REALISTIC_COLLECTOR.into();
+        }
         event.observed_at_ms = Some(self.t_ms);
-        self.writer.append(&event)?;
+        self.output.append(&event)?;
         self.written += 1;
         Ok(())
     }
+}
+
+const REALISTIC_CLUSTER: &str = "prod-eu-west-1";
+const REALISTIC_COLLECTOR: &str = "ipaudit-collector-6f9c7d8b5-x2k4q";
+
+/// Object content like a real kube-ovn cluster's, added to the lean history's events
+/// without changing what the rules see: the same names, addresses, finalizers and times.
+/// Shapes from KUBE-OVN-FACTS.md: the labels kube-ovn puts on IPs, its per-provider pod
+/// annotations, a ReplicaSet owner, the pod's allocation and network-status.
+struct Realism {
+    subnets: usize,
+}
+
+impl Realism {
+    fn enrich(&self, event: &mut WatchEvent, t_ms: i64) {
+        event.cluster_id = REALISTIC_CLUSTER.into();
+        event.collector_id = REALISTIC_COLLECTOR.into();
+        let stream = event.stream;
+        let Some(meta) = event.metadata.as_mut() else {
+            return;
+        };
+        meta.generation = Some(1);
+        meta.creation_timestamp_ms = Some(1_700_000_000_000 + (t_ms % 86_400_000));
+        match (stream, event.part.as_mut()) {
+            (Stream::Pod, Some(KindPart::Pod(pod))) => {
+                let i: usize = meta.name.trim_start_matches("pod-").parse().unwrap_or(0);
+                let s = i % self.subnets.max(1);
+                let address = address_of(i, s, self.subnets);
+                let (mac, node) = (mac_of(i), format!("worker-{:03}", i % 97));
+                let (cidr, switch) = (cidr_of(s), format!("subnet-{s}"));
+                let app = format!("svc-{}", i % 1000);
+                let hash = &uuid_of("rs", i % 1000)[..10];
+                meta.uid = uuid_of("pod", i);
+                meta.labels = BTreeMap::from([
+                    ("app".into(), app.clone()),
+                    ("app.kubernetes.io/name".into(), app.clone()),
+                    ("pod-template-hash".into(), hash.into()),
+                ]);
+                let ovn = |k: &str| format!("ovn.kubernetes.io/{k}");
+                meta.annotations = BTreeMap::from([
+                    (ovn("allocated"), "true".into()),
+                    (ovn("cidr"), cidr.clone()),
+                    (ovn("gateway"), gateway_of(s)),
+                    (ovn("ip_address"), address.clone()),
+                    (ovn("logical_router"), "ovn-cluster".into()),
+                    (ovn("logical_switch"), switch.clone()),
+                    (ovn("mac_address"), mac.clone()),
+                    (ovn("pod_nic_type"), "veth-pair".into()),
+                    (ovn("routed"), "true".into()),
+                ]);
+                meta.owner_references = vec![OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: "ReplicaSet".into(),
+                    name: format!("{app}-{hash}"),
+                    uid: uuid_of("rs", i % 1000),
+                    controller: Some(true),
+                }];
+                pod.node_name = node;
+                pod.pod_ips = vec![address.clone()];
+                pod.allocations = vec![PodAllocation {
+                    provider: "ovn".into(),
+                    allocated: true,
+                    ip_address: address.clone(),
+                    mac_address: mac.clone(),
+                    logical_switch: switch,
+                    cidr,
+                }];
+                pod.network_status = vec![NetworkStatus {
+                    name: "kube-ovn".into(),
+                    interface: "eth0".into(),
+                    ips: vec![address],
+                    mac,
+                    default: true,
+                }];
+            }
+            (Stream::Ip, Some(KindPart::Ip(ip))) => {
+                let i: usize = meta
+                    .name
+                    .trim_start_matches("pod-")
+                    .split('.')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                let node = format!("worker-{:03}", i % 97);
+                meta.uid = uuid_of("ip", i);
+                meta.labels.extend([
+                    ("ovn.kubernetes.io/node-name".into(), node.clone()),
+                    (ip.subnet.clone(), String::new()),
+                ]);
+                ip.node_name = node;
+                ip.v4_ip_address = ip.ip_address.clone();
+                ip.mac_address = mac_of(i);
+            }
+            (Stream::Subnet, Some(KindPart::Subnet(subnet))) => {
+                let s: usize = meta.name.trim_start_matches("subnet-").parse().unwrap_or(0);
+                meta.uid = uuid_of("subnet", s);
+                subnet.cidr_block = cidr_of(s);
+                subnet.gateway = gateway_of(s);
+                subnet.vpc = "ovn-cluster".into();
+                subnet.provider = "ovn".into();
+                subnet.protocol = "IPv4".into();
+                subnet.v4_available_ips = Some("253".into());
+                subnet.v6_using_ips = Some("0".into());
+                subnet.v6_available_ips = Some("0".into());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A uid that looks like one (a v4 UUID), the same for the same object.
+fn uuid_of(kind: &str, i: usize) -> String {
+    let mut x = (i as u64)
+        ^ kind.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    let mut next = || {
+        // splitmix64
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let (a, b) = (next(), next());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        0x8000 | (b >> 48) & 0x3fff,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+fn mac_of(i: usize) -> String {
+    let b = (i as u32).to_be_bytes();
+    format!("00:00:00:{:02x}:{:02x}:{:02x}", b[1], b[2], b[3])
+}
+
+fn cidr_of(s: usize) -> String {
+    format!("10.{}.{}.0/24", s / 256 % 256, s % 256)
+}
+
+fn gateway_of(s: usize) -> String {
+    format!("10.{}.{}.1", s / 256 % 256, s % 256)
+}
+
+/// The address of IP `i` on `subnet`, as [`ip_builder`] gives it.
+fn address_of(i: usize, subnet: usize, subnets: usize) -> String {
+    let host = (i / subnets.max(1)) % 253 + 2;
+    format!("10.{}.{}.{host}", subnet / 256 % 256, subnet % 256)
 }
 
 /// IP `i` on `subnet`: a subnet holds IPs `subnet`, `subnet + subnets`, ..., and the
@@ -108,13 +413,12 @@ impl History {
 /// to 253 IPs per subnet.
 fn ip_builder(i: usize, subnet: usize, subnets: usize) -> EventBuilder {
     let name = format!("pod-{i}.ns-{}", subnet % 500);
-    let host = (i / subnets.max(1)) % 253 + 2;
     EventBuilder::ip(&name, &format!("subnet-{subnet}"))
         .uid(&format!("ip-uid-{i}"))
         .ip_of(
             &format!("ns-{}", subnet % 500),
             &format!("pod-{i}"),
-            &format!("10.{}.{}.{host}", subnet / 256 % 256, subnet % 256),
+            &address_of(i, subnet, subnets),
             "",
         )
 }
@@ -125,18 +429,20 @@ fn pod_builder(i: usize, subnet: usize) -> EventBuilder {
 }
 
 fn generate(
-    out: &PathBuf,
+    out: &Path,
+    output: Output,
+    realism: Option<Realism>,
     subnets: usize,
     ips: usize,
     events: usize,
     leak_one_in: usize,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    let file = std::fs::File::create(out).with_context(|| format!("create {}", out.display()))?;
     let mut h = History {
         rv: 1_000,
         t_ms: 1_750_000_000_000,
-        writer: ContainerWriter::new(std::io::BufWriter::new(file))?,
+        output,
+        realism,
         written: 0,
     };
     for s in 0..subnets {
@@ -191,7 +497,7 @@ fn generate(
             )?;
         }
     }
-    h.writer.finish()?;
+    h.output.finish()?;
     let size = std::fs::metadata(out)?.len();
     println!(
         "wrote {} events ({} subnets, {} IPs, rv up to {}) to {} ({:.1} MiB) in {:.1?}",
@@ -206,9 +512,9 @@ fn generate(
     Ok(())
 }
 
-fn run(file: &PathBuf) -> anyhow::Result<()> {
+fn run(file: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
-    let outcome = replay(std::slice::from_ref(file), &ReplayOptions::default())?;
+    let outcome = replay(&[file.to_owned()], &ReplayOptions::default())?;
     let elapsed = started.elapsed();
     let findings = Findings::from_outputs(&outcome.outputs);
     let events = outcome.stats.events_in;
@@ -225,11 +531,16 @@ fn run(file: &PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn decode(file: &PathBuf) -> anyhow::Result<()> {
+fn decode(file: &Path, all_fields: bool) -> anyhow::Result<()> {
     let started = Instant::now();
-    let reader = std::io::BufReader::new(std::fs::File::open(file)?);
+    let reader = BufReader::with_capacity(1 << 20, File::open(file)?);
+    let fields = if all_fields {
+        Fields::ALL
+    } else {
+        ANALYSIS_FIELDS
+    };
     let mut events = 0u64;
-    for event in ipaudit_schemas::ContainerReader::<WatchEvent, _>::new(reader)? {
+    for event in ContainerReader::<WatchEvent, _>::with_fields(reader, fields)? {
         std::hint::black_box(event?);
         events += 1;
     }
@@ -238,6 +549,260 @@ fn decode(file: &PathBuf) -> anyhow::Result<()> {
         "decoded {events} events in {elapsed:.2?}: {:.0} events/s",
         events as f64 / elapsed.as_secs_f64()
     );
+    Ok(())
+}
+
+fn apache_decode(file: &Path) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let reader = BufReader::with_capacity(1 << 20, File::open(file)?);
+    let mut events = 0u64;
+    for value in apache_avro::Reader::new(reader)? {
+        std::hint::black_box(value?);
+        events += 1;
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "apache-avro Reader decoded {events} events to Values in {elapsed:.2?}: {:.0} events/s",
+        events as f64 / elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The deflate blocks of a container file, as stored (the header and sync markers
+/// skipped). A bench helper: it trusts the file.
+fn deflate_blocks(data: &[u8]) -> anyhow::Result<Vec<&[u8]>> {
+    fn long(data: &[u8], at: &mut usize) -> anyhow::Result<i64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *data.get(*at).context("the file ends inside a number")?;
+            *at += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
+            }
+        }
+        anyhow::bail!("a number of more than 64 bits")
+    }
+    anyhow::ensure!(data.starts_with(b"Obj\x01"), "not an Avro container");
+    let mut at = 4;
+    let mut deflate = false;
+    loop {
+        let count = long(data, &mut at)?;
+        if count == 0 {
+            break;
+        }
+        if count < 0 {
+            long(data, &mut at)?;
+        }
+        for _ in 0..count.unsigned_abs() {
+            let key_len = usize::try_from(long(data, &mut at)?)?;
+            let key = data.get(at..at + key_len).context("cut header")?;
+            at += key_len;
+            let value_len = usize::try_from(long(data, &mut at)?)?;
+            let value = data.get(at..at + value_len).context("cut header")?;
+            at += value_len;
+            deflate |= key == b"avro.codec" && value == b"deflate";
+        }
+    }
+    anyhow::ensure!(deflate, "the file's blocks are not deflate-compressed");
+    at += 16;
+    let mut blocks = Vec::new();
+    while at < data.len() {
+        long(data, &mut at)?;
+        let size = usize::try_from(long(data, &mut at)?)?;
+        blocks.push(data.get(at..at + size).context("cut block")?);
+        at += size + 16;
+    }
+    Ok(blocks)
+}
+
+fn inflate(file: &Path, rounds: usize) -> anyhow::Result<()> {
+    use miniz_oxide::inflate::core::{decompress, inflate_flags, DecompressorOxide};
+    let data = std::fs::read(file).with_context(|| format!("read {}", file.display()))?;
+    let blocks = deflate_blocks(&data)?;
+    let mut out = vec![0u8; ipaudit_schemas::container::MAX_BLOCK_BYTES];
+    let (mut miniz, mut libdeflate) = (Vec::new(), Vec::new());
+    let mut total = 0;
+    for _ in 0..rounds.max(1) {
+        let started = Instant::now();
+        let mut state = Box::<DecompressorOxide>::default();
+        let mut sum = 0;
+        for block in &blocks {
+            state.init();
+            let flags = inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
+            let (status, _, written) = decompress(&mut state, block, &mut out, 0, flags);
+            anyhow::ensure!(
+                status == miniz_oxide::inflate::TINFLStatus::Done,
+                "miniz_oxide: {status:?}"
+            );
+            sum += written;
+        }
+        miniz.push(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        let mut inflater = libdeflater::Decompressor::new();
+        let mut sum2 = 0;
+        for block in &blocks {
+            sum2 += inflater.deflate_decompress(block, &mut out)?;
+        }
+        libdeflate.push(started.elapsed().as_secs_f64());
+        anyhow::ensure!(sum == sum2, "the two inflaters disagree");
+        total = sum;
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (m, l) = (median(miniz), median(libdeflate));
+    println!(
+        "{} deflate blocks, {:.1} MiB in, {:.1} MiB out; medians of {rounds} rounds:",
+        blocks.len(),
+        blocks.iter().map(|b| b.len()).sum::<usize>() as f64 / 1048576.0,
+        total as f64 / 1048576.0
+    );
+    println!(
+        "miniz_oxide {:.3} s ({:.0} MB/s out), libdeflate {:.3} s ({:.0} MB/s out): libdeflate/miniz_oxide time {:.2}",
+        m,
+        total as f64 / m / 1e6,
+        l,
+        total as f64 / l / 1e6,
+        l / m
+    );
+    Ok(())
+}
+
+/// fastavro decoding every record of the file given as its argument, printing the count.
+const FASTAVRO_DECODE: &str = "import sys, fastavro\n\
+n = 0\n\
+with open(sys.argv[1], 'rb') as f:\n    for _ in fastavro.reader(f):\n        n += 1\n\
+print(n)\n";
+
+/// One contender of `compare`: a whole process, timed from outside.
+struct Contender {
+    name: &'static str,
+    program: String,
+    args: Vec<String>,
+    /// Exit codes that mean success (`analyzer replay` exits 1 when an alert fired).
+    ok_codes: &'static [i32],
+    walls: Vec<f64>,
+}
+
+impl Contender {
+    fn run_once(&mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let status = std::process::Command::new(&self.program)
+            .args(&self.args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .with_context(|| format!("start {}", self.program))?;
+        let wall = started.elapsed().as_secs_f64();
+        anyhow::ensure!(
+            status.code().is_some_and(|c| self.ok_codes.contains(&c)),
+            "{}: {} failed: {status}",
+            self.name,
+            self.program
+        );
+        self.walls.push(wall);
+        Ok(())
+    }
+
+    fn median(&self) -> f64 {
+        let mut walls = self.walls.clone();
+        walls.sort_by(f64::total_cmp);
+        walls[walls.len() / 2]
+    }
+
+    fn command_line(&self) -> String {
+        shlex::try_join(
+            std::iter::once(self.program.as_str()).chain(self.args.iter().map(String::as_str)),
+        )
+        .unwrap_or_else(|_| self.program.clone())
+    }
+}
+
+fn compare(
+    file: &Path,
+    runs: usize,
+    analyzer: Option<PathBuf>,
+    python: &str,
+) -> anyhow::Result<()> {
+    let me = std::env::current_exe().context("where replay-bench is")?;
+    let analyzer = match analyzer {
+        Some(path) => path,
+        None => me.with_file_name("analyzer"),
+    };
+    anyhow::ensure!(
+        analyzer.exists(),
+        "{} not found: build it (cargo build --release -p ipaudit-analyzer --bin analyzer) or pass --analyzer",
+        analyzer.display()
+    );
+    let events = ContainerReader::<WatchEvent, _>::with_fields(
+        BufReader::with_capacity(1 << 20, File::open(file)?),
+        Fields::ANALYSIS,
+    )?
+    .count();
+    let path = file.display().to_string();
+    let mut contenders = vec![
+        Contender {
+            name: "analyzer replay (decode + every rule)",
+            program: analyzer.display().to_string(),
+            args: vec![
+                "replay".into(),
+                "--format".into(),
+                "jsonl".into(),
+                path.clone(),
+            ],
+            ok_codes: &[0, 1],
+            walls: Vec::new(),
+        },
+        Contender {
+            name: "apache-avro Reader to Values (decode only)",
+            program: me.display().to_string(),
+            args: vec!["apache-decode".into(), path.clone()],
+            ok_codes: &[0],
+            walls: Vec::new(),
+        },
+    ];
+    let fastavro = std::process::Command::new(python)
+        .args(["-c", "import fastavro"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if fastavro {
+        contenders.push(Contender {
+            name: "Python fastavro (decode only)",
+            program: python.to_owned(),
+            args: vec!["-c".into(), FASTAVRO_DECODE.into(), path.clone()],
+            ok_codes: &[0],
+            walls: Vec::new(),
+        });
+    } else {
+        println!("fastavro: skipped ({python} cannot import fastavro; pip install fastavro)");
+    }
+    // In turn, A B C A B C ...: a drift in the machine's speed touches each alike.
+    for _ in 0..runs.max(1) {
+        for contender in &mut contenders {
+            contender.run_once()?;
+        }
+    }
+    println!("{events} events in {path}, {runs} runs each, medians of whole processes:");
+    let reference = contenders[0].median();
+    println!("| what | wall s | events/s | analyzer replay's speed / this one's |");
+    println!("| --- | --- | --- | --- |");
+    for contender in &contenders {
+        let wall = contender.median();
+        println!(
+            "| {} | {wall:.2} | {:.0} | {:.2} |",
+            contender.name,
+            events as f64 / wall,
+            wall / reference
+        );
+    }
+    println!("paired whole-command ratios: farm-bench -n 5 --timeout 600 --vs '<B>' -- <A>, with");
+    for contender in &contenders {
+        println!("  {}: {}", contender.name, contender.command_line());
+    }
     Ok(())
 }
 

@@ -1,6 +1,8 @@
 //! Avro object container files of WatchEvents, streamed record by record. A corrupt block
 //! is reported with its offset and the reader resumes at the next sync marker; files
-//! concatenated with `cat` are read whole.
+//! concatenated with `cat` are read whole. Of each event only what the analysis reads is
+//! decoded ([`ANALYSIS_FIELDS`]): a recording's raw objects and annotations are most of
+//! its bytes, and no rule reads them.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -8,9 +10,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ipaudit_schemas::{ContainerError, ContainerReader, WatchEvent};
+use ipaudit_schemas::{ContainerError, ContainerReader, Fields, WatchEvent};
 
 use super::{unversioned_problem, Position, Problem, ProblemLog, SourceError, SourceItem};
+
+/// The fields of a recorded event the analysis reads: no raw object, annotations or owner
+/// references, and of the labels only kube-ovn's `ip_reserved` (the state's
+/// `IP_RESERVED_LABEL`: an IP a user reserved by hand is not a leak).
+pub const ANALYSIS_FIELDS: Fields = Fields::analysis(&["ovn.kubernetes.io/ip_reserved"]);
 
 /// Reads a container file; a corrupt block is reported and skipped.
 pub struct AvroFileSource {
@@ -31,12 +38,11 @@ impl AvroFileSource {
         let file = File::open(path).map_err(io)?;
         let total_bytes = file.metadata().map_err(io)?.len();
         let reader =
-            ContainerReader::new(BufReader::with_capacity(1 << 20, file)).map_err(|source| {
-                SourceError::Container {
+            ContainerReader::with_fields(BufReader::with_capacity(1 << 20, file), ANALYSIS_FIELDS)
+                .map_err(|source| SourceError::Container {
                     path: path.to_owned(),
                     source,
-                }
-            })?;
+                })?;
         Ok(AvroFileSource {
             path: path.to_owned(),
             log: ProblemLog::new(path),
@@ -131,4 +137,51 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use ipaudit_schemas::builders::EventBuilder;
+    use ipaudit_schemas::ContainerWriter;
+
+    use super::*;
+
+    #[test]
+    fn a_recording_is_read_with_the_reserved_label_and_without_raw_objects_or_annotations() {
+        let mut ip = EventBuilder::ip("vm-1.ns", "subnet-a").rv(5).added();
+        ip.raw_object = Some(r#"{"kind":"IP"}"#.into());
+        let meta = ip.metadata.as_mut().expect("a builder's IP has metadata");
+        meta.labels
+            .insert("ovn.kubernetes.io/ip_reserved".into(), "true".into());
+        meta.annotations
+            .insert("ovn.kubernetes.io/allocated".into(), "true".into());
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("history.avro");
+        let file = File::create(&path).expect("create the recording");
+        let mut writer = ContainerWriter::new(file).expect("a container");
+        writer.append(&ip).expect("append");
+        writer.finish().expect("finish");
+
+        let read: Vec<WatchEvent> = AvroFileSource::open(&path)
+            .expect("open")
+            .filter_map(|item| match item {
+                SourceItem::Event(event) => Some(event),
+                _ => None,
+            })
+            .collect();
+        let [event] = &read[..] else {
+            panic!("one event, got {read:?}")
+        };
+        let meta = event.metadata.as_ref().expect("metadata");
+        assert_eq!(
+            meta.labels
+                .get("ovn.kubernetes.io/ip_reserved")
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(meta.labels.len(), 1, "only the label a rule reads");
+        assert!(meta.annotations.is_empty());
+        assert_eq!(event.raw_object, None);
+        assert_eq!(event.part, ip.part, "the kind's part is read whole");
+    }
 }

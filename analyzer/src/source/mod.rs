@@ -17,7 +17,7 @@ use ipaudit_schemas::container::CONTAINER_MAGIC;
 use ipaudit_schemas::{ContainerError, WatchEvent};
 
 pub use audit_log::{AuditLogSource, AuditSummary};
-pub use avro_file::AvroFileSource;
+pub use avro_file::{AvroFileSource, ANALYSIS_FIELDS};
 pub use kubectl_json::{split_documents, KubectlJsonSource, MAX_DOCUMENT_BYTES};
 
 /// The formats `replay` reads.
