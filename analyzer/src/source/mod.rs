@@ -4,6 +4,7 @@
 
 mod avro_file;
 mod kubectl_json;
+mod kubectl_typed;
 
 use std::fmt;
 use std::fs::File;
