@@ -22,7 +22,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use ipaudit_analyzer::source::{Source, SourceItem};
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
-use ipaudit_schemas::{ContainerReader, EventType, KindPart, WatchEvent};
+use ipaudit_schemas::{ContainerReader, EventType, KindPart, Stream, WatchEvent};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
@@ -42,6 +42,12 @@ enum Command {
         /// Directory for the recording (created).
         #[arg(long)]
         out: PathBuf,
+        /// Add what a real API server sends beside what ipaudit reads (containers,
+        /// volumes, tolerations and container statuses of Pods; the rest of a kube-ovn IP's
+        /// and Subnet's spec and status), so that documents have a real object's size.
+        /// What ipaudit reads is unchanged.
+        #[arg(long)]
+        as_served: bool,
     },
     /// Parse every `*.json` file of DIR into generic `serde_json::Value`s (the yardstick).
     ParseValue {
@@ -58,7 +64,11 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::FromAvro { history, out } => from_avro(&history, &out),
+        Command::FromAvro {
+            history,
+            out,
+            as_served,
+        } => from_avro(&history, &out, as_served),
         Command::ParseValue { dir } => parse_value(&dir),
         Command::Read { dir } => read(&dir),
     }
@@ -102,7 +112,7 @@ impl Recording {
     }
 }
 
-fn from_avro(history: &Path, out: &Path) -> anyhow::Result<()> {
+fn from_avro(history: &Path, out: &Path, as_served: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
     let input = File::open(history).with_context(|| format!("open {}", history.display()))?;
@@ -127,7 +137,13 @@ fn from_avro(history: &Path, out: &Path) -> anyhow::Result<()> {
         };
         let object = match &event.raw_object {
             Some(raw) => serde_json::from_str(raw).context("raw object of an event")?,
-            None => object_of(&event, &spec.api_version(), spec.kind),
+            None => {
+                let mut object = object_of(&event, &spec.api_version(), spec.kind);
+                if as_served {
+                    serve(&mut object, &event);
+                }
+                object
+            }
         };
         recording.write(spec.plural, &Document { event_type, object })?;
     }
@@ -265,6 +281,141 @@ fn object_of(event: &WatchEvent, api_version: &str, kind: &str) -> Value {
         object.insert("status".into(), status);
     }
     Value::Object(object)
+}
+
+/// Adds the fields of a real object that ipaudit does not read (modelled on objects of a
+/// kube-ovn cluster as `kubectl get -o json` prints them).
+fn serve(object: &mut Value, event: &WatchEvent) {
+    let name = event.metadata.as_ref().map_or("", |m| m.name.as_str());
+    let t = event
+        .metadata
+        .as_ref()
+        .and_then(|m| m.creation_timestamp_ms)
+        .unwrap_or(1_750_000_000_000);
+    let time = format_timestamp_ms(t);
+    let Some(object) = object.as_object_mut() else {
+        return;
+    };
+    let merge = |object: &mut Map<String, Value>, key: &str, extra: Value| {
+        let entry = object.entry(key).or_insert_with(|| json!({}));
+        if let (Some(entry), Value::Object(extra)) = (entry.as_object_mut(), extra) {
+            for (k, v) in extra {
+                entry.entry(k).or_insert(v);
+            }
+        }
+    };
+    match event.stream {
+        Stream::Pod => {
+            merge(
+                object,
+                "metadata",
+                json!({"generateName": format!("{name}-")}),
+            );
+            merge(
+                object,
+                "spec",
+                json!({
+                    "containers": [{
+                        "name": "app", "image": "registry.example.com/team/app:1.27.3",
+                        "imagePullPolicy": "IfNotPresent",
+                        "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+                        "resources": {"limits": {"cpu": "500m", "memory": "256Mi"},
+                                      "requests": {"cpu": "100m", "memory": "128Mi"}},
+                        "terminationMessagePath": "/dev/termination-log",
+                        "terminationMessagePolicy": "File",
+                        "volumeMounts": [{"mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                                          "name": format!("kube-api-access-{name}"), "readOnly": true}]
+                    }],
+                    "dnsPolicy": "ClusterFirst", "enableServiceLinks": true,
+                    "preemptionPolicy": "PreemptLowerPriority", "priority": 0,
+                    "restartPolicy": "Always", "schedulerName": "default-scheduler",
+                    "securityContext": {}, "serviceAccount": "default",
+                    "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
+                    "tolerations": [
+                        {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready",
+                         "operator": "Exists", "tolerationSeconds": 300},
+                        {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable",
+                         "operator": "Exists", "tolerationSeconds": 300}
+                    ],
+                    "volumes": [{"name": format!("kube-api-access-{name}"), "projected": {
+                        "defaultMode": 420,
+                        "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                            {"configMap": {"items": [{"key": "ca.crt", "path": "ca.crt"}],
+                                           "name": "kube-root-ca.crt"}},
+                            {"downwardAPI": {"items": [{"fieldRef": {"apiVersion": "v1",
+                                "fieldPath": "metadata.namespace"}, "path": "namespace"}]}}
+                        ]}}]
+                }),
+            );
+            let condition = |kind: &str| json!({"lastProbeTime": null, "lastTransitionTime": time, "status": "True", "type": kind});
+            merge(
+                object,
+                "status",
+                json!({
+                    "conditions": [condition("PodReadyToStartContainers"), condition("Initialized"),
+                                   condition("Ready"), condition("ContainersReady"),
+                                   condition("PodScheduled")],
+                    "containerStatuses": [{
+                        "containerID": format!("containerd://{:064x}", t),
+                        "image": "registry.example.com/team/app:1.27.3",
+                        "imageID": format!("registry.example.com/team/app@sha256:{:064x}", t / 7),
+                        "lastState": {}, "name": "app", "ready": true, "restartCount": 0,
+                        "started": true, "state": {"running": {"startedAt": time}}
+                    }],
+                    "hostIP": "192.168.10.21", "hostIPs": [{"ip": "192.168.10.21"}],
+                    "qosClass": "Burstable", "startTime": time
+                }),
+            );
+            // status.conditions is read (a disruption target): keep one the event had.
+            if let Some(KindPart::Pod(pod)) = &event.part {
+                if pod.disruption_target {
+                    if let Some(conditions) = object
+                        .get_mut("status")
+                        .and_then(|s| s.get_mut("conditions"))
+                        .and_then(Value::as_array_mut)
+                    {
+                        conditions.push(json!({"type": "DisruptionTarget", "status": "True"}));
+                    }
+                }
+            }
+        }
+        Stream::Ip => {
+            merge(
+                object,
+                "spec",
+                json!({"attachMacs": [], "containerID": format!("{:064x}", t)}),
+            );
+        }
+        Stream::Subnet => {
+            merge(
+                object,
+                "spec",
+                json!({
+                    "default": false, "enableDHCP": false, "enableIPv6RA": false,
+                    "enableLb": true, "excludeIps": ["10.16.0.1"], "gatewayNode": "",
+                    "gatewayType": "distributed", "natOutgoing": true, "private": false,
+                    "namespaces": [format!("ns-{name}")], "u2oInterconnection": false
+                }),
+            );
+            let condition = |kind: &str| {
+                json!({"lastTransitionTime": time, "lastUpdateTime": time,
+                       "reason": format!("{kind}Successfully"), "status": "True", "type": kind})
+            };
+            merge(
+                object,
+                "status",
+                json!({
+                    "activateGateway": "", "conditions": [condition("Validated"),
+                        condition("Ready"), condition("Created")],
+                    "dhcpV4OptionsUUID": "", "dhcpV6OptionsUUID": "",
+                    "v4availableIPrange": "10.16.0.2-10.16.255.254", "v4usingIPrange": "",
+                    "v6availableIPrange": "", "v6usingIPrange": ""
+                }),
+            );
+        }
+        _ => {}
+    }
 }
 
 /// A Subnet count as the API server writes it: a bare number when it fits, else text.

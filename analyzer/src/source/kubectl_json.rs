@@ -871,6 +871,64 @@ mod tests {
     }
 
     #[test]
+    fn the_stream_is_named_by_the_first_fields_in_either_order() {
+        let ip = br#"{"type": "ADDED", "object": {"apiVersion": "kubeovn.io/v1", "kind": "IP", "spec": {}}}"#;
+        assert_eq!(peek_stream(ip), Some(Stream::Ip));
+        let late_type = br#"{"object": {"metadata": {"a": ["}", {"b": "\"{"}]}, "kind": "Subnet", "apiVersion": "kubeovn.io/v1", "spec": {"x": 1}}, "type": "DELETED"}"#;
+        assert_eq!(peek_stream(late_type), Some(Stream::Subnet));
+        // Escapes, unknown types and kinds are left to the full classification.
+        let escaped = br#"{"type": "ADD\u0045D", "object": {"apiVersion": "v1", "kind": "Pod"}}"#;
+        assert_eq!(peek_stream(escaped), None);
+        assert_eq!(classify(escaped), Ok(Stream::Pod));
+        let error = br#"{"type": "ERROR", "object": {"kind": "Status", "code": 410}}"#;
+        assert_eq!(peek_stream(error), None);
+    }
+
+    #[test]
+    fn a_document_named_by_its_first_fields_but_broken_after_is_reported_once_where_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ips.json");
+        let doc = |name: &str, rv: u64| {
+            format!(
+                "{{\n    \"type\": \"ADDED\",\n    \"object\": {{\"apiVersion\": \"kubeovn.io/v1\", \"kind\": \"IP\", \"metadata\": {{\"name\": {name}, \"resourceVersion\": \"{rv}\"}}}}\n}}\n"
+            )
+        };
+        let text = doc("\"a\"", 5) + &doc("bare", 6) + &doc("\"c\"", 7);
+        std::fs::write(&path, text).unwrap();
+        let items: Vec<SourceItem> = KubectlJsonSource::open(&path).unwrap().collect();
+        let events: Vec<_> = items
+            .iter()
+            .filter_map(|i| match i {
+                SourceItem::Event(e) => Some(e.resource_version.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(events.contains(&"5") && events.contains(&"7"), "{events:?}");
+        let problems: Vec<_> = items
+            .iter()
+            .filter_map(|i| match i {
+                SourceItem::Problem(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].skipped);
+        assert!(
+            problems[0].message.starts_with("invalid JSON"),
+            "{}",
+            problems[0].message
+        );
+        assert!(matches!(
+            problems[0].position,
+            Position::Text {
+                line: 5,
+                column: 1,
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn a_document_that_never_closes_is_not_kept_whole() {
         let text = "{\"a\": ".to_owned() + &"[".repeat(MAX_DOCUMENT_BYTES + 10) + "\n{\"b\": 1}";
         let mut splitter = Splitter::new(BufReader::new(text.as_bytes()), Cursor::default());
