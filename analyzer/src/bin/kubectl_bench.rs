@@ -44,8 +44,9 @@ enum Command {
         out: PathBuf,
         /// Add what a real API server sends beside what ipaudit reads (containers,
         /// volumes, tolerations and container statuses of Pods; the rest of a kube-ovn IP's
-        /// and Subnet's spec and status), so that documents have a real object's size.
-        /// What ipaudit reads is unchanged.
+        /// and Subnet's spec and status), so that documents have a real object's size; and
+        /// give every object the creationTimestamp it would have (when its first event was
+        /// observed), which kubectl recordings take their event time from.
         #[arg(long)]
         as_served: bool,
     },
@@ -123,8 +124,19 @@ fn from_avro(history: &Path, out: &Path, as_served: bool) -> anyhow::Result<()> 
         files: BTreeMap::new(),
         documents: 0,
     };
+    // When each object was first seen: its creationTimestamp, which a real object has.
+    let mut created: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     for event in reader {
-        let event = event.with_context(|| format!("decode {}", history.display()))?;
+        let mut event = event.with_context(|| format!("decode {}", history.display()))?;
+        if as_served {
+            if let (Some(meta), Some(t)) = (&mut event.metadata, event.observed_at_ms) {
+                if meta.creation_timestamp_ms.is_none() {
+                    let first = *created.entry(meta.uid.clone()).or_insert(t);
+                    // Whole seconds, as the API server writes them.
+                    meta.creation_timestamp_ms = Some(first - first % 1000);
+                }
+            }
+        }
         // kubectl prints no bookmarks and knows no relist markers.
         let event_type = match event.event_type {
             EventType::Added => "ADDED",
