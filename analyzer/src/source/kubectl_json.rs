@@ -9,9 +9,12 @@
 //!
 //! The file is streamed, never read whole: memory is bounded by the objects of the initial
 //! lists and by one document, not by the length of the recording. A first pass splits the
-//! documents, reports the broken ones and notes where each kind's documents lie (a few runs
-//! of byte ranges: one per file concatenated into this one); then one cursor per kind reads
-//! its runs again, and the cursors are merged by resourceVersion.
+//! documents, names each one's kind from its first fields (`peek_stream`), reports the
+//! broken ones and notes where each kind's documents lie (a few runs of byte ranges: one
+//! per file concatenated into this one); then one cursor per kind reads its runs again,
+//! typed (`kubectl_typed`) where it can, generically where it must (reporting what the
+//! first pass could not see from the first fields alone), and the cursors are merged by
+//! resourceVersion.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
