@@ -9,9 +9,12 @@
 //!
 //! The file is streamed, never read whole: memory is bounded by the objects of the initial
 //! lists and by one document, not by the length of the recording. A first pass splits the
-//! documents, reports the broken ones and notes where each kind's documents lie (a few runs
-//! of byte ranges: one per file concatenated into this one); then one cursor per kind reads
-//! its runs again, and the cursors are merged by resourceVersion.
+//! documents, names each one's kind from its first fields (`peek_stream`), reports the
+//! broken ones and notes where each kind's documents lie (a few runs of byte ranges: one
+//! per file concatenated into this one); then one cursor per kind reads its runs again,
+//! typed (`kubectl_typed`) where it can, generically where it must (reporting what the
+//! first pass could not see from the first fields alone), and the cursors are merged by
+//! resourceVersion.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -26,6 +29,7 @@ use ipaudit_schemas::kubernetes::{from_watch_document, FieldProblem};
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
 use serde::Deserialize;
 
+use super::kubectl_typed;
 use super::{
     bump, counter, unversioned_problem, Position, Problem, ProblemLog, SourceError, SourceItem,
 };
@@ -105,6 +109,18 @@ fn found(at: Cursor, end: u64, broken: Option<&'static str>) -> Found {
     }
 }
 
+/// The bytes that change the splitter's state inside a document, outside strings.
+static STRUCTURAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    let bytes = *b"\"{}[]\n";
+    while i < bytes.len() {
+        table[bytes[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
 /// The document splitter, streaming: it holds the current document's bytes only (up to
 /// [`MAX_DOCUMENT_BYTES`]) and forgets broken ones as it goes.
 struct Splitter<R> {
@@ -150,14 +166,36 @@ impl<R: BufRead> Splitter<R> {
             let mut copy_from = 0usize;
             let mut result = None;
             let mut used = chunk.len();
-            for (i, &b) in chunk.iter().enumerate() {
-                let offset = self.at.offset;
+            let base = self.at.offset;
+            let mut i = 0usize;
+            while i < chunk.len() {
+                if self.in_string && !self.escaped {
+                    // The bulk of a document is string content: jump to what ends it.
+                    match memchr::memchr3(b'"', b'\\', b'\n', &chunk[i..]) {
+                        None => {
+                            i = chunk.len();
+                            continue;
+                        }
+                        Some(j) => i += j,
+                    }
+                }
+                if !self.in_string && self.depth > 0 {
+                    // Inside a document, only these bytes change the state.
+                    while chunk.get(i).is_some_and(|b| !STRUCTURAL[usize::from(*b)]) {
+                        i += 1;
+                    }
+                    if i == chunk.len() {
+                        continue;
+                    }
+                }
+                let b = chunk[i];
+                let offset = base + i as u64;
                 if b == b'\n' {
                     // A raw newline cannot be inside a JSON string: the document is broken.
                     self.in_string = false;
-                    self.at.offset += 1;
                     self.at.line += 1;
-                    self.at.line_start = self.at.offset;
+                    self.at.line_start = offset + 1;
+                    i += 1;
                     continue;
                 }
                 if self.in_string {
@@ -167,31 +205,29 @@ impl<R: BufRead> Splitter<R> {
                         (false, b'"') => self.in_string = false,
                         _ => {}
                     }
-                    self.at.offset += 1;
+                    i += 1;
                     continue;
                 }
                 let at_line_start = offset == self.at.line_start;
+                let here = Cursor { offset, ..self.at };
                 match b {
+                    b' ' | b'\t' | b'\r' | b',' | b':' if self.depth > 0 => {}
                     b'{' if self.depth == 0 || at_line_start => {
                         if let Some((start, _)) = self.current.take() {
                             // Not consumed: it opens the next document on the next call.
                             self.depth = 0;
                             self.doc.clear();
-                            result =
-                                Some(found(start, self.at.offset, Some("document is truncated")));
+                            result = Some(found(start, offset, Some("document is truncated")));
                             used = i;
                             break;
                         }
                         if let Some(start) = self.garbage.take() {
-                            result = Some(found(
-                                start,
-                                self.at.offset,
-                                Some("text that is not a JSON object"),
-                            ));
+                            result =
+                                Some(found(start, offset, Some("text that is not a JSON object")));
                             used = i;
                             break;
                         }
-                        self.current = Some((self.at, false));
+                        self.current = Some((here, false));
                         self.doc.clear();
                         copy_from = i;
                         self.depth = 1;
@@ -200,7 +236,6 @@ impl<R: BufRead> Splitter<R> {
                     b'}' | b']' if self.depth > 0 => {
                         self.depth -= 1;
                         if self.depth == 0 {
-                            self.at.offset += 1;
                             used = i + 1;
                             if let Some((start, oversized)) = self.current.take() {
                                 let broken = if oversized
@@ -212,7 +247,7 @@ impl<R: BufRead> Splitter<R> {
                                     self.doc.extend_from_slice(&chunk[copy_from..=i]);
                                     None
                                 };
-                                result = Some(found(start, self.at.offset, broken));
+                                result = Some(found(start, offset + 1, broken));
                             }
                             break;
                         }
@@ -220,12 +255,13 @@ impl<R: BufRead> Splitter<R> {
                     b'"' if self.depth > 0 => self.in_string = true,
                     b if b.is_ascii_whitespace() => {}
                     _ if self.depth == 0 && self.garbage.is_none() => {
-                        self.garbage = Some(self.at);
+                        self.garbage = Some(here);
                     }
                     _ => {}
                 }
-                self.at.offset += 1;
+                i += 1;
             }
+            self.at.offset = base + used as u64;
             if result.is_none() {
                 if let Some((_, oversized)) = &mut self.current {
                     if !*oversized {
@@ -300,6 +336,148 @@ fn classify(doc: &[u8]) -> Result<Stream, String> {
     }
 }
 
+/// The stream of a complete document from its first fields alone: `type`, and `apiVersion`
+/// and `kind` of `object`, which kubectl prints before the rest of the object, so that the
+/// first pass does not read every document through. `None` when they are not plain
+/// strings naming a known event type and kind (the full classification then decides). The
+/// rest of the document is not checked here: the second pass reads it.
+fn peek_stream(doc: &[u8]) -> Option<Stream> {
+    let mut scan = Scan { text: doc, at: 0 };
+    let (mut event_type, mut api_version, mut kind) = (None, None, None);
+    scan.byte(b'{')?;
+    loop {
+        let key = scan.string()?;
+        scan.byte(b':')?;
+        match key {
+            b"type" => event_type = Some(scan.string()?),
+            b"object" => {
+                scan.byte(b'{')?;
+                let mut closed = false;
+                while api_version.is_none() || kind.is_none() {
+                    let key = scan.string()?;
+                    scan.byte(b':')?;
+                    match key {
+                        b"apiVersion" => api_version = Some(scan.string()?),
+                        b"kind" => kind = Some(scan.string()?),
+                        _ => scan.value()?,
+                    }
+                    if scan.byte(b',').is_none() {
+                        scan.byte(b'}')?;
+                        closed = true;
+                        break;
+                    }
+                }
+                if event_type.is_some() {
+                    break;
+                }
+                if !closed {
+                    scan.close(1)?;
+                }
+            }
+            _ => scan.value()?,
+        }
+        if event_type.is_some() && kind.is_some() {
+            break;
+        }
+        if scan.byte(b',').is_none() {
+            break;
+        }
+    }
+    if !matches!(
+        event_type?,
+        b"ADDED" | b"MODIFIED" | b"DELETED" | b"BOOKMARK"
+    ) {
+        return None;
+    }
+    let api_version = std::str::from_utf8(api_version.unwrap_or_default()).ok()?;
+    let kind = std::str::from_utf8(kind.unwrap_or_default()).ok()?;
+    kinds::of_object(api_version, kind).map(|spec| spec.stream)
+}
+
+/// A cursor over JSON text that skips what it does not read.
+struct Scan<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn skip_whitespace(&mut self) {
+        while self
+            .text
+            .get(self.at)
+            .is_some_and(|b| b.is_ascii_whitespace())
+        {
+            self.at += 1;
+        }
+    }
+
+    fn byte(&mut self, expected: u8) -> Option<()> {
+        self.skip_whitespace();
+        (self.text.get(self.at) == Some(&expected)).then(|| self.at += 1)
+    }
+
+    /// A string without escapes, as its bytes.
+    fn string(&mut self) -> Option<&'a [u8]> {
+        self.byte(b'"')?;
+        let rest = &self.text[self.at..];
+        let end = memchr::memchr2(b'"', b'\\', rest)?;
+        if rest[end] != b'"' {
+            return None;
+        }
+        self.at += end + 1;
+        Some(&rest[..end])
+    }
+
+    /// Past the end of a string whose opening quote was read.
+    fn skip_string(&mut self) -> Option<()> {
+        loop {
+            let rest = &self.text[self.at..];
+            let end = memchr::memchr2(b'"', b'\\', rest)?;
+            if rest[end] == b'"' {
+                self.at += end + 1;
+                return Some(());
+            }
+            self.at += end + 2;
+        }
+    }
+
+    /// Past the `depth` open objects or arrays the cursor is in.
+    fn close(&mut self, mut depth: usize) -> Option<()> {
+        while depth > 0 {
+            let b = *self.text.get(self.at)?;
+            self.at += 1;
+            match b {
+                b'"' => self.skip_string()?,
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => depth -= 1,
+                _ => {}
+            }
+        }
+        Some(())
+    }
+
+    /// Past one value.
+    fn value(&mut self) -> Option<()> {
+        self.skip_whitespace();
+        let b = *self.text.get(self.at)?;
+        self.at += 1;
+        match b {
+            b'"' => self.skip_string(),
+            b'{' | b'[' => self.close(1),
+            _ => {
+                while self
+                    .text
+                    .get(self.at)
+                    .is_some_and(|b| !matches!(b, b',' | b'}' | b']') && !b.is_ascii_whitespace())
+                {
+                    self.at += 1;
+                }
+                Some(())
+            }
+        }
+    }
+}
+
 /// The byte ranges of one stream's documents, in file order.
 #[derive(Debug, Clone, Copy)]
 struct Run {
@@ -324,7 +502,7 @@ fn index(
         let Some(found) = found else { break };
         let why = match found.broken {
             Some(why) => why.to_owned(),
-            None => match classify(&splitter.doc) {
+            None => match peek_stream(&splitter.doc).map_or_else(|| classify(&splitter.doc), Ok) {
                 Ok(stream) => {
                     let at = match streams.iter().position(|(s, _)| *s == stream) {
                         Some(at) => at,
@@ -430,6 +608,7 @@ impl StreamCursor {
             let path = path.to_owned();
             move |source| SourceError::Io { path, source }
         };
+        let typed = kubectl_typed::reads(self.stream);
         loop {
             let splitter = match &mut self.splitter {
                 Some(splitter) => splitter,
@@ -449,9 +628,16 @@ impl StreamCursor {
                 self.splitter = None;
                 continue;
             };
-            // Broken documents and those of other streams were dealt with by the first pass.
-            if found.broken.is_some() || classify(&splitter.doc).ok() != Some(self.stream) {
+            // Broken documents were reported by the first pass.
+            if found.broken.is_some() {
                 continue;
+            }
+            if typed {
+                if let Some(event) = kubectl_typed::convert(self.stream, &splitter.doc) {
+                    if unversioned_problem(&event).is_none() {
+                        return Ok(Some((event, found.end)));
+                    }
+                }
             }
             let problem = |message: String, skipped: bool| Problem {
                 path: self.path.clone(),
@@ -460,6 +646,24 @@ impl StreamCursor {
                 skipped,
                 bytes: found.end - found.start,
             };
+            // The generic path, which says what is wrong. The first pass reported the
+            // documents of no known stream, unless it took their stream from their first
+            // fields alone: then they are reported here.
+            let why = match classify(&splitter.doc) {
+                Ok(stream) if stream == self.stream => None,
+                Ok(stream) => Some(format!(
+                    "fields repeated with different values name two kinds ({} and {})",
+                    self.stream.kind(),
+                    stream.kind()
+                )),
+                Err(why) => Some(why),
+            };
+            if let Some(why) = why {
+                if peek_stream(&splitter.doc) == Some(self.stream) {
+                    log.push(problem(why, true));
+                }
+                continue;
+            }
             let converted = serde_json::from_slice::<serde_json::Value>(&splitter.doc)
                 .map_err(|e| format!("invalid JSON: {e}"))
                 .and_then(|value| from_watch_document(&value).map_err(|e| e.to_string()));
@@ -667,6 +871,64 @@ mod tests {
             .all(|d| *d == (None, "{\"a\": \"x\"}".to_owned())));
         assert_eq!(docs[50].0, Some("text that is not a JSON object"));
         assert_eq!(docs[51], (None, "{\"b\": [1, 2]}".to_owned()));
+    }
+
+    #[test]
+    fn the_stream_is_named_by_the_first_fields_in_either_order() {
+        let ip = br#"{"type": "ADDED", "object": {"apiVersion": "kubeovn.io/v1", "kind": "IP", "spec": {}}}"#;
+        assert_eq!(peek_stream(ip), Some(Stream::Ip));
+        let late_type = br#"{"object": {"metadata": {"a": ["}", {"b": "\"{"}]}, "kind": "Subnet", "apiVersion": "kubeovn.io/v1", "spec": {"x": 1}}, "type": "DELETED"}"#;
+        assert_eq!(peek_stream(late_type), Some(Stream::Subnet));
+        // Escapes, unknown types and kinds are left to the full classification.
+        let escaped = br#"{"type": "ADD\u0045D", "object": {"apiVersion": "v1", "kind": "Pod"}}"#;
+        assert_eq!(peek_stream(escaped), None);
+        assert_eq!(classify(escaped), Ok(Stream::Pod));
+        let error = br#"{"type": "ERROR", "object": {"kind": "Status", "code": 410}}"#;
+        assert_eq!(peek_stream(error), None);
+    }
+
+    #[test]
+    fn a_document_named_by_its_first_fields_but_broken_after_is_reported_once_where_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ips.json");
+        let doc = |name: &str, rv: u64| {
+            format!(
+                "{{\n    \"type\": \"ADDED\",\n    \"object\": {{\"apiVersion\": \"kubeovn.io/v1\", \"kind\": \"IP\", \"metadata\": {{\"name\": {name}, \"resourceVersion\": \"{rv}\"}}}}\n}}\n"
+            )
+        };
+        let text = doc("\"a\"", 5) + &doc("bare", 6) + &doc("\"c\"", 7);
+        std::fs::write(&path, text).unwrap();
+        let items: Vec<SourceItem> = KubectlJsonSource::open(&path).unwrap().collect();
+        let events: Vec<_> = items
+            .iter()
+            .filter_map(|i| match i {
+                SourceItem::Event(e) => Some(e.resource_version.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(events.contains(&"5") && events.contains(&"7"), "{events:?}");
+        let problems: Vec<_> = items
+            .iter()
+            .filter_map(|i| match i {
+                SourceItem::Problem(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].skipped);
+        assert!(
+            problems[0].message.starts_with("invalid JSON"),
+            "{}",
+            problems[0].message
+        );
+        assert!(matches!(
+            problems[0].position,
+            Position::Text {
+                line: 5,
+                column: 1,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod audit_log;
 mod avro_file;
 mod kubectl_json;
+mod kubectl_typed;
 
 use std::fmt;
 use std::io::Read;
