@@ -19,6 +19,8 @@ use ipaudit_analyzer::report::Findings;
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::{ContainerWriter, EventType, Stream, WatchEvent};
 
+ipaudit_analyzer::global_allocator!();
+
 #[derive(Debug, Parser)]
 #[command(about = "Replay throughput benchmark of the ipaudit analyzer")]
 struct Cli {
