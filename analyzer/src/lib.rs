@@ -12,6 +12,7 @@
 
 pub mod actors;
 pub mod alerts;
+pub mod allocator;
 pub mod cli;
 pub mod deadletters;
 pub mod dedupe;

@@ -14,6 +14,8 @@ use ipaudit_analyzer::report::{render_jsonl, render_text, skipped_text, Findings
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 
+ipaudit_analyzer::global_allocator!();
+
 /// Finds IP address leaks in kube-ovn clusters from their watch-event history.
 #[derive(Debug, Parser)]
 #[command(name = "analyzer", version, about, long_about = None)]

@@ -33,6 +33,8 @@ use ipaudit_schemas::{
     PodAllocation, Record, Stream, WatchEvent,
 };
 
+ipaudit_analyzer::global_allocator!();
+
 #[derive(Debug, Parser)]
 #[command(about = "Replay throughput benchmark of the ipaudit analyzer")]
 struct Cli {
@@ -799,7 +801,7 @@ fn compare(
             wall / reference
         );
     }
-    println!("paired whole-command ratios: farm-bench -n 5 --timeout 600 --vs '<B>' -- <A>, with");
+    println!("paired whole-command ratios: scripts/pair-bench -n 5 --timeout 600 --vs '<B>' -- <A>, with");
     for contender in &contenders {
         println!("  {}: {}", contender.name, contender.command_line());
     }

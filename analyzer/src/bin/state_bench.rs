@@ -20,6 +20,8 @@ use ipaudit_analyzer::engine::{Analyzer, AnalyzerConfig};
 use ipaudit_analyzer::source::{Source, SourceItem};
 use ipaudit_schemas::{WatchEvent, KINDS};
 
+ipaudit_analyzer::global_allocator!();
+
 #[derive(Debug, Parser)]
 #[command(about = "Time and memory of the ipaudit analysis core, apart from decoding")]
 struct Cli {

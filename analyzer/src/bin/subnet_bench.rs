@@ -28,6 +28,8 @@ use ipaudit_analyzer::engine::{Analyzer, AnalyzerConfig, Output};
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
 
+ipaudit_analyzer::global_allocator!();
+
 #[derive(Debug, Parser)]
 #[command(about = "Rule cost against a kube-ovn subnet's size")]
 struct Cli {

@@ -8,7 +8,7 @@
 //! cargo build -p ipaudit-collector -p ipaudit-tests --bins
 //! dir=$(mktemp -d); export IPAUDIT_TEST_BROKERS=$(scripts/broker start $dir)
 //! target/debug/outbox-drain-bench --rows 1000000
-//! farm-bench -n 3 --timeout 3600 --vs 'target/debug/outbox-drain-bench --collector /tmp/main-collector' -- target/debug/outbox-drain-bench
+//! scripts/pair-bench -n 3 --timeout 3600 --vs 'target/debug/outbox-drain-bench --collector /tmp/main-collector' -- target/debug/outbox-drain-bench
 //! scripts/broker stop $dir
 //! ```
 //! The outbox is written with the schema every build reads (the `outbox` and `meta`
