@@ -138,7 +138,7 @@ impl AlertBook {
             return None;
         }
         let mut evidence = finding.evidence;
-        evidence.sort_by_key(|e| crate::source::audit_log::version_order(&e.resource_version));
+        evidence.sort_by_key(|e| version_order(&e.resource_version));
         let mut alert = Alert {
             alert_id: id.clone(),
             cluster_id: cluster_id.to_owned(),
@@ -184,6 +184,20 @@ impl AlertBook {
         alert.resolved_resource_version = Some(at.resource_version.to_string());
         alert.evidence.push(healed_by);
         Some(alert)
+    }
+}
+
+/// How evidence versions sort: `V` and `V+n` (the n-th audit entry after version V: an
+/// audit log never gives the version of a deletion by finalizer removal, see
+/// `source::audit_log`) in that order; anything else last.
+pub fn version_order(resource_version: &str) -> (i64, i64) {
+    let (version, after) = match resource_version.split_once('+') {
+        Some((version, after)) => (version, after.parse::<i64>().ok()),
+        None => (resource_version, Some(0)),
+    };
+    match (version.parse::<i64>(), after) {
+        (Ok(version), Some(after)) => (version, after),
+        _ => (i64::MAX, 0),
     }
 }
 

@@ -730,7 +730,7 @@ mod event_time_tests {
     #[test]
     fn two_tick_schedules_over_the_same_input_give_identical_transitions_and_ids() {
         let events = history();
-        let wall = crate::live::now_ms();
+        let wall = crate::clock::now_ms();
         let (ids, alerts) = run(&events, |_| None);
         let rules: Vec<(&str, &str)> = alerts
             .iter()
@@ -778,7 +778,7 @@ mod event_time_tests {
         events.extend(bookmarks(6, T0 + 20 * MIN));
         // Live ticks at today's wall clock, years after this history, while the buffer is
         // empty between the deletion request and the deletion.
-        let wall = crate::live::now_ms();
+        let wall = crate::clock::now_ms();
         let (_, alerts) = run(&events, |_| Some(wall));
         assert!(alerts.is_empty(), "{alerts:?}");
     }

@@ -14,6 +14,7 @@ pub mod actors;
 pub mod alerts;
 pub mod allocator;
 pub mod cli;
+pub mod clock;
 pub mod deadletters;
 pub mod dedupe;
 pub mod engine;

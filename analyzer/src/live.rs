@@ -231,7 +231,7 @@ pub async fn run(
                 Err(error) => warn!(%error, "consumer error"),
             },
             _ = tick.tick() => {
-                let now = crate::live::now_ms();
+                let now = crate::clock::now_ms();
                 for analyzer in analyzers.values_mut() {
                     analyzer.tick(now, &mut outputs);
                 }
@@ -606,13 +606,6 @@ fn save(
         analyzers.iter().map(|(c, a)| (c.as_str(), a.snapshot())),
         &offsets,
     )
-}
-
-/// Wall-clock time in Unix milliseconds.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

@@ -26,12 +26,13 @@ use crate::event::Stamp;
 use crate::guard::{Guarded, IndexingSink, SharedIndex};
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::observed::StreamState;
 use crate::outbox::{Outbox, OutboxError};
 use crate::produce::{run_producer, KafkaConfig, ProduceError, ProducerTask};
 use crate::record::FileSink;
 use crate::remediate::{run_remediator, RemediateConfig, RemediationMode};
 use crate::sink::{self, EventSink, SinkError};
-use crate::watch::{StreamState, WatchConfig, WatchError, WatchOutputs, Watcher};
+use crate::watch::{WatchConfig, WatchError, WatchOutputs, Watcher};
 
 /// How to reach the API server.
 #[derive(Debug, Clone)]

@@ -14,8 +14,8 @@ use std::sync::{Arc, RwLock};
 
 use ipaudit_schemas::{EventType, KindPart, KindSpec, Stream, WatchEvent};
 
+use crate::observed::Observed;
 use crate::sink::{EventSink, SinkError};
-use crate::watch::Observed;
 
 /// At most this many holders are named in an answer; the count is always given.
 pub const MAX_NAMED: usize = 10;

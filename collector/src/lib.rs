@@ -5,7 +5,7 @@
 //!
 //! The pipeline, one module each: [`discovery`] (which kinds) -> [`watch`] (list + watch
 //! per stream, relist diff) ->
-//! [`event`] (objects into `WatchEvent`s) -> [`sink`] -> [`outbox`] (SQLite) ->
+//! [`event`] (objects into `WatchEvent`s) -> [`observed`] (the message) -> [`sink`] -> [`outbox`] (SQLite) ->
 //! [`produce`] (Kafka); or [`record`] (an Avro file) instead of the last two.
 //! [`app`] wires them; [`http`] and [`metrics`] are the operator's window. [`guard`] and
 //! [`admission`] refuse or warn about the deletion of a Subnet or pool that live
@@ -19,6 +19,7 @@ pub mod guard;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod observed;
 pub mod outbox;
 pub mod produce;
 pub mod record;

@@ -20,7 +20,7 @@ use tracing::warn;
 use crate::event::LiveObject;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::watch::{LiveChange, Observed, StreamState};
+use crate::observed::{LiveChange, Observed, StreamState};
 
 /// Why the outbox failed. SQLite errors are not retryable here: the disk or the file is
 /// broken, and the collector must stop rather than lose events.

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use ipaudit_schemas::{ContainerWriter, WatchEvent};
 
+use crate::observed::Observed;
 use crate::sink::{EventSink, SinkError};
-use crate::watch::Observed;
 
 /// An Avro container file being written.
 pub struct FileSink {

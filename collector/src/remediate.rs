@@ -47,7 +47,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::event::Stamp;
-use crate::watch::{LiveChange, Observed};
+use crate::observed::{LiveChange, Observed};
 
 /// Whether and how commands are executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::{mpsc, Notify};
 
-use crate::watch::Observed;
+use crate::observed::Observed;
 
 /// Most events stored in one transaction.
 pub const MAX_BATCH: usize = 2_048;

@@ -11,7 +11,7 @@
 //! diff against the live set loses no deletion. An event larger than `--max-event-bytes`
 //! is recorded without its raw JSON, with a field problem saying so.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -27,40 +27,7 @@ use tracing::{debug, info, warn};
 use crate::event::{LiveObject, Stamp};
 use crate::health::Health;
 use crate::metrics::Metrics;
-
-/// Where a stream stands: the version to resume from, its last sequence number, and the
-/// objects it knows to be live.
-#[derive(Debug, Clone, Default)]
-pub struct StreamState {
-    /// resourceVersion to watch from; `None` means relist first.
-    pub resume_from: Option<String>,
-    /// Last sequence number given out.
-    pub sequence: i64,
-    /// Live objects by uid.
-    pub live: HashMap<String, LiveObject>,
-}
-
-/// What an event changes in the set of live objects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LiveChange {
-    /// Nothing (markers).
-    None,
-    /// The object is live, at this version.
-    Upsert(LiveObject),
-    /// The object with this uid is gone.
-    Remove(String),
-}
-
-/// One event to record, with the state change that goes with it.
-#[derive(Debug, Clone)]
-pub struct Observed {
-    /// The event.
-    pub event: WatchEvent,
-    /// Its effect on the live set.
-    pub live: LiveChange,
-    /// The version a restart may resume from once this event is stored (`None`: keep).
-    pub resume_from: Option<String>,
-}
+use crate::observed::{LiveChange, Observed, StreamState};
 
 /// Settings of the watchers.
 #[derive(Debug, Clone)]

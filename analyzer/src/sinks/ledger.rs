@@ -239,7 +239,7 @@ impl Ledger {
                 "INSERT INTO sink_dead_letters (sink, seq, transition_id, error, at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (sink, seq) DO UPDATE SET error = excluded.error, at_ms = excluded.at_ms",
-                params![sink, seq, transition_id, error, crate::live::now_ms()],
+                params![sink, seq, transition_id, error, crate::clock::now_ms()],
             )
             .map(drop)
             .map_err(self.err("write a sink dead letter"))

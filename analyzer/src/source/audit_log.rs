@@ -49,19 +49,6 @@ pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// `V * SPREAD + n`.
 pub const SPREAD: i64 = 1_000_000;
 
-/// How evidence versions sort: `V` and `V+n` (the n-th audit entry after version V, see the
-/// module doc) in that order; anything else last.
-pub fn version_order(resource_version: &str) -> (i64, i64) {
-    let (version, after) = match resource_version.split_once('+') {
-        Some((version, after)) => (version, after.parse::<i64>().ok()),
-        None => (resource_version, Some(0)),
-    };
-    match (version.parse::<i64>(), after) {
-        (Ok(version), Some(after)) => (version, after),
-        _ => (i64::MAX, 0),
-    }
-}
-
 /// The highest version that can be spread; etcd revisions stay far below it.
 const MAX_VERSION: i64 = i64::MAX / SPREAD - 1;
 
@@ -987,7 +974,7 @@ mod tests {
     #[test]
     fn evidence_versions_sort_with_audit_ordered_ones_after_their_base() {
         let mut versions = vec!["1100+2", "1101", "x", "1100", "1100+1", "99"];
-        versions.sort_by_key(|v| version_order(v));
+        versions.sort_by_key(|v| crate::alerts::version_order(v));
         assert_eq!(versions, ["99", "1100", "1100+1", "1100+2", "1101", "x"]);
     }
 }
