@@ -749,54 +749,41 @@ impl<'a, const V: u8> Cursor<'a, V> {
         } else {
             None
         };
-        if V < 4 {
-            return Ok(WatchEvent {
-                cluster_id,
-                collector_id,
-                sequence,
+        // The whereabouts and spiderpool parts came with v4.
+        if V >= 4 {
+            self.part(
+                "ip_pool",
+                Stream::IpPool,
                 stream,
-                event_type,
-                resource_version,
-                resource_version_num,
-                observed_at_ms,
-                metadata,
-                part,
-                raw_object,
-                remediation,
-            });
+                &mut part,
+                Self::ip_pool,
+                KindPart::IpPool,
+            )?;
+            self.part(
+                "ip_reservation",
+                Stream::OverlappingRangeIpReservation,
+                stream,
+                &mut part,
+                Self::ip_reservation,
+                KindPart::IpReservation,
+            )?;
+            self.part(
+                "spider_ip_pool",
+                Stream::SpiderIpPool,
+                stream,
+                &mut part,
+                Self::spider_ip_pool,
+                KindPart::SpiderIpPool,
+            )?;
+            self.part(
+                "spider_endpoint",
+                Stream::SpiderEndpoint,
+                stream,
+                &mut part,
+                Self::spider_endpoint,
+                KindPart::SpiderEndpoint,
+            )?;
         }
-        self.part(
-            "ip_pool",
-            Stream::IpPool,
-            stream,
-            &mut part,
-            Self::ip_pool,
-            KindPart::IpPool,
-        )?;
-        self.part(
-            "ip_reservation",
-            Stream::OverlappingRangeIpReservation,
-            stream,
-            &mut part,
-            Self::ip_reservation,
-            KindPart::IpReservation,
-        )?;
-        self.part(
-            "spider_ip_pool",
-            Stream::SpiderIpPool,
-            stream,
-            &mut part,
-            Self::spider_ip_pool,
-            KindPart::SpiderIpPool,
-        )?;
-        self.part(
-            "spider_endpoint",
-            Stream::SpiderEndpoint,
-            stream,
-            &mut part,
-            Self::spider_endpoint,
-            KindPart::SpiderEndpoint,
-        )?;
         Ok(WatchEvent {
             cluster_id,
             collector_id,

@@ -15,9 +15,9 @@ use ipaudit_schemas::{ContainerError, ContainerReader, Fields, WatchEvent};
 use super::{unversioned_problem, Position, Problem, ProblemLog, SourceError, SourceItem};
 
 /// The fields of a recorded event the analysis reads: no raw object, annotations or owner
-/// references, and of the labels only kube-ovn's `ip_reserved` (the state's
-/// `IP_RESERVED_LABEL`: an IP a user reserved by hand is not a leak).
-pub const ANALYSIS_FIELDS: Fields = Fields::analysis(&["ovn.kubernetes.io/ip_reserved"]);
+/// references, and of the labels only kube-ovn's `ip_reserved` (an IP a user reserved by
+/// hand is not a leak).
+pub const ANALYSIS_FIELDS: Fields = Fields::analysis(&[crate::state::IP_RESERVED_LABEL]);
 
 /// Reads a container file; a corrupt block is reported and skipped.
 pub struct AvroFileSource {

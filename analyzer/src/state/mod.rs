@@ -24,7 +24,7 @@ use indexes::{binds_owner_uid, Indexes};
 use records::Records;
 
 /// The label by which a person reserves a kube-ovn IP by hand.
-const IP_RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
+pub(crate) const IP_RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
 
 /// A pointer to the event that last touched an object, for evidence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
