@@ -142,7 +142,7 @@ pub fn list(path: &Path, sink: Option<&str>) -> Result<DeadLetters, DeadLetterEr
 /// Where re-decoded messages are published.
 pub struct Republish {
     /// How to reach the brokers.
-    pub connection: ipaudit_kafka::Connection,
+    pub connection: ipaudit_runtime::kafka::Connection,
 }
 
 /// Re-drives what the store at `path` set aside: messages that decode with this build are

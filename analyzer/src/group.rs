@@ -79,7 +79,7 @@ impl GroupShared {
 #[derive(Clone)]
 pub struct SnapshotScan {
     /// How to reach the brokers.
-    pub connection: ipaudit_kafka::Connection,
+    pub connection: ipaudit_runtime::kafka::Connection,
 }
 
 /// The consumer's context: assigns partitions where their state is (see the module doc).

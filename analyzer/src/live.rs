@@ -31,7 +31,7 @@ use crate::store::{Store, StoreError};
 /// How the live analyzer runs.
 pub struct LiveConfig {
     /// The brokers and how to reach them (TLS, SASL, the operator's librdkafka settings).
-    pub connection: ipaudit_kafka::Connection,
+    pub connection: ipaudit_runtime::kafka::Connection,
     /// The events topic.
     pub topic: String,
     /// The consumer group.

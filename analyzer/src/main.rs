@@ -81,7 +81,7 @@ struct DeadLettersArgs {
     #[arg(long)]
     republish: bool,
     #[command(flatten)]
-    kafka: ipaudit_kafka::KafkaArgs,
+    kafka: ipaudit_runtime::kafka::KafkaArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -95,7 +95,7 @@ enum StartFrom {
 #[derive(Debug, Args)]
 struct RunArgs {
     #[command(flatten)]
-    kafka: ipaudit_kafka::KafkaArgs,
+    kafka: ipaudit_runtime::kafka::KafkaArgs,
     /// Topic of watch events.
     #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
     topic: String,
@@ -217,14 +217,14 @@ struct RunArgs {
     rules: RuleArgs,
 }
 
-/// A secret given as a value or as a file (see [`ipaudit_kafka::value_or_file`]); the
+/// A secret given as a value or as a file (see [`ipaudit_runtime::kafka::value_or_file`]); the
 /// value never appears in an error.
 fn secret(
     value: Option<String>,
     file: Option<PathBuf>,
     what: &str,
 ) -> anyhow::Result<Option<String>> {
-    ipaudit_kafka::value_or_file(value, file.as_deref())
+    ipaudit_runtime::kafka::value_or_file(value, file.as_deref())
         .with_context(|| format!("cannot read the {what}"))
 }
 
@@ -321,7 +321,9 @@ const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Checks the Kafka options and the connection: a TLS or authentication failure stops the
 /// analyzer with that error; an unreachable broker is an outage the consumer waits out.
-fn kafka_connection(args: &ipaudit_kafka::KafkaArgs) -> anyhow::Result<ipaudit_kafka::Connection> {
+fn kafka_connection(
+    args: &ipaudit_runtime::kafka::KafkaArgs,
+) -> anyhow::Result<ipaudit_runtime::kafka::Connection> {
     let connection = args.connection().context("invalid Kafka options")?;
     match connection.probe(KAFKA_PROBE_TIMEOUT) {
         Ok(()) => {}

@@ -65,7 +65,7 @@ impl Frames {
 /// The offset to start partition `partition` of `topic` at: the beginning of the latest
 /// complete snapshot, or the start of the partition when there is none.
 pub fn latest_snapshot_offset(
-    connection: &ipaudit_kafka::Connection,
+    connection: &ipaudit_runtime::kafka::Connection,
     topic: &str,
     partition: i32,
 ) -> Result<i64, KafkaError> {

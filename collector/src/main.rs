@@ -15,7 +15,7 @@ use ipaudit_collector::outbox::Outbox;
 use ipaudit_collector::produce::{KafkaConfig, TopicCreation};
 use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
 use ipaudit_collector::watch::WatchConfig;
-use ipaudit_kafka::Connection;
+use ipaudit_runtime::kafka::Connection;
 use ipaudit_schemas::{kinds, Stream, KINDS};
 
 /// Records every watch event of Pods and of the IPAM kinds the API server serves
@@ -162,7 +162,7 @@ struct RunArgs {
     #[command(flatten)]
     watch: WatchArgs,
     #[command(flatten)]
-    kafka: ipaudit_kafka::KafkaArgs,
+    kafka: ipaudit_runtime::kafka::KafkaArgs,
     /// Topic for watch events.
     #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
     topic: String,
@@ -347,14 +347,14 @@ fn kinds_long_help() -> String {
     help
 }
 
-/// A secret given as a value or as a file (see [`ipaudit_kafka::value_or_file`]); the
+/// A secret given as a value or as a file (see [`ipaudit_runtime::kafka::value_or_file`]); the
 /// value never appears in an error.
 fn secret(
     value: Option<String>,
     file: Option<PathBuf>,
     what: &str,
 ) -> anyhow::Result<Option<String>> {
-    ipaudit_kafka::value_or_file(value, file.as_deref())
+    ipaudit_runtime::kafka::value_or_file(value, file.as_deref())
         .with_context(|| format!("cannot read the {what}"))
 }
 
@@ -443,7 +443,7 @@ const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Checks the Kafka options and the connection: a TLS or authentication failure stops the
 /// collector with that error; an unreachable broker is an outage the outbox rides out.
-async fn kafka_connection(args: &ipaudit_kafka::KafkaArgs) -> anyhow::Result<Connection> {
+async fn kafka_connection(args: &ipaudit_runtime::kafka::KafkaArgs) -> anyhow::Result<Connection> {
     let connection = args.connection().context("invalid Kafka options")?;
     let probed = connection.clone();
     let probe = tokio::task::spawn_blocking(move || probed.probe(KAFKA_PROBE_TIMEOUT))

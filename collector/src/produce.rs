@@ -30,7 +30,7 @@ use crate::outbox::{Outbox, OutboxError, Quarantine, Row};
 #[derive(Debug, Clone)]
 pub struct KafkaConfig {
     /// The brokers and how to reach them (TLS, SASL, the operator's librdkafka settings).
-    pub connection: ipaudit_kafka::Connection,
+    pub connection: ipaudit_runtime::kafka::Connection,
     /// The events topic.
     pub topic: String,
     /// Message key: one cluster's history stays in one partition, in order.

@@ -66,7 +66,7 @@ pub struct RemediateConfig {
     /// Off, dry-run or on.
     pub mode: RemediationMode,
     /// The brokers and how to reach them.
-    pub connection: ipaudit_kafka::Connection,
+    pub connection: ipaudit_runtime::kafka::Connection,
     /// The commands topic.
     pub topic: String,
     /// At most this many patches per minute.

@@ -54,7 +54,7 @@ impl CommandSink {
     /// An idempotent producer to `topic` (`ipaudit.commands`); commands are signed with
     /// `key` when one is given.
     pub fn new(
-        connection: &ipaudit_kafka::Connection,
+        connection: &ipaudit_runtime::kafka::Connection,
         topic: &str,
         key: Option<CommandKey>,
     ) -> Result<Self, KafkaError> {

@@ -12,7 +12,7 @@ use super::SinkError;
 
 /// An idempotent, acks=all producer with the operator's extra settings.
 pub(super) fn idempotent_producer(
-    connection: &ipaudit_kafka::Connection,
+    connection: &ipaudit_runtime::kafka::Connection,
 ) -> Result<FutureProducer, KafkaError> {
     let mut config = ClientConfig::new();
     config
@@ -63,7 +63,10 @@ pub struct KafkaSink {
 
 impl KafkaSink {
     /// An idempotent producer to `topic`.
-    pub fn new(connection: &ipaudit_kafka::Connection, topic: &str) -> Result<Self, KafkaError> {
+    pub fn new(
+        connection: &ipaudit_runtime::kafka::Connection,
+        topic: &str,
+    ) -> Result<Self, KafkaError> {
         Ok(KafkaSink {
             topic: topic.to_owned(),
             producer: idempotent_producer(connection)?,

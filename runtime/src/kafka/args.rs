@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use clap::{Args, ValueEnum};
 
-use crate::connection::is_secret_key;
+use crate::kafka::connection::is_secret_key;
 
 /// How ipaudit reaches Kafka: bootstrap servers, TLS, SASL, extra librdkafka settings.
 #[derive(Clone, Args)]

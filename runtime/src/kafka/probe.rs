@@ -12,7 +12,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 
-use crate::connection::Connection;
+use crate::kafka::connection::Connection;
 
 /// Why the check failed.
 #[derive(Debug, thiserror::Error)]
@@ -186,9 +186,9 @@ mod tests {
 
     #[test]
     fn an_unknown_option_is_a_configuration_error() {
-        let args = crate::KafkaArgs {
+        let args = crate::kafka::KafkaArgs {
             options: vec!["no.such.property=1".parse().unwrap()],
-            ..crate::KafkaArgs::plaintext("127.0.0.1:1")
+            ..crate::kafka::KafkaArgs::plaintext("127.0.0.1:1")
         };
         let error = args
             .connection()

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rdkafka::config::ClientConfig;
 
-use crate::args::{KafkaArgs, SecurityProtocol};
+use crate::kafka::args::{KafkaArgs, SecurityProtocol};
 
 /// Bootstrap servers plus every security and operator setting, checked at start. `Debug`
 /// shows secret values as `<redacted>`.
@@ -173,13 +173,13 @@ fn readable(option: &'static str, path: &Path) -> Result<(), ConnectionError> {
 }
 
 fn read_password(path: &Path) -> Result<String, ConnectionError> {
-    crate::read_secret_file(path).map_err(|error| match error {
-        crate::SecretFileError::Read { path, source } => ConnectionError::File {
+    crate::kafka::read_secret_file(path).map_err(|error| match error {
+        crate::kafka::SecretFileError::Read { path, source } => ConnectionError::File {
             option: "--kafka-sasl-password-file",
             path,
             source,
         },
-        crate::SecretFileError::Empty { path } => ConnectionError::EmptyPassword { path },
+        crate::kafka::SecretFileError::Empty { path } => ConnectionError::EmptyPassword { path },
     })
 }
 
@@ -244,7 +244,7 @@ impl fmt::Debug for Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::{KafkaOption, SaslMechanism};
+    use crate::kafka::args::{KafkaOption, SaslMechanism};
 
     fn args() -> KafkaArgs {
         KafkaArgs::plaintext("k:9093")
