@@ -1,7 +1,13 @@
 //! The runtime plumbing both of ipaudit's programs share, written once: how they reach
-//! Kafka ([`kafka`]) and how they report what happens to them ([`telemetry`]). It does no
-//! analysis and imports neither the collector nor the analyzer; the schemas crate stays
-//! free of I/O.
+//! Kafka ([`kafka`]), open SQLite files ([`sqlite`]), wait between retries ([`backoff`]),
+//! stop ([`shutdown`]), read the wall clock ([`clock`]), parse durations and sizes in flags
+//! ([`parse`]), and report what happens to them ([`telemetry`]). It does no analysis and
+//! imports neither the collector nor the analyzer; the schemas crate stays free of I/O.
 
+pub mod backoff;
+pub mod clock;
 pub mod kafka;
+pub mod parse;
+pub mod shutdown;
+pub mod sqlite;
 pub mod telemetry;

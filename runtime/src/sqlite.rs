@@ -1,0 +1,150 @@
+//! How both programs open their SQLite files (the collector's outbox and remediation
+//! ledger, the analyzer's store, group and delivery ledger): one policy for every
+//! connection, so that no file is opened without it.
+//!
+//! - `busy_timeout` 10 s, set first: another connection to the same file (the producer
+//!   beside the watcher, a `dead-letters` command beside the running analyzer) waits for
+//!   a lock instead of failing at once.
+//! - `journal_mode=WAL`: readers do not block the writer; the mode is stored in the file.
+//! - `synchronous=NORMAL`: in WAL mode a killed process loses nothing committed; only a
+//!   power cut may lose the last transactions, which each program recovers from its
+//!   source (the relist diff, the topic's offsets).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use rusqlite::Connection;
+use rusqlite::ErrorCode;
+
+/// How long a connection waits for another one's lock before giving up.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A SQLite file could not be opened or set up.
+#[derive(Debug, thiserror::Error)]
+#[error("SQLite database {}: cannot {step}", path.display())]
+pub struct OpenError {
+    /// The database file.
+    pub path: PathBuf,
+    /// What was being done: `open`, `set busy timeout`, `enable WAL`, `set synchronous`.
+    pub step: &'static str,
+    /// SQLite's error.
+    #[source]
+    pub source: rusqlite::Error,
+}
+
+impl OpenError {
+    /// True when waiting and opening again may succeed (another process holds a lock);
+    /// false for a missing directory, a file that is not a database, no permission, a
+    /// full disk: those need the operator.
+    pub fn is_retryable(&self) -> bool {
+        is_retryable(&self.source)
+    }
+}
+
+/// True for SQLite errors that waiting may cure: the file is busy or a table is locked
+/// by another connection.
+pub fn is_retryable(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Opens (creating it if absent) the database at `path` with the policy above.
+pub fn open(path: &Path) -> Result<Connection, OpenError> {
+    let failed = |step| {
+        move |source| OpenError {
+            path: path.to_owned(),
+            step,
+            source,
+        }
+    };
+    let conn = Connection::open(path).map_err(failed("open"))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(failed("set busy timeout"))?;
+    // `execute("PRAGMA journal_mode=WAL")` fails with ExecuteReturnedResults: the pragma
+    // answers a row.
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(failed("enable WAL"))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(failed("set synchronous"))?;
+    Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pragma(conn: &Connection, name: &str) -> String {
+        conn.query_row(&format!("PRAGMA {name}"), [], |row| {
+            row.get::<_, rusqlite::types::Value>(0)
+        })
+        .map(|v| match v {
+            rusqlite::types::Value::Integer(i) => i.to_string(),
+            rusqlite::types::Value::Text(t) => t,
+            other => format!("{other:?}"),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_new_file_is_created_in_wal_mode_with_normal_sync_and_a_busy_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let conn = open(&path).unwrap();
+        assert!(path.exists());
+        assert_eq!(pragma(&conn, "journal_mode"), "wal");
+        // NORMAL is 1.
+        assert_eq!(pragma(&conn, "synchronous"), "1");
+        assert_eq!(pragma(&conn, "busy_timeout"), "10000");
+    }
+
+    #[test]
+    fn a_second_connection_sees_the_first_ones_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let writer = open(&path).unwrap();
+        writer
+            .execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (7);")
+            .unwrap();
+        let reader = open(&path).unwrap();
+        let x: i64 = reader
+            .query_row("SELECT x FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(x, 7);
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_error_naming_the_path_and_not_retryable() {
+        let error = open(Path::new("/nonexistent/dir/state.db")).unwrap_err();
+        assert_eq!(error.step, "open");
+        assert!(
+            error.to_string().contains("/nonexistent/dir/state.db"),
+            "{error}"
+        );
+        assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_refused_and_not_retryable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        std::fs::write(&path, vec![b'x'; 4096]).unwrap();
+        let error = open(&path).unwrap_err();
+        assert!(!error.is_retryable(), "{error:?}");
+    }
+
+    #[test]
+    fn a_lock_held_elsewhere_is_retryable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let holder = open(&path).unwrap();
+        holder
+            .execute_batch("CREATE TABLE t (x INTEGER); BEGIN EXCLUSIVE;")
+            .unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.busy_timeout(Duration::ZERO).unwrap();
+        let error = other.execute("INSERT INTO t VALUES (1)", []).unwrap_err();
+        assert!(is_retryable(&error), "{error:?}");
+    }
+}
