@@ -5,7 +5,6 @@
 use ipaudit_schemas::kubernetes::{from_object_of, ConvertError, FieldProblem};
 use ipaudit_schemas::{EventType, ObjectMeta, Stream, WatchEvent};
 use serde_json::Value;
-use time::OffsetDateTime;
 
 /// Who records events, and how.
 #[derive(Debug, Clone)]
@@ -23,7 +22,7 @@ impl Stamp {
         event.cluster_id.clone_from(&self.cluster_id);
         event.collector_id.clone_from(&self.collector_id);
         event.sequence = sequence;
-        event.observed_at_ms = Some(now_ms());
+        event.observed_at_ms = Some(ipaudit_runtime::clock::now_ms());
         event
     }
 
@@ -142,11 +141,6 @@ fn drop_env_values(pod: &mut Value) {
             }
         }
     }
-}
-
-/// Wall-clock time in Unix milliseconds.
-pub fn now_ms() -> i64 {
-    i64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

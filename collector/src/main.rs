@@ -16,6 +16,7 @@ use ipaudit_collector::produce::{KafkaConfig, TopicCreation};
 use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
 use ipaudit_collector::watch::WatchConfig;
 use ipaudit_runtime::kafka::Connection;
+use ipaudit_runtime::parse;
 use ipaudit_schemas::{kinds, Stream, KINDS};
 
 /// Records every watch event of Pods and of the IPAM kinds the API server serves
@@ -87,22 +88,22 @@ struct WatchArgs {
     collector_id: Option<String>,
     /// Also relist every stream this often, so that a new analyzer can rebuild from the
     /// latest snapshot (e.g. 1h). Default: only on start and on 410 Gone.
-    #[arg(long, env = "IPAUDIT_SNAPSHOT_INTERVAL", value_parser = duration)]
+    #[arg(long, env = "IPAUDIT_SNAPSHOT_INTERVAL", value_parser = parse::duration)]
     snapshot_interval: Option<Duration>,
     /// Attach every object's JSON to its event (malformed objects always carry it).
     #[arg(long, env = "IPAUDIT_RAW_OBJECTS")]
     raw_objects: bool,
     /// Server-side timeout of each watch request.
-    #[arg(long, env = "IPAUDIT_WATCH_TIMEOUT", default_value = "290s", value_parser = duration)]
+    #[arg(long, env = "IPAUDIT_WATCH_TIMEOUT", default_value = "290s", value_parser = parse::duration)]
     watch_timeout: Duration,
     /// An event larger than this (encoded) is recorded without its raw JSON, with a
     /// warning naming the object; keep it below the topic's message.max.bytes (1000000
     /// by default). Accepts B, KiB, MiB, GiB, KB, MB, GB.
-    #[arg(long, env = "IPAUDIT_MAX_EVENT_BYTES", default_value = "900KiB", value_parser = byte_size)]
+    #[arg(long, env = "IPAUDIT_MAX_EVENT_BYTES", default_value = "900KiB", value_parser = parse::byte_size)]
     max_event_bytes: u64,
     /// /readyz answers 503 while a watch has failed, or rows have waited with nothing
     /// delivered to Kafka, for longer than this.
-    #[arg(long, env = "IPAUDIT_UNREADY_AFTER", default_value = "60s", value_parser = duration)]
+    #[arg(long, env = "IPAUDIT_UNREADY_AFTER", default_value = "60s", value_parser = parse::duration)]
     unready_after: Duration,
     #[arg(
         long,
@@ -180,7 +181,7 @@ struct RunArgs {
     /// Bound of the outbox (payload bytes): when Kafka is away this long, the watches
     /// pause, and resume (from where they stopped, or with a relist) once the producer
     /// has freed a tenth of it. The bound is soft: events already observed are stored.
-    #[arg(long, env = "IPAUDIT_OUTBOX_MAX_BYTES", default_value = "1GiB", value_parser = byte_size)]
+    #[arg(long, env = "IPAUDIT_OUTBOX_MAX_BYTES", default_value = "1GiB", value_parser = parse::byte_size)]
     outbox_max_bytes: u64,
     /// Directory for the SQLite outbox and resume state (keep it on a persistent volume).
     #[arg(long, env = "IPAUDIT_STATE_DIR", default_value = "/var/lib/ipaudit")]
@@ -207,14 +208,14 @@ struct RunArgs {
     remediate_max_per_minute: usize,
     /// Refuse commands whose alert fired longer ago than this (a replay of old commands,
     /// e.g. by a new consumer group, changes nothing).
-    #[arg(long, env = "IPAUDIT_REMEDIATE_MAX_AGE", default_value = "10m", value_parser = duration)]
+    #[arg(long, env = "IPAUDIT_REMEDIATE_MAX_AGE", default_value = "10m", value_parser = parse::duration)]
     remediate_max_age: Duration,
     /// Try a command that FAILED (the API server did not answer as expected) at most this
     /// many times in all, with exponential backoff.
     #[arg(long, env = "IPAUDIT_REMEDIATE_MAX_ATTEMPTS", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     remediate_max_attempts: u32,
     /// Wait before the first retry of a FAILED command; doubles with each retry (at most 5m).
-    #[arg(long, env = "IPAUDIT_REMEDIATE_RETRY_BACKOFF", default_value = "5s", value_parser = duration)]
+    #[arg(long, env = "IPAUDIT_REMEDIATE_RETRY_BACKOFF", default_value = "5s", value_parser = parse::duration)]
     remediate_retry_backoff: Duration,
     /// File holding the key that signs cleanup commands (HMAC-SHA256, the analyzer's
     /// --commands-key-file; at least 16 bytes; surrounding whitespace ignored). With a key,
@@ -231,7 +232,7 @@ struct RunArgs {
     )]
     commands_key: Option<String>,
     /// How long SIGTERM waits for the outbox to drain into Kafka.
-    #[arg(long, env = "IPAUDIT_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration)]
+    #[arg(long, env = "IPAUDIT_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = parse::duration)]
     shutdown_timeout: Duration,
 }
 
@@ -243,7 +244,7 @@ struct RecordArgs {
     #[arg(long)]
     out: PathBuf,
     /// Stop after this long (e.g. 10m); default: until SIGINT/SIGTERM.
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = parse::duration)]
     duration: Option<Duration>,
     /// Address of /metrics, /healthz and /readyz (default: not served).
     #[arg(long, env = "IPAUDIT_LISTEN")]
@@ -271,39 +272,6 @@ fn topic_count(text: &str) -> Result<i32, String> {
 }
 
 /// `900KiB`, `1GiB`, `2MB`, `1000000`.
-fn byte_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("expected a size such as 900KiB or 1GiB, got {text:?}"))?;
-    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kib" => 1 << 10,
-        "mib" => 1 << 20,
-        "gib" => 1 << 30,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} (B, KiB, MiB, GiB, KB, MB, GB)"
-            ))
-        }
-    };
-    number
-        .checked_mul(factor)
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("{text:?} is not a usable size"))
-}
-
-fn duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 30s, 1h)"))
-}
-
 /// A kind of the table as `--kinds` names it: plural, plural.group, kind or label.
 fn kind_name(text: &str) -> Result<KindArg, String> {
     if text.trim().is_empty() {
@@ -504,7 +472,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 kafka,
                 shutdown_timeout: args.shutdown_timeout,
             };
-            app::run(config, app::shutdown_signal())
+            app::run(config, ipaudit_runtime::shutdown::signal())
                 .await
                 .context("collector failed")
         }
@@ -520,9 +488,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 match stop_after {
                     Some(d) => tokio::select! {
                         _ = tokio::time::sleep(d) => {}
-                        _ = app::shutdown_signal() => {}
+                        _ = ipaudit_runtime::shutdown::signal() => {}
                     },
-                    None => app::shutdown_signal().await,
+                    None => ipaudit_runtime::shutdown::signal().await,
                 }
             };
             let written = app::record(config, shutdown)

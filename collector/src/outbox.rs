@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use ipaudit_schemas::{encode, kinds, Stream};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -218,16 +217,15 @@ impl Outbox {
 
     /// Another connection to an existing outbox (the producer's).
     pub fn connect(path: &Path) -> Result<Self, OutboxError> {
-        let err = |context| sqlite_error(path, context);
-        let conn = Connection::open(path).map_err(err("open"))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(err("enable WAL"))?;
-        // NORMAL in WAL mode survives a killed process; only a power cut may lose the
-        // last transactions, which the relist diff then recovers.
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(err("set synchronous"))?;
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(err("set busy timeout"))?;
+        // WAL, synchronous=NORMAL (a power cut may lose the last transactions, which the
+        // relist diff then recovers), busy timeout: the runtime's policy for every file.
+        let conn = ipaudit_runtime::sqlite::open(path).map_err(
+            |ipaudit_runtime::sqlite::OpenError { path, step, source }| OutboxError::Sqlite {
+                path,
+                context: step,
+                source,
+            },
+        )?;
         Ok(Outbox {
             conn,
             path: path.to_owned(),
@@ -444,7 +442,7 @@ impl Outbox {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 )
                 .map_err(err("quarantine a row"))?;
-            let now = crate::event::now_ms();
+            let now = ipaudit_runtime::clock::now_ms();
             for q in quarantined {
                 insert
                     .execute(params![

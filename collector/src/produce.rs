@@ -13,10 +13,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ipaudit_runtime::backoff::Backoff;
+use ipaudit_runtime::kafka::Delivery;
 use ipaudit_schemas::{decode, WatchEvent};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::{watch, Notify};
@@ -80,34 +81,28 @@ pub enum ProduceError {
     Task(String),
 }
 
-/// The producer settings ipaudit relies on, then the operator's.
-pub fn client_config(config: &KafkaConfig) -> ClientConfig {
-    let mut client = ClientConfig::new();
-    client
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("compression.type", "zstd")
-        .set("linger.ms", "5")
-        // Outages longer than this fail the batch; it is then sent again from the outbox.
-        .set("message.timeout.ms", "300000")
-        // A broker with auto.create.topics.enable would otherwise create the topic with
-        // its defaults on the first metadata request: creation is the operator's choice.
-        .set("allow.auto.create.topics", "false");
-    config.connection.apply(&mut client);
-    client
+/// The producer, or why librdkafka refuses its configuration: the runtime's producer
+/// policy with a long message timeout, since every row waits in the outbox until Kafka
+/// acknowledged it.
+pub fn producer(config: &KafkaConfig) -> Result<FutureProducer, ProduceError> {
+    config
+        .connection
+        .producer(CLIENT_ID, Delivery::Outbox)
+        .create()
+        .map_err(ProduceError::Config)
 }
 
-/// The producer, or why librdkafka refuses its configuration.
-pub fn producer(config: &KafkaConfig) -> Result<FutureProducer, ProduceError> {
-    client_config(config).create().map_err(ProduceError::Config)
-}
+/// The collector's Kafka client id (broker logs and quotas name it).
+const CLIENT_ID: &str = "ipaudit-collector";
 
 /// Creates the topic unless it exists.
 pub async fn ensure_topic(
     config: &KafkaConfig,
     creation: TopicCreation,
 ) -> Result<(), ProduceError> {
-    let admin: AdminClient<DefaultClientContext> = client_config(config)
+    let admin: AdminClient<DefaultClientContext> = config
+        .connection
+        .admin(CLIENT_ID)
         .create()
         .map_err(ProduceError::Config)?;
     let topic = NewTopic::new(
@@ -226,7 +221,8 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
     } = task;
     let outbox = Arc::new(Mutex::new(Outbox::connect(&outbox_path)?));
     check_or_create_topic(&producer, &config, &health).await;
-    let mut backoff = Duration::from_millis(200);
+    // After a failed batch: 200 ms doubling to 5 s (rows wait safely in the outbox).
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let mut draining_since: Option<Instant> = None;
     // Every row up to here is settled (acknowledged or quarantined) and deleted.
     let mut settled_through = 0i64;
@@ -308,12 +304,11 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
                 producer = self::producer(&config)?;
             }
             tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(backoff.next_delay()) => {}
                 _ = shutdown.changed() => {}
             }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
         } else {
-            backoff = Duration::from_millis(200);
+            backoff.reset();
         }
     }
 }

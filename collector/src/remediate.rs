@@ -32,12 +32,13 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use ipaudit_runtime::clock::now_ms;
+use ipaudit_runtime::kafka::NoOffset;
 use ipaudit_schemas::{
     decode, is_kube_ovn_finalizer, CleanupAction, CleanupCommand, CommandKey, EventType, NameError,
     ObjectMeta, Remediation, RemediationOutcome, SignatureError, Stream, WatchEvent,
 };
 use kube::Client;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
@@ -93,6 +94,9 @@ pub enum RemediateError {
     /// The record of handled commands failed.
     #[error("record of handled commands")]
     Sqlite(#[from] rusqlite::Error),
+    /// The record of handled commands could not be opened.
+    #[error("record of handled commands")]
+    Open(#[from] ipaudit_runtime::sqlite::OpenError),
 }
 
 /// Why a command is refused before anything is read from the cluster. None is retryable:
@@ -133,9 +137,8 @@ struct Ledger {
 }
 
 impl Ledger {
-    fn open(path: &Path) -> Result<Ledger, rusqlite::Error> {
-        let db = Connection::open(path)?;
-        db.busy_timeout(Duration::from_secs(10))?;
+    fn open(path: &Path) -> Result<Ledger, RemediateError> {
+        let db = ipaudit_runtime::sqlite::open(path)?;
         db.execute_batch(
             "CREATE TABLE IF NOT EXISTS remediation_commands (
                 command_id TEXT PRIMARY KEY,
@@ -239,12 +242,6 @@ impl Ledger {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// The remediator's working state.
 struct Remediator {
     client: Client,
@@ -309,20 +306,15 @@ pub async fn run_remediator(
             );
         }
     }
-    let mut consumer_config = ClientConfig::new();
-    consumer_config
-        .set(
-            "group.id",
-            config
-                .group
-                .clone()
-                .unwrap_or_else(|| format!("ipaudit-remediator-{}", stamp.cluster_id)),
-        )
-        .set("auto.offset.reset", "earliest")
-        // Offsets are committed by hand, each after its command's outcome is recorded.
-        .set("enable.auto.commit", "false");
-    config.connection.apply(&mut consumer_config);
-    let consumer: StreamConsumer = consumer_config.create()?;
+    // Offsets are committed by hand, each after its command's outcome is recorded.
+    let group = config
+        .group
+        .clone()
+        .unwrap_or_else(|| format!("ipaudit-remediator-{}", stamp.cluster_id));
+    let consumer: StreamConsumer = config
+        .connection
+        .group_consumer("ipaudit-collector", &group, None, NoOffset::Earliest)
+        .create()?;
     consumer.subscribe(&[&config.topic])?;
     if config.key.is_none() {
         warn!("no commands key (--commands-key-file): unsigned commands are obeyed; anyone who can write the commands topic can remove finalizers in this cluster");

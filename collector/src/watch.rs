@@ -15,9 +15,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::StreamExt;
+use ipaudit_runtime::backoff::Backoff;
+use ipaudit_runtime::kube::PagedList;
 use ipaudit_schemas::kubernetes::FieldProblem;
 use ipaudit_schemas::{encode, EventType, KindSpec, Stream, WatchEvent};
-use kube::api::{ListParams, WatchParams};
+use kube::api::WatchParams;
 use kube::core::{Request, WatchEvent as KubeEvent};
 use kube::Client;
 use serde_json::Value;
@@ -130,7 +132,9 @@ impl Watcher {
     /// Runs until `shutdown` turns true.
     #[tracing::instrument(name = "watch", skip_all, fields(cluster = %self.stamp.cluster_id, stream = %self.stream))]
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), WatchError> {
-        let mut backoff = Duration::from_millis(100);
+        // After a failed list or watch: 100 ms doubling to --max-backoff, jittered so that
+        // the streams (and collectors) that failed together do not retry together.
+        let mut backoff = Backoff::new(Duration::from_millis(100), self.config.max_backoff);
         let mut relist_reason = if self.state.resume_from.is_none() {
             Some("initial")
         } else {
@@ -151,7 +155,7 @@ impl Watcher {
                 }
             };
             match next {
-                Next::Rewatch => backoff = Duration::from_millis(100),
+                Next::Rewatch => backoff.reset(),
                 Next::Relist(reason) => relist_reason = Some(reason),
                 Next::Stop => return Ok(()),
                 Next::Pause => {
@@ -171,10 +175,9 @@ impl Watcher {
                 Next::Backoff => {
                     self.health.watch_failed(self.stream);
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(backoff.next_delay()) => {}
                         _ = shutdown.changed() => return Ok(()),
                     }
-                    backoff = (backoff * 2).min(self.config.max_backoff);
                     if self.state.resume_from.is_none() {
                         relist_reason = Some("retry");
                     }
@@ -288,51 +291,28 @@ impl Watcher {
             .marker(self.stream, EventType::SyncStart, &previous, 0);
         self.emit(start, LiveChange::None, None).await?;
         let mut seen = HashSet::new();
-        let mut token: Option<String> = None;
-        let mut list_rv: Option<String> = None;
+        let mut list = PagedList::new(self.client.clone(), &self.path, self.config.page_size);
         loop {
-            let mut params = ListParams::default().limit(self.config.page_size);
-            if let Some(t) = &token {
-                params = params.continue_token(t);
-            }
             let page = tokio::select! {
-                page = self.list_page(&params) => page,
+                page = list.next_page() => page,
                 _ = shutdown.changed() => return Ok(Next::Stop),
             };
-            let page = match page {
-                Ok(page) => page,
-                Err(error) => {
+            let items = match page {
+                None => break,
+                Some(Ok(items)) => items,
+                Some(Err(error)) => {
                     self.metrics.watch_error(self.stream, "list_failed");
                     warn!(%error, "list failed; retrying");
                     return Ok(Next::Backoff);
                 }
             };
-            if list_rv.is_none() {
-                list_rv = page
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-            }
-            for item in page
-                .get("items")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            for item in &items {
                 if let Some(uid) = self.emit_object(EventType::Added, item, false).await? {
                     seen.insert(uid);
                 }
             }
-            token = page
-                .pointer("/metadata/continue")
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned);
-            if token.is_none() {
-                break;
-            }
         }
-        let list_rv = list_rv.unwrap_or_else(|| "0".into());
+        let list_rv = list.resource_version().unwrap_or("0").to_owned();
         let vanished: Vec<LiveObject> = self
             .state
             .live
@@ -357,13 +337,6 @@ impl Watcher {
         self.metrics.set_watching(self.stream, true);
         self.health.watching(self.stream);
         Ok(Next::Rewatch)
-    }
-
-    async fn list_page(&self, params: &ListParams) -> Result<Value, kube::Error> {
-        let request = Request::new(&self.path)
-            .list(params)
-            .map_err(kube::Error::BuildRequest)?;
-        self.client.request::<Value>(request).await
     }
 
     async fn watch_from(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ipaudit_analyzer::cli::{parse_duration, RuleArgs};
+use ipaudit_analyzer::cli::RuleArgs;
 use ipaudit_analyzer::report::{render_jsonl, render_text};
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_collector::discovery;
@@ -19,6 +19,7 @@ use ipaudit_kubectl::cluster::{connect, KubeOptions};
 use ipaudit_kubectl::release::{release, Rate, ReleaseOptions, Verdict};
 use ipaudit_kubectl::report::CheckReport;
 use ipaudit_kubectl::snapshot;
+use ipaudit_runtime::parse;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -88,7 +89,7 @@ struct ReleaseArgs {
     #[arg(long, env = "IPAUDIT_APPLY")]
     apply: bool,
     /// Refuse a report older than this.
-    #[arg(long, default_value = "1h", value_parser = parse_duration, env = "IPAUDIT_MAX_REPORT_AGE")]
+    #[arg(long, default_value = "1h", value_parser = parse::duration, env = "IPAUDIT_MAX_REPORT_AGE")]
     max_report_age: Duration,
     /// At most this many targets handled per second (`5/s`), minute (`100/m`) or hour.
     #[arg(long, default_value = "5/s", env = "IPAUDIT_RATE")]

@@ -13,13 +13,12 @@
 //! others were listed is then seen, and a record naming it is not taken for an orphan.
 
 use ipaudit_analyzer::state::holdings::is_pool;
-use ipaudit_collector::event::{now_ms, Stamp};
+use ipaudit_collector::event::Stamp;
+use ipaudit_runtime::clock::now_ms;
+use ipaudit_runtime::kube::PagedList;
 use ipaudit_schemas::{EventType, KindSpec, Stream, WatchEvent};
-use kube::api::ListParams;
-use kube::core::Request;
 use kube::Client;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tracing::{info, warn, Instrument};
 
 /// One kind's list, as the report records it.
@@ -135,34 +134,14 @@ async fn list_pages(
     };
     // As the collector's first list: it starts from version "0".
     push(snapshot, stamp.marker(stream, EventType::SyncStart, "0", 0));
-    let mut token: Option<String> = None;
-    let mut list_rv: Option<String> = None;
+    let mut list = PagedList::new(client.clone(), kind.collection_path(), page_size);
     let mut objects = 0;
-    loop {
-        let mut params = ListParams::default().limit(page_size);
-        if let Some(t) = &token {
-            params = params.continue_token(t);
-        }
-        let failed = |source| SnapshotError::List {
+    while let Some(page) = list.next_page().await {
+        let items = page.map_err(|source| SnapshotError::List {
             resource: resource.clone(),
             source,
-        };
-        let request = Request::new(kind.collection_path())
-            .list(&params)
-            .map_err(|e| failed(kube::Error::BuildRequest(e)))?;
-        let page: Value = client.request(request).await.map_err(failed)?;
-        if list_rv.is_none() {
-            list_rv = page
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-        }
-        for item in page
-            .get("items")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        })?;
+        for item in &items {
             match stamp.object_event(stream, EventType::Added, item, 0) {
                 Ok((event, problems)) => {
                     if !problems.is_empty() {
@@ -179,16 +158,8 @@ async fn list_pages(
                 }
             }
         }
-        token = page
-            .pointer("/metadata/continue")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned);
-        if token.is_none() {
-            break;
-        }
     }
-    let list_rv = list_rv.unwrap_or_else(|| "0".into());
+    let list_rv = list.resource_version().unwrap_or("0").to_owned();
     info!(%resource, resource_version = %list_rv, objects, "listed");
     push(
         snapshot,

@@ -1,0 +1,151 @@
+//! Listing a kind from the API server in pages, as the collector's relist and the kubectl
+//! plugin's one-shot snapshot both do: `limit` objects a page, the `continue` token of
+//! each page asks for the next, and the first page's `metadata.resourceVersion` is the
+//! version the whole list was served at (where a watch resumes). Objects stay raw JSON:
+//! each program decodes them leniently itself (a typed object would lose a whole event
+//! over one mistyped field).
+//!
+//! Behind the cargo feature `kube` (the analyzer does not talk to the API server).
+
+use ::kube::api::ListParams;
+use ::kube::core::Request;
+use ::kube::Client;
+use serde_json::Value;
+
+/// One kind's list, read a page at a time with [`PagedList::next_page`].
+pub struct PagedList {
+    client: Client,
+    path: String,
+    page_size: u32,
+    token: Option<String>,
+    resource_version: Option<String>,
+    done: bool,
+}
+
+impl PagedList {
+    /// The list of the collection at `path` (e.g. `/api/v1/pods`), `page_size` objects a
+    /// page (`client` is a cheap clone of the caller's).
+    pub fn new(client: Client, path: impl Into<String>, page_size: u32) -> Self {
+        PagedList {
+            client,
+            path: path.into(),
+            page_size,
+            token: None,
+            resource_version: None,
+            done: false,
+        }
+    }
+
+    /// The objects of the next page; `None` once the last page has been read. An error
+    /// (the API server's or the network's) leaves the list where it was: the caller
+    /// starts a new list (a `continue` token may have expired meanwhile).
+    pub async fn next_page(&mut self) -> Option<Result<Vec<Value>, ::kube::Error>> {
+        if self.done {
+            return None;
+        }
+        let mut params = ListParams::default().limit(self.page_size);
+        if let Some(token) = &self.token {
+            params = params.continue_token(token);
+        }
+        let page = match self.request(&params).await {
+            Ok(page) => page,
+            Err(error) => return Some(Err(error)),
+        };
+        if self.resource_version.is_none() {
+            self.resource_version = page
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        self.token = page
+            .pointer("/metadata/continue")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned);
+        self.done = self.token.is_none();
+        let items = match page {
+            Value::Object(mut page) => match page.remove("items") {
+                Some(Value::Array(items)) => items,
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        Some(Ok(items))
+    }
+
+    /// The resourceVersion the list was served at (from its first page), once read.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+
+    async fn request(&self, params: &ListParams) -> Result<Value, ::kube::Error> {
+        let request = Request::new(&self.path)
+            .list(params)
+            .map_err(::kube::Error::BuildRequest)?;
+        self.client.request::<Value>(request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_sim::{Kind, KubeSim, SimConfig};
+    use serde_json::json;
+
+    async fn client(sim: &KubeSim) -> Client {
+        let config = ::kube::Config::new(sim.url().parse().unwrap());
+        Client::try_from(config).unwrap()
+    }
+
+    fn pod(name: &str) -> Value {
+        json!({"metadata": {"name": name}, "spec": {"nodeName": "node-1"}})
+    }
+
+    #[tokio::test]
+    async fn every_object_comes_once_across_pages_with_the_lists_version() {
+        let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+        for i in 0..7 {
+            sim.create(Kind::Pod, "default", pod(&format!("p{i}")))
+                .unwrap();
+        }
+        let listed_at = sim.resource_version().to_string();
+        let client = client(&sim).await;
+        let mut list = PagedList::new(client, "/api/v1/pods", 3);
+        let mut pages = Vec::new();
+        while let Some(page) = list.next_page().await {
+            pages.push(page.unwrap());
+        }
+        assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 1]);
+        let mut names: Vec<&str> = pages
+            .iter()
+            .flatten()
+            .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, ["p0", "p1", "p2", "p3", "p4", "p5", "p6"]);
+        assert_eq!(list.resource_version(), Some(listed_at.as_str()));
+        assert!(list.next_page().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn an_empty_collection_is_one_empty_page() {
+        let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+        let client = client(&sim).await;
+        let mut list = PagedList::new(client, "/api/v1/pods", 3);
+        assert_eq!(
+            list.next_page().await.unwrap().unwrap(),
+            Vec::<Value>::new()
+        );
+        assert!(list.next_page().await.is_none());
+        assert!(list.resource_version().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_failing_list_is_an_error_not_an_end() {
+        let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+        sim.fail_kind(Kind::Pod);
+        let client = client(&sim).await;
+        let mut list = PagedList::new(client, "/api/v1/pods", 3);
+        assert!(matches!(list.next_page().await, Some(Err(_))));
+    }
+}
