@@ -2,11 +2,12 @@
 //! Kafka ([`kafka`]), open SQLite files ([`sqlite`]), wait between retries ([`backoff`]),
 //! stop ([`shutdown`]), list a kind from the API server in pages (`kube`, behind the
 //! feature of that name), read the wall clock ([`clock`]), parse durations and sizes in flags
-//! ([`parse`]), and report what happens to them ([`telemetry`]). It does no analysis and
+//! ([`parse`]), serve `/metrics`, `/healthz` and `/readyz` ([`http`]), and report what happens to them ([`telemetry`]). It does no analysis and
 //! imports neither the collector nor the analyzer; the schemas crate stays free of I/O.
 
 pub mod backoff;
 pub mod clock;
+pub mod http;
 pub mod kafka;
 #[cfg(feature = "kube")]
 pub mod kube;
