@@ -373,12 +373,19 @@ impl Analyzer {
             }
         }
         // Bookmarks that every stream has passed, below every event still held, have been
-        // passed by history.
+        // passed by history. Most events come with no bookmark waiting below what is held:
+        // then the streams' watermarks need not be looked at.
+        let Some(Reverse((lowest_mark, _))) = self.clock_marks.peek().copied() else {
+            return;
+        };
+        let held = self.reorder.lowest_held_rv().unwrap_or(i64::MAX);
+        if lowest_mark >= held {
+            return;
+        }
         let passed = self
             .reorder
             .passed_up_to()
             .map_or(i64::MIN, |p| p.saturating_add(1));
-        let held = self.reorder.lowest_held_rv().unwrap_or(i64::MAX);
         self.pass_clock_marks(passed.min(held), out);
     }
 
