@@ -332,6 +332,16 @@ impl Analyzer {
         self.released = released;
     }
 
+    /// Nothing at or below `rv` is still to come: the input is merged in version order
+    /// (see [`ReorderBuffer::pass`]). What is held up to it is analysed now instead of
+    /// waiting for quiet streams.
+    pub fn input_passed(&mut self, rv: i64, out: &mut Vec<Output>) {
+        let mut released = std::mem::take(&mut self.released);
+        self.reorder.pass(rv, &mut released);
+        self.process(&mut released, out);
+        self.released = released;
+    }
+
     /// A wall-clock tick (live analysis): releases held events whose idle delay has passed
     /// and nothing else. History's clock, hence every grace period, moves only with the
     /// events released, so the same input gives the same transitions at any tick rate.

@@ -234,6 +234,10 @@ pub struct ReorderBuffer {
     /// maps keyed by allocated strings.
     clocks: Vec<(String, Vec<(Stream, StreamClock)>)>,
     released_up_to: Option<i64>,
+    /// The input is merged in version order and has passed this version on every stream
+    /// (a replay of kubectl recordings, which have no bookmarks to say so).
+    #[serde(default)]
+    passed_by_input: Option<i64>,
     now_ms: Option<i64>,
     next_seq: u64,
     epoch: u64,
@@ -251,6 +255,7 @@ impl ReorderBuffer {
             expired_up_to: None,
             clocks: Vec::new(),
             released_up_to: None,
+            passed_by_input: None,
             now_ms: None,
             next_seq: 0,
             epoch: 0,
@@ -301,10 +306,15 @@ impl ReorderBuffer {
                 w.map(|w| Some(low.map_or(w, |l| l.min(w))))
             })
             .flatten();
-        [passed_by_all, self.expired_up_to, self.released_up_to]
-            .into_iter()
-            .flatten()
-            .max()
+        [
+            passed_by_all,
+            self.expired_up_to,
+            self.released_up_to,
+            self.passed_by_input,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
     }
 
     /// What the buffer counted.
@@ -406,6 +416,17 @@ impl ReorderBuffer {
         self.untimed.retain(|rv| *rv > released);
     }
 
+    /// Nothing at or below `rv` is still to come, on any stream: the input is merged in
+    /// version order (a replay of kubectl recordings, whose quiet streams have no bookmarks
+    /// to say that they passed). Releases what is held up to it, at once.
+    pub fn pass(&mut self, rv: i64, out: &mut Vec<Released>) {
+        if self.passed_by_input.is_some_and(|p| p >= rv) {
+            return;
+        }
+        self.passed_by_input = Some(rv);
+        self.release_up_to(rv, out);
+    }
+
     /// Moves event time forward (a live clock tick, or the end of a replay).
     pub fn advance_time(&mut self, now_ms: i64, out: &mut Vec<Released>) {
         self.now_ms = Some(self.now_ms.map_or(now_ms, |now| now.max(now_ms)));
@@ -437,6 +458,7 @@ impl ReorderBuffer {
         self.untimed.clear();
         self.expired_up_to = None;
         self.released_up_to = None;
+        self.passed_by_input = None;
         out.push(Released::NewEpoch(EpochChange {
             epoch: self.epoch,
             collector_id: event.collector_id.clone(),
@@ -467,7 +489,9 @@ impl ReorderBuffer {
             .map(|(_, clock)| clock.watermark.unwrap_or(i64::MIN))
             .min()
             .unwrap_or(i64::MAX);
-        passed_by_all.max(self.expired_up_to.unwrap_or(i64::MIN))
+        passed_by_all
+            .max(self.expired_up_to.unwrap_or(i64::MIN))
+            .max(self.passed_by_input.unwrap_or(i64::MIN))
     }
 
     fn release_ready(&mut self, out: &mut Vec<Released>) {
@@ -551,6 +575,31 @@ mod tests {
         assert_eq!(versions(&out), [10, 12, 13]);
         buffer.push(EventBuilder::bookmark(Stream::Subnet, 20), &mut out);
         assert_eq!(versions(&out), [10, 12, 13, 14], "a bookmark passes it");
+    }
+
+    #[test]
+    fn input_in_version_order_releases_without_waiting_for_quiet_streams() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        buffer.push(subnet(1), &mut out);
+        for rv in [2, 3, 5] {
+            buffer.push(ip(rv), &mut out);
+        }
+        assert!(out.is_empty(), "the pod stream has not shown up");
+        buffer.pass(3, &mut out);
+        assert_eq!(versions(&out), [1, 2, 3], "5 may still have a peer at 4");
+        buffer.pass(2, &mut out);
+        assert_eq!(versions(&out), [1, 2, 3], "passing goes one way");
+        assert_eq!(buffer.passed_up_to(), Some(3));
+        buffer.pass(5, &mut out);
+        assert_eq!(versions(&out), [1, 2, 3, 5]);
+        assert!(buffer.is_empty());
+        // History restarts: what was passed before counts no more.
+        buffer.push(subnet(7), &mut out);
+        buffer.push(subnet(4), &mut out);
+        buffer.push(ip(6), &mut out);
+        assert_eq!(buffer.stats().epochs, 1);
+        assert_eq!(buffer.len(), 2, "4 and 6 wait for the pods again: {out:?}");
     }
 
     #[test]

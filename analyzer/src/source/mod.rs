@@ -311,6 +311,12 @@ impl Source {
         }
     }
 
+    /// Whether it hands on its events in resourceVersion order (a kubectl recording: its
+    /// initial lists sorted, its kinds merged), unless history itself went backwards.
+    pub fn in_version_order(&self) -> bool {
+        matches!(self, Source::Kubectl(_))
+    }
+
     /// Bytes consumed so far, for progress.
     pub fn progress(&self) -> Arc<AtomicU64> {
         match self {
