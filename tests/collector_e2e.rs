@@ -417,7 +417,8 @@ fn collector_record_replays_with_the_same_findings_as_the_kubectl_recording() {
         "collector record exits cleanly on SIGTERM"
     );
     let findings = |paths: &[PathBuf]| {
-        let outcome = ipaudit_analyzer::replay::replay(paths, &Default::default()).expect("replay");
+        let outcome =
+            ipaudit_analyzer::offline::replay::replay(paths, &Default::default()).expect("replay");
         seen_alerts(&outcome.outputs)
     };
     let from_collector = findings(&[recording]);
@@ -634,9 +635,11 @@ fn a_collector_on_a_cluster_with_only_whereabouts_records_the_reconciler_race_an
 
     // Replay finds the race: the allocation released while web-2 was alive, and the
     // address then held by two running pods on one network.
-    let outcome =
-        ipaudit_analyzer::replay::replay(std::slice::from_ref(&recording), &Default::default())
-            .expect("replay");
+    let outcome = ipaudit_analyzer::offline::replay::replay(
+        std::slice::from_ref(&recording),
+        &Default::default(),
+    )
+    .expect("replay");
     let alerts = seen_alerts(&outcome.outputs);
     let rules: BTreeSet<&str> = alerts.iter().map(|a| a.0.as_str()).collect();
     assert_eq!(

@@ -5,7 +5,7 @@
 //!
 //! The pipeline, one module each: [`discovery`] (which kinds) -> [`watch`] (list + watch
 //! per stream, relist diff) ->
-//! [`event`] (objects into `WatchEvent`s) -> [`observed`] (the message) -> [`sink`] -> [`outbox`] (SQLite) ->
+//! [`event`] (objects into `WatchEvent`s) -> [`observed`] (the message) -> [`writer`] -> [`outbox`] (SQLite) ->
 //! [`produce`] (Kafka); or [`record`] (an Avro file) instead of the last two.
 //! [`app`] wires them; [`http`] and [`metrics`] are the operator's window. [`guard`] and
 //! [`admission`] refuse or warn about the deletion of a Subnet or pool that live
@@ -24,5 +24,5 @@ pub mod outbox;
 pub mod produce;
 pub mod record;
 pub mod remediate;
-pub mod sink;
 pub mod watch;
+pub mod writer;

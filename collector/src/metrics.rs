@@ -238,7 +238,7 @@ impl Metrics {
     }
 
     /// Sets the outbox backlog.
-    pub fn outbox_size(&self, size: crate::outbox::OutboxSize) {
+    pub fn outbox_size(&self, size: crate::health::OutboxSize) {
         self.outbox_rows.set(size.rows);
         self.outbox_bytes.set(size.bytes);
     }

@@ -203,9 +203,9 @@ pub struct ProducerTask {
     pub metrics: Metrics,
     /// Readiness: delivery progress, a missing topic, the outbox's size.
     pub health: Health,
-    /// Notified when the sink stored a batch.
+    /// Notified when the writer stored a batch.
     pub stored: Arc<Notify>,
-    /// Turns true when the sink has stored its last event: drain, then stop.
+    /// Turns true when the writer has stored its last event: drain, then stop.
     pub shutdown: watch::Receiver<bool>,
     /// How long the drain may take.
     pub drain_timeout: Duration,

@@ -79,7 +79,7 @@ enum Next {
 /// Where a watcher reports: the events to store, its counters, its health (which also
 /// says when the outbox is full).
 pub struct WatchOutputs {
-    /// To the sink.
+    /// To the writer.
     pub events: mpsc::Sender<Observed>,
     /// Counters.
     pub metrics: Metrics,

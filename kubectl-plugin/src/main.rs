@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ipaudit_analyzer::cli::{parse_duration, RuleArgs};
-use ipaudit_analyzer::report::{render_jsonl, render_text};
+use ipaudit_analyzer::offline::report::{render_jsonl, render_text};
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_collector::discovery;
 use ipaudit_collector::event::Stamp;
