@@ -15,7 +15,7 @@ use std::time::Duration;
 use ipaudit_schemas::{encode, kinds, Stream};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use tracing::warn;
+use ipaudit_runtime::telemetry::InternalEvent as _;
 
 use crate::event::LiveObject;
 use crate::health::Health;
@@ -549,12 +549,7 @@ impl crate::sink::EventSink for Outbox {
             let size = self.size()?;
             metrics.outbox_size(size);
             if health.outbox_size(size) {
-                metrics.outbox_full();
-                warn!(
-                    rows = size.rows,
-                    bytes = size.bytes,
-                    "the outbox is full: watches pause until Kafka has taken some of it"
-                );
+                crate::telemetry::OutboxFull { size }.emit(metrics);
             }
         }
         Ok(())
