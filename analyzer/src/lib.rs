@@ -32,5 +32,6 @@ pub mod snapshot;
 pub mod source;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 
 pub use engine::{Analyzer, AnalyzerConfig, Output};
