@@ -543,6 +543,13 @@ impl Outbox {
 
 impl crate::sink::EventSink for Outbox {
     fn store(&mut self, batch: &[Observed]) -> Result<(), crate::sink::SinkError> {
+        // Debug level: one span per transaction, naming the cluster and how many rows.
+        let _span = tracing::debug_span!(
+            "outbox_append",
+            cluster = batch.first().map(|o| o.event.cluster_id.as_str()),
+            rows = batch.len()
+        )
+        .entered();
         let _busy = self.observer.as_ref().map(|(h, _)| h.busy("sink"));
         self.append(batch)?;
         if let Some((health, metrics)) = &self.observer {
