@@ -298,7 +298,8 @@ fn deletions_missed_while_the_watch_was_cut_and_versions_expired_arrive_as_delet
         assert_eq!(end.resource_version, dor.resource_version);
     }
     assert!(
-        collector.counter("ipaudit_relists_total{stream=\"ip\",reason=\"expired\"}") >= 1.0,
+        collector.counter("ipaudit_collector_relists_total{stream=\"ip\",reason=\"expired\"}")
+            >= 1.0,
         "{}",
         collector.metrics()
     );
@@ -350,13 +351,13 @@ fn malformed_objects_are_recorded_with_what_could_be_read_and_counted() {
         .expect("recorded");
     assert!(fine.raw_object.is_none());
     assert_eq!(
-        collector.counter("ipaudit_malformed_objects_total{stream=\"ip\"}"),
+        collector.counter("ipaudit_collector_malformed_objects_total{stream=\"ip\"}"),
         1.0,
         "{}",
         collector.metrics()
     );
     assert_eq!(
-        collector.counter("ipaudit_malformed_objects_total{stream=\"subnet\"}"),
+        collector.counter("ipaudit_collector_malformed_objects_total{stream=\"subnet\"}"),
         1.0
     );
     assert!(collector.is_running());
@@ -460,7 +461,8 @@ fn a_snapshot_interval_relists_every_stream_periodically() {
         .iter()
         .any(|e| e.event_type == EventType::DeletedOnRelist));
     assert!(
-        collector.counter("ipaudit_relists_total{stream=\"subnet\",reason=\"snapshot\"}") >= 1.0
+        collector.counter("ipaudit_collector_relists_total{stream=\"subnet\",reason=\"snapshot\"}")
+            >= 1.0
     );
 }
 
@@ -699,7 +701,7 @@ fn a_cluster_with_only_spiderpool_is_watched_and_kinds_it_does_not_serve_are_ref
     let recording = world.dir.path().join("spiderpool.avro");
     let record = CollectorProcess::record(&world.kubeconfig, &recording, &[]);
     assert_eq!(
-        record.counter("ipaudit_stream_watching{stream=\"spiderippool\"}"),
+        record.counter("ipaudit_collector_stream_watching{stream=\"spiderippool\"}"),
         1.0,
         "{}",
         record.metrics()

@@ -288,20 +288,12 @@ fn main() -> ExitCode {
         Command::Replay(_) => "warn",
         Command::Run(_) | Command::DeadLetters(_) => "info",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter);
-    if cli.log_json {
-        logs.json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .init();
-    } else {
-        logs.init();
-    }
+    ipaudit_runtime::telemetry::init(
+        ipaudit_runtime::telemetry::LogFormat::json_if(cli.log_json),
+        ipaudit_runtime::telemetry::LogFilter::FromEnv {
+            default: default_level,
+        },
+    );
     let result = match cli.command {
         Command::Replay(args) => run_replay(args),
         Command::Run(args) => run_live(*args),

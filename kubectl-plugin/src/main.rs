@@ -104,13 +104,13 @@ struct ReleaseArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    ipaudit_runtime::telemetry::init(
+        ipaudit_runtime::telemetry::LogFormat::Text,
+        ipaudit_runtime::telemetry::LogFilter::Given {
+            directives: &cli.log,
+            fallback: "warn",
+        },
+    );
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ipaudit_runtime::telemetry::InternalEvent as _;
 use ipaudit_schemas::{decode, WatchEvent};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -29,6 +30,9 @@ use crate::live::group::{
 use crate::live::metrics::Metrics;
 use crate::live::sinks::{run_delivery, AlertSink, DeliveryConfig};
 use crate::live::store::{Store, StoreError};
+use crate::live::telemetry::{
+    CheckpointWritten, EventConsumed, MessageUndecodable, OffsetOutOfRange, SnapshotRebuildStarted,
+};
 
 /// How the live analyzer runs.
 pub struct LiveConfig {
@@ -164,7 +168,6 @@ pub async fn run(
                     let (partition, offset) = (message.partition(), message.offset());
                     match message.payload().map(decode::<WatchEvent>) {
                         Some(Ok(event)) => {
-                            metrics.event(event.stream, event.event_type);
                             let span = tracing::debug_span!(
                                 "consume",
                                 partition,
@@ -175,6 +178,7 @@ pub async fn run(
                                 resource_version = %event.resource_version,
                             );
                             let _entered = span.enter();
+                            EventConsumed { stream: event.stream, event_type: event.event_type }.emit(&metrics);
                             if !analyzers.contains_key(&event.cluster_id) {
                                 partitions.seen(&event.cluster_id, partition)?;
                             }
@@ -184,12 +188,11 @@ pub async fn run(
                             analyzer.step(event, &mut outputs);
                         }
                         Some(Err(error)) => {
-                            metrics.undecodable();
-                            warn!(%error, partition, offset, "undecodable message kept as a dead letter");
+                            MessageUndecodable { partition, offset, error: &error }.emit(&metrics);
                             store.dead_letter(&config.topic, partition, offset, &error.to_string(), message.payload())?;
                         }
                         None => {
-                            metrics.undecodable();
+                            MessageUndecodable { partition, offset, error: &"empty message" }.emit(&metrics);
                             store.dead_letter(&config.topic, partition, offset, "empty message", None)?;
                         }
                     }
@@ -214,10 +217,9 @@ pub async fn run(
                     // points to): the state it goes with cannot be continued.
                     let out_of_range = out_of_range_partitions(&consumer, &config.topic, &owned, &shared);
                     for partition in out_of_range {
-                        metrics.offset_out_of_range(partition);
                         drop_partition(&mut store, &config.topic, &mut analyzers, &partitions, partition, &metrics, &shared)?;
                         let start = rebuild_start(&config, partition, &metrics);
-                        warn!(partition, ?start, "checkpointed offset is outside the log; rebuilding the partition");
+                        OffsetOutOfRange { partition, start }.emit(&metrics);
                         let offset = match start {
                             Start::Snapshot(n) | Start::Checkpoint(n) => {
                                 shared.next.lock().unwrap_or_else(|e| e.into_inner()).insert(partition, n);
@@ -243,10 +245,12 @@ pub async fn run(
                 // A checkpoint costs time in proportion to the state: never spend more than
                 // a tenth of the time on them.
                 if last_checkpoint_cost * 10 <= config.checkpoint_interval {
+                    let span = tracing::debug_span!("checkpoint", topic = %config.topic, clusters = analyzers.len());
+                    let _entered = span.enter();
                     let started = std::time::Instant::now();
                     save(&mut store, &config.topic, &analyzers, &shared)?;
                     last_checkpoint_cost = started.elapsed();
-                    metrics.checkpoint(last_checkpoint_cost);
+                    CheckpointWritten { clusters: analyzers.len(), took: last_checkpoint_cost }.emit(&metrics);
                     commit_offsets(&consumer, &config.topic, &owned, &shared);
                     for (cluster, analyzer) in &analyzers {
                         metrics.analysis_problems(cluster, &analyzer.stats());
@@ -456,7 +460,7 @@ fn rebuild_start(config: &LiveConfig, partition: i32, metrics: &Metrics) -> Star
     });
     match found {
         Ok(offset) => {
-            metrics.snapshot_rebuild(partition);
+            SnapshotRebuildStarted { partition, offset }.emit(metrics);
             Start::Snapshot(offset)
         }
         Err(error) => {

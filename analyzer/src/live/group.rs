@@ -18,15 +18,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ipaudit_runtime::telemetry::InternalEvent as _;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use rusqlite::{params, Connection};
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::live::metrics::Metrics;
+use crate::live::telemetry::{PartitionsAssigned, PartitionsRevoked, SnapshotRebuildStarted};
 
 /// Where an assigned partition starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,19 +136,20 @@ impl ConsumerContext for GroupContext {
                     }
                     starts.push((partition, start));
                 }
-                info!(?starts, "partitions assigned");
+                PartitionsAssigned { starts: &starts }.emit(&self.metrics);
                 if let Err(error) = consumer.assign(tpl) {
                     warn!(%error, "assign failed");
                 }
-                self.metrics.assigned(starts.len());
                 self.push(GroupEvent::Assigned(starts));
             }
             _ => {
-                info!(?partitions, "partitions revoked");
+                PartitionsRevoked {
+                    partitions: &partitions,
+                }
+                .emit(&self.metrics);
                 if let Err(error) = consumer.unassign() {
                     warn!(%error, "unassign failed");
                 }
-                self.metrics.assigned(0);
                 self.push(GroupEvent::Revoked(partitions));
             }
         }
@@ -188,11 +191,7 @@ impl GroupContext {
         });
         match found {
             Ok(offset) => {
-                info!(
-                    partition,
-                    offset, "no local state: rebuilding from the latest snapshot"
-                );
-                self.metrics.snapshot_rebuild(partition);
+                SnapshotRebuildStarted { partition, offset }.emit(&self.metrics);
                 self.shared
                     .next
                     .lock()

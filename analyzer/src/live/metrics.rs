@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ipaudit_schemas::{Alert, AlertStatus, EventType, Stream};
+use ipaudit_schemas::{Alert, AlertStatus};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -62,20 +62,22 @@ pub struct SinkFailureLabels {
     pub kind: String,
 }
 
-/// Every metric of the live analyzer. Cheap to clone: the series are shared.
+/// Every metric of the live analyzer. Cheap to clone: the series are shared. The counters
+/// move only through the typed events of [`crate::live::telemetry`] (each logs what it counts);
+/// the gauges are set here.
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
-    events: Family<EventLabels, Counter>,
+    pub(crate) events: Family<EventLabels, Counter>,
     lag: Family<PartitionLabels, Gauge>,
-    dead_letters: Family<KindLabels, Counter>,
-    input_problems: Family<KindLabels, Counter>,
+    pub(crate) dead_letters: Family<KindLabels, Counter>,
+    pub(crate) input_problems: Family<KindLabels, Counter>,
     firing: Family<RuleLabels, Gauge>,
     sink_backlog: Family<SinkLabels, Gauge>,
-    sink_failures: Family<SinkFailureLabels, Counter>,
-    checkpoint: Histogram,
-    offset_out_of_range: Family<PartitionLabels, Counter>,
-    rebuilds: Family<PartitionLabels, Counter>,
+    pub(crate) sink_failures: Family<SinkFailureLabels, Counter>,
+    pub(crate) checkpoint: Histogram,
+    pub(crate) offset_out_of_range: Family<PartitionLabels, Counter>,
+    pub(crate) rebuilds: Family<PartitionLabels, Counter>,
     assigned: Gauge,
     /// Firing alerts by (cluster, alert id) -> rule: setting a state again is harmless, so
     /// a transition made twice (after a restart) does not count twice.
@@ -124,15 +126,17 @@ impl Metrics {
             input_problems.clone(),
         );
         let firing = Family::<RuleLabels, Gauge>::default();
-        registry.register(
-            "alerts_firing",
+        registry.register_with_unit(
+            "firing",
             "Alerts firing now, by rule (clusters of the partitions this instance owns)",
+            prometheus_client::registry::Unit::Other("alerts".into()),
             firing.clone(),
         );
         let sink_backlog = Family::<SinkLabels, Gauge>::default();
-        registry.register(
+        registry.register_with_unit(
             "sink_backlog",
             "Alert transitions stored and not yet delivered, by sink",
+            prometheus_client::registry::Unit::Other("transitions".into()),
             sink_backlog.clone(),
         );
         let sink_failures = Family::<SinkFailureLabels, Counter>::default();
@@ -161,9 +165,10 @@ impl Metrics {
             rebuilds.clone(),
         );
         let assigned = Gauge::default();
-        registry.register(
-            "partitions_assigned",
+        registry.register_with_unit(
+            "assigned",
             "Partitions of the events topic this instance owns",
+            prometheus_client::registry::Unit::Other("partitions".into()),
             assigned.clone(),
         );
         Metrics {
@@ -186,16 +191,6 @@ impl Metrics {
         }
     }
 
-    /// Counts one consumed event.
-    pub fn event(&self, stream: Stream, event_type: EventType) {
-        self.events
-            .get_or_create(&EventLabels {
-                stream: stream.as_str().into(),
-                r#type: event_type.as_str().into(),
-            })
-            .inc();
-    }
-
     /// Sets a partition's consumer lag.
     pub fn lag(&self, partition: i32, messages: i64) {
         self.lag
@@ -206,19 +201,6 @@ impl Metrics {
     /// Forgets a partition this instance no longer owns.
     pub fn partition_revoked(&self, partition: i32) {
         self.lag.remove(&partition_labels(partition));
-    }
-
-    /// Counts an undecodable message, set aside as a dead letter.
-    pub fn undecodable(&self) {
-        self.dead_letter("message");
-        self.input_problem("undecodable", 1);
-    }
-
-    /// Counts a dead letter of `kind` (`message` or `transition`).
-    pub fn dead_letter(&self, kind: &str) {
-        self.dead_letters
-            .get_or_create(&KindLabels { kind: kind.into() })
-            .inc();
     }
 
     fn input_problem(&self, kind: &str, n: u64) {
@@ -253,7 +235,7 @@ impl Metrics {
         *before = now;
     }
 
-    /// Follows an alert transition for `alerts_firing`. Idempotent.
+    /// Follows an alert transition for `firing_alerts`. Idempotent.
     pub fn alert(&self, alert: &Alert) {
         let key = (alert.cluster_id.clone(), alert.alert_id.clone());
         let mut firing = self.firing_alerts.lock().unwrap_or_else(|e| e.into_inner());
@@ -303,38 +285,6 @@ impl Metrics {
             .set(transitions);
     }
 
-    /// Counts a failed delivery.
-    pub fn sink_failure(&self, sink: &str, permanent: bool) {
-        self.sink_failures
-            .get_or_create(&SinkFailureLabels {
-                sink: sink.into(),
-                kind: if permanent { "permanent" } else { "transient" }.into(),
-            })
-            .inc();
-        if permanent {
-            self.dead_letter("transition");
-        }
-    }
-
-    /// Records how long a checkpoint took.
-    pub fn checkpoint(&self, took: std::time::Duration) {
-        self.checkpoint.observe(took.as_secs_f64());
-    }
-
-    /// Counts a checkpointed offset found outside the log.
-    pub fn offset_out_of_range(&self, partition: i32) {
-        self.offset_out_of_range
-            .get_or_create(&partition_labels(partition))
-            .inc();
-    }
-
-    /// Counts a partition started at its latest snapshot.
-    pub fn snapshot_rebuild(&self, partition: i32) {
-        self.rebuilds
-            .get_or_create(&partition_labels(partition))
-            .inc();
-    }
-
     /// Sets how many partitions this instance owns; it is ready from its first assignment
     /// on (an instance given no partition is a healthy standby).
     pub fn assigned(&self, partitions: usize) {
@@ -357,7 +307,7 @@ impl Metrics {
     }
 }
 
-fn partition_labels(partition: i32) -> PartitionLabels {
+pub(crate) fn partition_labels(partition: i32) -> PartitionLabels {
     PartitionLabels {
         partition: partition.to_string(),
     }
@@ -380,40 +330,40 @@ mod tests {
         metrics.alert(&alert("b", "ip-stuck-terminating", AlertStatus::Firing));
         let text = metrics.encode();
         assert!(
-            text.contains("ipaudit_analyzer_alerts_firing{rule=\"ip-stuck-terminating\"} 2"),
+            text.contains("ipaudit_analyzer_firing_alerts{rule=\"ip-stuck-terminating\"} 2"),
             "{text}"
         );
         metrics.alert(&alert("a", "ip-stuck-terminating", AlertStatus::Resolved));
         assert!(metrics
             .encode()
-            .contains("ipaudit_analyzer_alerts_firing{rule=\"ip-stuck-terminating\"} 1"));
+            .contains("ipaudit_analyzer_firing_alerts{rule=\"ip-stuck-terminating\"} 1"));
         metrics.cluster_dropped("c");
         assert!(metrics
             .encode()
-            .contains("ipaudit_analyzer_alerts_firing{rule=\"ip-stuck-terminating\"} 0"));
+            .contains("ipaudit_analyzer_firing_alerts{rule=\"ip-stuck-terminating\"} 0"));
     }
 
     #[test]
     fn metric_names_follow_the_house_convention() {
         let metrics = Metrics::new();
-        metrics.event(Stream::Ip, EventType::Added);
         metrics.lag(0, 7);
-        metrics.undecodable();
         metrics.sink_backlog("log", 3);
-        metrics.sink_failure("webhook:http://h", true);
-        metrics.checkpoint(std::time::Duration::from_millis(3));
+        metrics.assigned(2);
+        metrics.alert(&alert("a", "ip-stuck-terminating", AlertStatus::Firing));
         let text = metrics.encode();
         for line in [
-            "ipaudit_analyzer_events_total{stream=\"ip\",type=\"ADDED\"} 1",
             "ipaudit_analyzer_consumer_lag_messages{partition=\"0\"} 7",
-            "ipaudit_analyzer_dead_letters_total{kind=\"message\"} 1",
-            "ipaudit_analyzer_dead_letters_total{kind=\"transition\"} 1",
-            "ipaudit_analyzer_input_problems_total{kind=\"undecodable\"} 1",
-            "ipaudit_analyzer_sink_backlog{sink=\"log\"} 3",
-            "ipaudit_analyzer_sink_failures_total{sink=\"webhook:http://h\",kind=\"permanent\"} 1",
-            "ipaudit_analyzer_checkpoint_duration_seconds_count 1",
+            "ipaudit_analyzer_sink_backlog_transitions{sink=\"log\"} 3",
+            "ipaudit_analyzer_assigned_partitions 2",
+            "ipaudit_analyzer_firing_alerts{rule=\"ip-stuck-terminating\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            assert!(line.starts_with("ipaudit_analyzer_"), "{line}");
         }
     }
 

@@ -10,3 +10,4 @@ pub mod metrics;
 pub mod sinks;
 pub mod start_offset;
 pub mod store;
+pub mod telemetry;

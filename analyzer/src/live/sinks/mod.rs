@@ -19,9 +19,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ipaudit_runtime::telemetry::InternalEvent as _;
 use ipaudit_schemas::Alert;
 use tokio::sync::{watch, Notify};
-use tracing::{info, warn, Instrument};
+use tracing::{info, Instrument};
 
 pub use alertmanager::AlertmanagerSink;
 pub use client::{build_client, redact, sink_name, HttpOptions, SinkBuildError};
@@ -31,6 +32,7 @@ pub use log::LogSink;
 pub use webhook::{signature, WebhookAuth, WebhookSink};
 
 use crate::live::metrics::Metrics;
+use crate::live::telemetry::{SinkDeliveryFailed, TransitionDeadLettered};
 use ledger::{Ledger, LedgerError, Pending};
 
 /// Why one delivery failed. [`SinkError::is_permanent`] says whether retrying helps.
@@ -223,8 +225,7 @@ pub async fn run_delivery(
                     let firing = with_ledger(&ledger, move |l| l.firing_delivered(&sink_name)).await?;
                     for alert in firing {
                         if let Err(error) = sink.deliver(&crate::analysis::alerts::transition_id(&alert), &alert).await {
-                            metrics.sink_failure(&name, false);
-                            warn!(sink = %name, %error, "re-sending a firing alert failed");
+                            SinkDeliveryFailed { sink: &name, error: &error, retry_in: None }.emit(metrics);
                         }
                     }
                 }
@@ -279,9 +280,14 @@ async fn deliver_one(
     let alert = match pending.alert {
         Ok(alert) => alert,
         Err(error) => {
-            metrics.sink_failure(name, true);
-            warn!(sink = %name, seq = pending.seq, %error, "stored transition unreadable; dead-lettered");
-            return Outcome::Refused((format!("seq {}", pending.seq), error));
+            let transition = format!("seq {}", pending.seq);
+            TransitionDeadLettered {
+                sink: name,
+                transition: &transition,
+                error: &format_args!("stored transition unreadable: {error}"),
+            }
+            .emit(metrics);
+            return Outcome::Refused((transition, error));
         }
     };
     let id = crate::analysis::alerts::transition_id(&alert);
@@ -293,6 +299,7 @@ async fn deliver_one(
         object = %alert.subject_name,
         resource_version = %alert.fired_resource_version,
         rule = %alert.rule,
+        alert = %alert.alert_id,
         transition = %id,
     );
     async {
@@ -301,13 +308,21 @@ async fn deliver_one(
             match sink.deliver(&id, &alert).await {
                 Ok(()) => return Outcome::Delivered,
                 Err(error) if error.is_permanent() => {
-                    metrics.sink_failure(name, true);
-                    warn!(%error, "the sink refused the transition; dead-lettered, the next ones go on");
+                    TransitionDeadLettered {
+                        sink: name,
+                        transition: &id,
+                        error: &error,
+                    }
+                    .emit(metrics);
                     return Outcome::Refused((id.clone(), error.to_string()));
                 }
                 Err(error) => {
-                    metrics.sink_failure(name, false);
-                    warn!(%error, retry_in = ?backoff, "delivery failed; retrying");
+                    SinkDeliveryFailed {
+                        sink: name,
+                        error: &error,
+                        retry_in: Some(backoff),
+                    }
+                    .emit(metrics);
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
                         _ = shutdown.changed() => {}
