@@ -12,7 +12,7 @@
 //! Pools (Subnets, IPPools, SpiderIPPools) are listed last: a pool created while the
 //! others were listed is then seen, and a record naming it is not taken for an orphan.
 
-use ipaudit_analyzer::state::holdings::is_pool;
+use ipaudit_analyzer::analysis::state::holdings::is_pool;
 use ipaudit_collector::event::{now_ms, Stamp};
 use ipaudit_schemas::{EventType, KindSpec, Stream, WatchEvent};
 use kube::api::ListParams;
