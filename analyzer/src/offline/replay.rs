@@ -228,7 +228,7 @@ fn progress_bar(sources: &[Source], wanted: bool) -> Option<ProgressBar> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reorder::MAX_HELD;
+    use crate::analysis::reorder::MAX_HELD;
 
     #[test]
     fn a_kubectl_recording_with_a_quiet_stream_is_not_held_back_for_it() {
