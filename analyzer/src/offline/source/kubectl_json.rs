@@ -7,11 +7,14 @@
 //! orders the whole stream. That run is framed with `SYNC_START`/`SYNC_END`, as a
 //! collector frames a list, so that the analyzer knows the list was complete.
 //!
-//! The file is streamed, never read whole: memory is bounded by the objects of the initial
-//! lists and by one document, not by the length of the recording. A first pass splits the
-//! documents, names each one's kind from its first fields (`peek_stream`), reports the
-//! broken ones and notes where each kind's documents lie (a few runs of byte ranges: one
-//! per file concatenated into this one); then one cursor per kind reads its runs again,
+//! The file is streamed, never read whole: memory is bounded by one document and a few
+//! dozen bytes per listed object, not by the length of the recording. A first pass splits
+//! the documents, names each one's kind from its first fields (`peek_stream`), reports the
+//! broken ones, notes where each kind's documents lie (a few runs of byte ranges: one per
+//! file concatenated into this one) and indexes each kind's initial list (each listed
+//! document's version and place, `ListIndex`), so that the list is read in version order
+//! without holding its events (whole and sorted only when the first fields do not give the
+//! versions); then one cursor per kind reads its runs again,
 //! typed (`kubectl_typed`) where it can, generically where it must (reporting what the
 //! first pass could not see from the first fields alone), and the cursors are merged by
 //! resourceVersion.
