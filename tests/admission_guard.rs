@@ -476,7 +476,10 @@ fn a_restarted_collector_relists_what_the_guard_reads_and_guards_again() {
             .is_some_and(|m| m.contains(&format!("named by {BUSY_IPS} live IPs"))),
         "{response}"
     );
-    assert!(collector.counter("ipaudit_relists_total{stream=\"ip\",reason=\"initial\"}") >= 1.0);
+    assert!(
+        collector.counter("ipaudit_collector_relists_total{stream=\"ip\",reason=\"initial\"}")
+            >= 1.0
+    );
 }
 
 fn deploy_documents(file: &str) -> Vec<serde_yaml_ng::Value> {

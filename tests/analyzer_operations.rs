@@ -123,7 +123,7 @@ fn metrics_show_the_consumer_lag_and_the_firing_alerts_and_readyz_answers() {
         Duration::from_secs(10),
         || {
             let text = analyzer.metrics();
-            (text.contains("ipaudit_analyzer_alerts_firing{rule=\"subnet-deleted-before-ip\"} 1")
+            (text.contains("ipaudit_analyzer_firing_alerts{rule=\"subnet-deleted-before-ip\"} 1")
                 && text.contains("ipaudit_analyzer_consumer_lag_messages{partition=\"0\"}"))
             .then_some(text)
         },
@@ -133,11 +133,11 @@ fn metrics_show_the_consumer_lag_and_the_firing_alerts_and_readyz_answers() {
         "{text}"
     );
     assert!(
-        text.contains("ipaudit_analyzer_sink_backlog{sink=\"log\"} 0"),
+        text.contains("ipaudit_analyzer_sink_backlog_transitions{sink=\"log\"} 0"),
         "{text}"
     );
     assert!(
-        text.contains("ipaudit_analyzer_partitions_assigned 1"),
+        text.contains("ipaudit_analyzer_assigned_partitions 1"),
         "{text}"
     );
     assert_eq!(

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ipaudit_analyzer::store::Store;
+use ipaudit_analyzer::live::store::Store;
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::broker::create_topic;
 use ipaudit_tests::collector::CollectorProcess;

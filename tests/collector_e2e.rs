@@ -298,7 +298,8 @@ fn deletions_missed_while_the_watch_was_cut_and_versions_expired_arrive_as_delet
         assert_eq!(end.resource_version, dor.resource_version);
     }
     assert!(
-        collector.counter("ipaudit_relists_total{stream=\"ip\",reason=\"expired\"}") >= 1.0,
+        collector.counter("ipaudit_collector_relists_total{stream=\"ip\",reason=\"expired\"}")
+            >= 1.0,
         "{}",
         collector.metrics()
     );
@@ -350,13 +351,13 @@ fn malformed_objects_are_recorded_with_what_could_be_read_and_counted() {
         .expect("recorded");
     assert!(fine.raw_object.is_none());
     assert_eq!(
-        collector.counter("ipaudit_malformed_objects_total{stream=\"ip\"}"),
+        collector.counter("ipaudit_collector_malformed_objects_total{stream=\"ip\"}"),
         1.0,
         "{}",
         collector.metrics()
     );
     assert_eq!(
-        collector.counter("ipaudit_malformed_objects_total{stream=\"subnet\"}"),
+        collector.counter("ipaudit_collector_malformed_objects_total{stream=\"subnet\"}"),
         1.0
     );
     assert!(collector.is_running());
@@ -417,7 +418,8 @@ fn collector_record_replays_with_the_same_findings_as_the_kubectl_recording() {
         "collector record exits cleanly on SIGTERM"
     );
     let findings = |paths: &[PathBuf]| {
-        let outcome = ipaudit_analyzer::replay::replay(paths, &Default::default()).expect("replay");
+        let outcome =
+            ipaudit_analyzer::offline::replay::replay(paths, &Default::default()).expect("replay");
         seen_alerts(&outcome.outputs)
     };
     let from_collector = findings(&[recording]);
@@ -459,7 +461,8 @@ fn a_snapshot_interval_relists_every_stream_periodically() {
         .iter()
         .any(|e| e.event_type == EventType::DeletedOnRelist));
     assert!(
-        collector.counter("ipaudit_relists_total{stream=\"subnet\",reason=\"snapshot\"}") >= 1.0
+        collector.counter("ipaudit_collector_relists_total{stream=\"subnet\",reason=\"snapshot\"}")
+            >= 1.0
     );
 }
 
@@ -634,9 +637,11 @@ fn a_collector_on_a_cluster_with_only_whereabouts_records_the_reconciler_race_an
 
     // Replay finds the race: the allocation released while web-2 was alive, and the
     // address then held by two running pods on one network.
-    let outcome =
-        ipaudit_analyzer::replay::replay(std::slice::from_ref(&recording), &Default::default())
-            .expect("replay");
+    let outcome = ipaudit_analyzer::offline::replay::replay(
+        std::slice::from_ref(&recording),
+        &Default::default(),
+    )
+    .expect("replay");
     let alerts = seen_alerts(&outcome.outputs);
     let rules: BTreeSet<&str> = alerts.iter().map(|a| a.0.as_str()).collect();
     assert_eq!(
@@ -696,7 +701,7 @@ fn a_cluster_with_only_spiderpool_is_watched_and_kinds_it_does_not_serve_are_ref
     let recording = world.dir.path().join("spiderpool.avro");
     let record = CollectorProcess::record(&world.kubeconfig, &recording, &[]);
     assert_eq!(
-        record.counter("ipaudit_stream_watching{stream=\"spiderippool\"}"),
+        record.counter("ipaudit_collector_stream_watching{stream=\"spiderippool\"}"),
         1.0,
         "{}",
         record.metrics()

@@ -341,9 +341,9 @@ fn a_full_outbox_pauses_the_watches_and_then_catches_up_with_nothing_lost() {
     // bound is soft), and it holds far from every change made meanwhile.
     let journal = world.sim.journal();
     std::thread::sleep(Duration::from_millis(500));
-    let rows = collector.counter("ipaudit_outbox_rows");
+    let rows = collector.counter("ipaudit_collector_outbox_rows");
     std::thread::sleep(Duration::from_millis(1_000));
-    let later = collector.counter("ipaudit_outbox_rows");
+    let later = collector.counter("ipaudit_collector_outbox_rows");
     eprintln!(
         "outbox while paused: {rows} rows, {} bytes; {} mutations",
         collector.counter("ipaudit_collector_outbox_bytes"),

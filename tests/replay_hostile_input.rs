@@ -274,9 +274,9 @@ fn a_forged_object_name_yields_no_runnable_fix() {
         let Some(fix) = alert["fix"].as_str() else {
             continue;
         };
-        for command in ipaudit_analyzer::fix::commands(fix) {
+        for command in ipaudit_analyzer::analysis::fix::commands(fix) {
             assert!(
-                ipaudit_analyzer::fix::is_inert_in_shell(command),
+                ipaudit_analyzer::analysis::fix::is_inert_in_shell(command),
                 "{command}"
             );
             assert_eq!(shlex::split(command).unwrap()[0], "kubectl");

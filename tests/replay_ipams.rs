@@ -8,8 +8,8 @@
 
 use std::collections::HashMap;
 
-use ipaudit_analyzer::replay::{replay, ReplayOptions, ReplayOutcome};
-use ipaudit_analyzer::report::{AlertHistory, Findings};
+use ipaudit_analyzer::offline::replay::{replay, ReplayOptions, ReplayOutcome};
+use ipaudit_analyzer::offline::report::{AlertHistory, Findings};
 use ipaudit_schemas::{EventType, Stream};
 use ipaudit_tests::{incident_files, kubectl_events};
 

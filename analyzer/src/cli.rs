@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::rules::RuleConfig;
+use crate::analysis::rules::RuleConfig;
 
 /// Grace periods of the rules, all on event time (the recording's or the events' clock,
 /// never the analyzer's wall clock).

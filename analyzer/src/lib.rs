@@ -1,36 +1,38 @@
 //! ipaudit's analyzer: rebuilds the true order of kube-ovn IP, Subnet and Pod events and
 //! finds the leaks IPAM controllers leave behind.
 //!
-//! The pipeline, one module each: [`source`] (recorded files) -> [`dedupe`] ->
-//! [`reorder`] (resourceVersion order across streams) -> [`state`] (the live cluster) ->
-//! [`rules`] -> [`alerts`] (lifecycle and stable ids) -> [`report`]; [`actors`] names who
-//! made each request from an audit log. [`engine`] drives
-//! the core for live and offline use alike; [`replay`] drives it over files, [`live`] over
-//! a Kafka consumer group, with [`store`] (SQLite checkpoints and alert outbox) and
-//! [`sinks`] (log, webhook, Alertmanager). [`cli`] holds the flags its binary shares with
-//! `kubectl-ipaudit`.
+//! Three trees, and the line between them is I/O:
+//!
+//! - [`analysis`]: the pure core, deterministic, no I/O and no wall clock.
+//!   - [`analysis::dedupe`]: drops events seen before.
+//!   - [`analysis::reorder`]: resourceVersion order across streams.
+//!   - [`analysis::state`]: the cluster as the events say it is, and its indexes.
+//!   - [`analysis::rules`]: the detections, one file each.
+//!   - [`analysis::alerts`]: alert lifecycle and stable ids.
+//!   - [`analysis::fix`]: the kubectl commands in a finding's fix.
+//!   - [`analysis::actors`]: who made each request, from an audit log.
+//!   - [`analysis::engine`]: the [`Analyzer`] driving all of the above, and its checkpoints.
+//! - [`live`]: the analyzer as a service.
+//!   - [`live::consume`]: `analyzer run`, the Kafka consumer group loop.
+//!   - [`live::group`]: the instance's place in its consumer group.
+//!   - [`live::start_offset`]: where a new analyzer starts (the latest complete snapshot).
+//!   - [`live::store`]: SQLite checkpoints and the alert outbox.
+//!   - [`live::sinks`]: alert delivery (ledger, log, webhook, Alertmanager, Kafka, commands).
+//!   - [`live::deadletters`]: what the live analyzer set aside, and re-driving it.
+//!   - [`live::http`]: `/metrics`, `/healthz`, `/readyz`.
+//!   - [`live::metrics`]: the live analyzer's Prometheus metrics.
+//!   - [`live::clock`]: the wall clock, for the I/O only.
+//! - [`offline`]: the analyzer over recorded files.
+//!   - [`offline::source`]: Avro files, kubectl watch output, audit logs.
+//!   - [`offline::replay`]: files merged by resourceVersion into the core.
+//!   - [`offline::report`]: what a replay found, as text, JSON lines or HTML.
+//!
+//! At the top: [`cli`] (flags the binary shares with `kubectl-ipaudit`) and [`allocator`].
 
-pub mod actors;
-pub mod alerts;
 pub mod allocator;
+pub mod analysis;
 pub mod cli;
-pub mod clock;
-pub mod deadletters;
-pub mod dedupe;
-pub mod engine;
-pub mod fix;
-pub mod group;
-pub mod http;
 pub mod live;
-pub mod metrics;
-pub mod reorder;
-pub mod replay;
-pub mod report;
-pub mod rules;
-pub mod sinks;
-pub mod snapshot;
-pub mod source;
-pub mod state;
-pub mod store;
+pub mod offline;
 
-pub use engine::{Analyzer, AnalyzerConfig, Output};
+pub use analysis::engine::{Analyzer, AnalyzerConfig, Output};

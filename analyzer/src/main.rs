@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ipaudit_analyzer::analysis::reorder::ReorderConfig;
 use ipaudit_analyzer::cli::{millis, parse_duration, RuleArgs};
-use ipaudit_analyzer::reorder::ReorderConfig;
-use ipaudit_analyzer::replay::{replay, ReplayOptions};
-use ipaudit_analyzer::report::html::render_html;
-use ipaudit_analyzer::report::{render_jsonl, render_text, skipped_text, Findings};
+use ipaudit_analyzer::offline::replay::{replay, ReplayOptions};
+use ipaudit_analyzer::offline::report::html::render_html;
+use ipaudit_analyzer::offline::report::{render_jsonl, render_text, skipped_text, Findings};
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 
@@ -288,20 +288,12 @@ fn main() -> ExitCode {
         Command::Replay(_) => "warn",
         Command::Run(_) | Command::DeadLetters(_) => "info",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter);
-    if cli.log_json {
-        logs.json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .init();
-    } else {
-        logs.init();
-    }
+    ipaudit_runtime::telemetry::init(
+        ipaudit_runtime::telemetry::LogFormat::json_if(cli.log_json),
+        ipaudit_runtime::telemetry::LogFilter::FromEnv {
+            default: default_level,
+        },
+    );
     let result = match cli.command {
         Command::Replay(args) => run_replay(args),
         Command::Run(args) => run_live(*args),
@@ -336,7 +328,7 @@ fn kafka_connection(
 }
 
 fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
-    use ipaudit_analyzer::sinks::{
+    use ipaudit_analyzer::live::sinks::{
         AlertSink, AlertmanagerSink, CommandSink, HttpOptions, KafkaSink, LogSink, WebhookAuth,
         WebhookSink,
     };
@@ -396,7 +388,7 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
             .context("cannot create the commands producer")?;
         sinks.push(AlertSink::Commands(sink));
     }
-    let config = ipaudit_analyzer::live::LiveConfig {
+    let config = ipaudit_analyzer::live::consume::LiveConfig {
         connection,
         topic: args.topic,
         group_id: args.group,
@@ -414,14 +406,17 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         start_at_snapshot: matches!(args.start_from, StartFrom::Snapshot),
         instance_id: args
             .instance_id
-            .or_else(ipaudit_analyzer::group::default_instance_id),
+            .or_else(ipaudit_analyzer::live::group::default_instance_id),
         listen: Some(args.listen),
         sink_from_beginning: args.sink_from_beginning,
-        metrics: ipaudit_analyzer::metrics::Metrics::new(),
+        metrics: ipaudit_analyzer::live::metrics::Metrics::new(),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime
-        .block_on(ipaudit_analyzer::live::run(config, shutdown_signal()))
+        .block_on(ipaudit_analyzer::live::consume::run(
+            config,
+            shutdown_signal(),
+        ))
         .context("live analysis failed")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -442,7 +437,7 @@ async fn shutdown_signal() {
 }
 
 fn run_dead_letters(command: DeadLettersCommand) -> anyhow::Result<ExitCode> {
-    use ipaudit_analyzer::deadletters;
+    use ipaudit_analyzer::live::deadletters;
     let (replay, args) = match command {
         DeadLettersCommand::List(args) => (false, args),
         DeadLettersCommand::Replay(args) => (true, args),

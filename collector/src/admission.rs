@@ -20,6 +20,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use ipaudit_runtime::telemetry::InternalEvent as _;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
 use tokio::net::{TcpListener, TcpStream};
@@ -38,6 +39,7 @@ use tracing::{debug, info, info_span, warn};
 use crate::guard::{decide, GuardMode, Guarded, SharedIndex, StreamHealth, Verdict};
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::telemetry::{AdmissionReviewUnreadable, AdmissionReviewed};
 
 /// How often the certificate files are checked for a renewal.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(60);
@@ -311,10 +313,7 @@ async fn reload(
 }
 
 async fn review(State(guard): State<Guard>, body: Bytes) -> Response {
-    let (answer, kind, verdict) = guard.answer(&body);
-    guard
-        .metrics
-        .admission_review(kind, verdict.decision.as_str());
+    let (answer, ..) = guard.answer(&body);
     match answer {
         Some(review) => Json(review).into_response(),
         None => (
@@ -344,7 +343,7 @@ impl Guard {
             Ok(request) => request,
             Err(why) => {
                 let verdict = Verdict::unreadable(&why);
-                warn!(error = %why, "admission review that cannot be read: allowed");
+                AdmissionReviewUnreadable { error: &why }.emit(&self.metrics);
                 let uid = serde_json::from_slice::<serde_json::Value>(body)
                     .ok()
                     .and_then(|v| v.pointer("/request/uid")?.as_str().map(str::to_owned));
@@ -364,8 +363,8 @@ impl Guard {
             Some(guarded) if request.operation == Operation::Delete => {
                 (guarded.label(), self.judge(guarded, &request))
             }
-            Some(guarded) => (guarded.label(), Verdict::allow()),
-            None => ("other", Verdict::allow()),
+            Some(guarded) => (guarded.label(), self.pass(guarded.label(), &request)),
+            None => ("other", self.pass("other", &request)),
         };
         let mut response = AdmissionResponse::from(&request);
         if !verdict.warnings.is_empty() {
@@ -404,20 +403,26 @@ impl Guard {
             .unwrap_or_else(|e| e.into_inner())
             .holders(guarded, namespace, &request.name, health);
         let verdict = decide(self.mode, guarded, &object, view);
-        let user = &request.user_info.username;
-        match verdict.decision {
-            crate::guard::Decision::Allowed => {
-                debug!(user = ?user, dry_run = request.dry_run, "deletion allowed: nothing names it")
-            }
-            decision => info!(
-                user = ?user,
-                dry_run = request.dry_run,
-                decision = decision.as_str(),
-                message = verdict.message.as_deref().unwrap_or(""),
-                warnings = ?verdict.warnings,
-                "guarded deletion reviewed"
-            ),
+        AdmissionReviewed {
+            kind: guarded.label(),
+            verdict: &verdict,
+            user: request.user_info.username.as_deref(),
+            dry_run: request.dry_run,
         }
+        .emit(&self.metrics);
+        verdict
+    }
+
+    /// Allows a request the guard does not judge (not a deletion, or not a guarded kind).
+    fn pass(&self, kind: &'static str, request: &AdmissionRequest<DynamicObject>) -> Verdict {
+        let verdict = Verdict::allow();
+        AdmissionReviewed {
+            kind,
+            verdict: &verdict,
+            user: request.user_info.username.as_deref(),
+            dry_run: request.dry_run,
+        }
+        .emit(&self.metrics);
         verdict
     }
 }

@@ -1,9 +1,9 @@
 //! Wires the pipeline together: discovery of the kinds to watch -> one watcher per kind ->
-//! one sink thread (SQLite outbox or Avro file) -> the Kafka producer, plus the health
-//! endpoints; and shuts it down in order on SIGTERM: watchers stop, the sink stores what
+//! one writer thread (SQLite outbox or Avro file) -> the Kafka producer, plus the health
+//! endpoints; and shuts it down in order on SIGTERM: watchers stop, the writer stores what
 //! they sent, the producer drains the outbox.
 //!
-//! Every long-running task is supervised: a watcher, the remediator, the sink, the
+//! Every long-running task is supervised: a watcher, the remediator, the writer, the
 //! producer or the HTTP server that ends on its own stops the whole process with an error
 //! (a non-zero exit, so that Kubernetes restarts it), never silently.
 
@@ -23,16 +23,16 @@ use tracing::{error, info, warn};
 use crate::admission::{AdmissionConfig, AdmissionError};
 use crate::discovery::{self, DiscoveryError};
 use crate::event::Stamp;
-use crate::guard::{Guarded, IndexingSink, SharedIndex};
+use crate::guard::{Guarded, IndexingWriter, SharedIndex};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::observed::StreamState;
 use crate::outbox::{Outbox, OutboxError};
 use crate::produce::{run_producer, KafkaConfig, ProduceError, ProducerTask};
-use crate::record::FileSink;
+use crate::record::FileWriter;
 use crate::remediate::{run_remediator, RemediateConfig, RemediationMode};
-use crate::sink::{self, EventSink, SinkError};
 use crate::watch::{WatchConfig, WatchError, WatchOutputs, Watcher};
+use crate::writer::{self, EventWriter, WriterError};
 
 /// How to reach the API server.
 #[derive(Debug, Clone)]
@@ -103,9 +103,9 @@ pub enum AppError {
     /// The outbox failed.
     #[error(transparent)]
     Outbox(#[from] OutboxError),
-    /// The sink failed.
+    /// The writer failed.
     #[error(transparent)]
-    Sink(#[from] SinkError),
+    Writer(#[from] WriterError),
     /// Kafka failed.
     #[error(transparent)]
     Produce(#[from] ProduceError),
@@ -165,17 +165,17 @@ async fn kube_config(source: &KubeSource) -> Result<Config, AppError> {
 type TaskResult = Result<(), AppError>;
 
 /// The producer's task and the signal that tells it to drain and stop (sent once the
-/// sink has stored its last event).
+/// writer has stored its last event).
 type RunningProducer = (
     tokio::task::JoinHandle<Result<(), ProduceError>>,
     watch::Sender<bool>,
 );
 
 struct Pipeline {
-    /// Watchers and the remediator: they feed the sink.
+    /// Watchers and the remediator: they feed the writer.
     feeders: JoinSet<(&'static str, TaskResult)>,
-    /// The sink thread, awaited from a blocking task; yields the number of events stored.
-    sink: tokio::task::JoinHandle<Result<u64, AppError>>,
+    /// The writer thread, awaited from a blocking task; yields the number of events stored.
+    writer: tokio::task::JoinHandle<Result<u64, AppError>>,
     /// The HTTP server, when one listens.
     http: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     stored: Arc<Notify>,
@@ -187,7 +187,7 @@ struct Pipeline {
 async fn start(
     config: &CollectorConfig,
     mut states: std::collections::HashMap<Stream, StreamState>,
-    sink: SinkKind,
+    writer: WriterKind,
     remediate: Option<(RemediateConfig, PathBuf)>,
 ) -> Result<Pipeline, AppError> {
     let client = client(&config.kube).await?;
@@ -214,9 +214,9 @@ async fn start(
         }
         None => None,
     };
-    let mut sink: Box<dyn EventSink> = match sink {
-        SinkKind::Outbox(outbox) => Box::new(outbox.observed_by(health.clone(), metrics.clone())),
-        SinkKind::File(file) => Box::new(file),
+    let mut writer: Box<dyn EventWriter> = match writer {
+        WriterKind::Outbox(outbox) => Box::new(outbox.observed_by(health.clone(), metrics.clone())),
+        WriterKind::File(file) => Box::new(file),
     };
     let mut admission_task = None;
     if let Some(admission) = &config.admission {
@@ -230,7 +230,7 @@ async fn start(
         }
         let index: SharedIndex =
             Arc::new(std::sync::RwLock::new(crate::guard::Index::new(&watched)));
-        sink = Box::new(IndexingSink::new(sink, Arc::clone(&index)));
+        writer = Box::new(IndexingWriter::new(writer, Arc::clone(&index)));
         let (bound, task) = crate::admission::serve(
             admission,
             config.stamp.cluster_id.clone(),
@@ -245,11 +245,11 @@ async fn start(
     }
     let (tx, rx) = mpsc::channel(16_384);
     let stored = Arc::new(Notify::new());
-    let sink = sink::spawn(sink, rx, Arc::clone(&stored));
-    health.task_started("sink");
-    let sink = tokio::task::spawn_blocking(move || match sink.join() {
-        Ok(result) => result.map_err(AppError::Sink),
-        Err(_) => Err(AppError::Internal("the sink thread panicked".into())),
+    let writer = writer::spawn(writer, rx, Arc::clone(&stored));
+    health.task_started("writer");
+    let writer = tokio::task::spawn_blocking(move || match writer.join() {
+        Ok(result) => result.map_err(AppError::Writer),
+        Err(_) => Err(AppError::Internal("the writer thread panicked".into())),
     });
     let mut feeders = JoinSet::new();
     for kind in kinds {
@@ -297,8 +297,8 @@ async fn start(
             stop_rx.clone(),
         );
         health.task_started("remediator");
-        // The remediator sends its outcomes through the same sink, so it is one of the
-        // feeders the sink outlives.
+        // The remediator sends its outcomes through the same writer, so it is one of the
+        // feeders the writer outlives.
         feeders.spawn(async move {
             let result = run_remediator(client, remediate, stamp, &db, tx, stop_rx)
                 .await
@@ -309,7 +309,7 @@ async fn start(
     drop(tx);
     Ok(Pipeline {
         feeders,
-        sink,
+        writer,
         http,
         stored,
         stop,
@@ -331,9 +331,9 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 /// Where the pipeline stores events.
-enum SinkKind {
+enum WriterKind {
     Outbox(Outbox),
-    File(FileSink),
+    File(FileWriter),
 }
 
 /// The outcome of one supervised task that ended before shutdown was asked for: every
@@ -347,8 +347,8 @@ fn unexpected(task: &str, result: TaskResult) -> AppError {
 
 impl Pipeline {
     /// Runs until `shutdown` resolves or any supervised task (a watcher, the remediator,
-    /// the sink, the producer, the HTTP server) ends; then stops the feeders, waits for
-    /// the sink to store everything they sent, and lets the producer drain. A task that
+    /// the writer, the producer, the HTTP server) ends; then stops the feeders, waits for
+    /// the writer to store everything they sent, and lets the producer drain. A task that
     /// ended on its own makes the result an error (the process exits non-zero).
     async fn run(
         mut self,
@@ -360,7 +360,7 @@ impl Pipeline {
             None => (None, None),
         };
         let mut failure: Option<AppError> = None;
-        let mut sink_result: Option<Result<u64, AppError>> = None;
+        let mut writer_result: Option<Result<u64, AppError>> = None;
         let mut http_done = false;
         tokio::select! {
             _ = shutdown => info!("shutting down"),
@@ -370,15 +370,15 @@ impl Pipeline {
                 self.health.task_ended(task, e.to_string());
                 failure = Some(e);
             }
-            joined = &mut self.sink => {
-                let result = joined.unwrap_or_else(|e| Err(AppError::Internal(format!("sink task failed: {e}"))));
+            joined = &mut self.writer => {
+                let result = joined.unwrap_or_else(|e| Err(AppError::Internal(format!("writer task failed: {e}"))));
                 let e = match result {
                     Err(e) => e,
-                    Ok(_) => AppError::Internal("the sink ended on its own".into()),
+                    Ok(_) => AppError::Internal("the writer ended on its own".into()),
                 };
-                self.health.task_ended("sink", e.to_string());
+                self.health.task_ended("writer", e.to_string());
                 failure = Some(e);
-                sink_result = Some(Ok(0));
+                writer_result = Some(Ok(0));
             }
             joined = async { producer.as_mut().expect("guarded").await }, if producer.is_some() => {
                 producer = None;
@@ -418,16 +418,16 @@ impl Pipeline {
                 Err(e) => warn!(error = %e, "task failed"),
             }
         }
-        let stored = match sink_result {
+        let stored = match writer_result {
             Some(_) => 0,
-            None => match (&mut self.sink).await {
+            None => match (&mut self.writer).await {
                 Ok(Ok(n)) => n,
                 Ok(Err(e)) => {
                     failure.get_or_insert(e);
                     0
                 }
                 Err(e) => {
-                    failure.get_or_insert(AppError::Internal(format!("sink task failed: {e}")));
+                    failure.get_or_insert(AppError::Internal(format!("writer task failed: {e}")));
                     0
                 }
             },
@@ -476,7 +476,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
     let pipeline = start(
         &config.collector,
         states,
-        SinkKind::Outbox(outbox),
+        WriterKind::Outbox(outbox),
         Some((config.remediate.clone(), path.clone())),
     )
     .await?;
@@ -504,11 +504,11 @@ pub async fn record(
     config: RecordConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<u64, AppError> {
-    let sink = FileSink::create(&config.out)?;
+    let writer = FileWriter::create(&config.out)?;
     let pipeline = start(
         &config.collector,
         Default::default(),
-        SinkKind::File(sink),
+        WriterKind::File(writer),
         None,
     )
     .await?;

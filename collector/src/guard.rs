@@ -15,7 +15,7 @@ use std::sync::{Arc, RwLock};
 use ipaudit_schemas::{EventType, KindPart, KindSpec, Stream, WatchEvent};
 
 use crate::observed::Observed;
-use crate::sink::{EventSink, SinkError};
+use crate::writer::{EventWriter, WriterError};
 
 /// At most this many holders are named in an answer; the count is always given.
 pub const MAX_NAMED: usize = 10;
@@ -570,25 +570,25 @@ pub fn decide(
     }
 }
 
-/// The index shared by the sink thread (writer) and the admission server (readers).
+/// The index shared by the writer thread (which updates it) and the admission server (readers).
 pub type SharedIndex = Arc<RwLock<Index>>;
 
-/// A sink that feeds the index with every event before storing it, so the guard sees
+/// A writer that feeds the index with every event before storing it, so the guard sees
 /// exactly what the collector records, in the order it records it.
-pub struct IndexingSink {
-    inner: Box<dyn EventSink>,
+pub struct IndexingWriter {
+    inner: Box<dyn EventWriter>,
     index: SharedIndex,
 }
 
-impl IndexingSink {
+impl IndexingWriter {
     /// Wraps `inner`.
-    pub fn new(inner: Box<dyn EventSink>, index: SharedIndex) -> IndexingSink {
-        IndexingSink { inner, index }
+    pub fn new(inner: Box<dyn EventWriter>, index: SharedIndex) -> IndexingWriter {
+        IndexingWriter { inner, index }
     }
 }
 
-impl EventSink for IndexingSink {
-    fn store(&mut self, batch: &[Observed]) -> Result<(), SinkError> {
+impl EventWriter for IndexingWriter {
+    fn store(&mut self, batch: &[Observed]) -> Result<(), WriterError> {
         {
             // A poisoned lock means a reader panicked mid-read; the index itself is
             // consistent (readers do not write), so go on with it.
@@ -600,7 +600,7 @@ impl EventSink for IndexingSink {
         self.inner.store(batch)
     }
 
-    fn finish(self: Box<Self>) -> Result<(), SinkError> {
+    fn finish(self: Box<Self>) -> Result<(), WriterError> {
         self.inner.finish()
     }
 }

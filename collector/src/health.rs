@@ -16,9 +16,17 @@ use std::time::{Duration, Instant};
 use ipaudit_schemas::Stream;
 use tokio::sync::watch;
 
-use crate::outbox::OutboxSize;
+/// Rows waiting for Kafka and their payload bytes. Defined here, beside the limit that
+/// judges it, so that the outbox reports to health and metrics without either importing it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutboxSize {
+    /// Rows not yet acknowledged.
+    pub rows: i64,
+    /// Sum of their payload sizes.
+    pub bytes: i64,
+}
 
-/// A SQLite step (one transaction of the sink or the producer) running longer than this
+/// A SQLite step (one transaction of the writer or the producer) running longer than this
 /// means the file or the disk hangs: `/healthz` fails so that Kubernetes restarts the pod.
 pub const STUCK_AFTER: Duration = Duration::from_secs(120);
 

@@ -5,9 +5,10 @@
 //!
 //! The pipeline, one module each: [`discovery`] (which kinds) -> [`watch`] (list + watch
 //! per stream, relist diff) ->
-//! [`event`] (objects into `WatchEvent`s) -> [`observed`] (the message) -> [`sink`] -> [`outbox`] (SQLite) ->
+//! [`event`] (objects into `WatchEvent`s) -> [`observed`] (the message) -> [`writer`] -> [`outbox`] (SQLite) ->
 //! [`produce`] (Kafka); or [`record`] (an Avro file) instead of the last two.
-//! [`app`] wires them; [`http`] and [`metrics`] are the operator's window. [`guard`] and
+//! [`app`] wires them; [`http`], [`metrics`] and [`telemetry`] (one typed event per fact,
+//! logged and counted together) are the operator's window. [`guard`] and
 //! [`admission`] refuse or warn about the deletion of a Subnet or pool that live
 //! allocations still name (the validating webhook).
 
@@ -24,5 +25,6 @@ pub mod outbox;
 pub mod produce;
 pub mod record;
 pub mod remediate;
-pub mod sink;
+pub mod telemetry;
 pub mod watch;
+pub mod writer;

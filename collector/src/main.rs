@@ -17,6 +17,7 @@ use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
 use ipaudit_collector::watch::WatchConfig;
 use ipaudit_runtime::kafka::Connection;
 use ipaudit_runtime::parse;
+use ipaudit_runtime::telemetry::{self, LogFilter, LogFormat};
 use ipaudit_schemas::{kinds, Stream, KINDS};
 
 /// Records every watch event of Pods and of the IPAM kinds the API server serves
@@ -380,16 +381,10 @@ fn collector_config(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if cli.log_json {
-        logs.json().init();
-    } else {
-        logs.init();
-    }
+    telemetry::init(
+        LogFormat::json_if(cli.log_json),
+        LogFilter::FromEnv { default: "info" },
+    );
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

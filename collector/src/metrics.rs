@@ -1,15 +1,15 @@
-//! The collector's Prometheus metrics, one place that names and counts them. The metrics
-//! of the first releases are named `ipaudit_<name>`; those added since follow the
-//! `ipaudit_collector_<name>_<unit>` rule.
+//! The collector's Prometheus metrics, one place that names them: every series is
+//! `ipaudit_collector_<name>_<unit>` with bounded labels (streams, event types, reasons:
+//! no object names). The counters move through the typed events of [`crate::telemetry`].
 
 use std::sync::Arc;
 
-use ipaudit_schemas::{EventType, Stream};
+use ipaudit_schemas::Stream;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 /// `{stream}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -60,67 +60,70 @@ pub struct AdmissionLabels {
     pub decision: String,
 }
 
-/// Every metric of the collector.
+/// Every metric of the collector. The counters are moved only by the typed events of
+/// [`crate::telemetry`] (each logs what it counts); the gauges are set here.
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
-    events: Family<EventLabels, Counter>,
-    malformed: Family<StreamLabels, Counter>,
-    relists: Family<ReasonLabels, Counter>,
-    watch_errors: Family<ReasonLabels, Counter>,
-    kafka: Family<ResultLabels, Counter>,
+    pub(crate) events: Family<EventLabels, Counter>,
+    pub(crate) malformed: Family<StreamLabels, Counter>,
+    pub(crate) relists: Family<ReasonLabels, Counter>,
+    pub(crate) watch_errors: Family<ReasonLabels, Counter>,
+    pub(crate) kafka: Family<ResultLabels, Counter>,
     outbox_rows: Gauge,
     watching: Family<StreamLabels, Gauge>,
-    quarantined: Family<OnlyReasonLabels, Counter>,
-    raw_omitted: Family<StreamLabels, Counter>,
+    pub(crate) quarantined: Family<OnlyReasonLabels, Counter>,
+    pub(crate) raw_omitted: Family<StreamLabels, Counter>,
     outbox_bytes: Gauge,
-    outbox_full: Counter,
-    watch_pauses: Family<StreamLabels, Counter>,
-    admission_reviews: Family<AdmissionLabels, Counter>,
+    pub(crate) outbox_full: Counter,
+    pub(crate) watch_pauses: Family<StreamLabels, Counter>,
+    pub(crate) admission_reviews: Family<AdmissionLabels, Counter>,
 }
 
 impl Metrics {
-    /// Registers every metric under the `ipaudit` prefix, for the streams watched.
+    /// Registers every metric under the `ipaudit_collector` prefix, for the streams watched.
     pub fn new(watched: &[Stream]) -> Self {
-        let mut registry = Registry::with_prefix("ipaudit");
+        let mut root = Registry::with_prefix("ipaudit");
+        let collector = root.sub_registry_with_prefix("collector");
         let events = Family::<EventLabels, Counter>::default();
-        registry.register(
+        collector.register(
             "events",
             "Watch events recorded, by stream and type",
             events.clone(),
         );
         let malformed = Family::<StreamLabels, Counter>::default();
-        registry.register(
+        collector.register(
             "malformed_objects",
             "Objects recorded with fields that could not be read (kept with what could)",
             malformed.clone(),
         );
         let relists = Family::<ReasonLabels, Counter>::default();
-        registry.register(
+        collector.register(
             "relists",
             "Full lists of a stream, by reason",
             relists.clone(),
         );
         let watch_errors = Family::<ReasonLabels, Counter>::default();
-        registry.register(
+        collector.register(
             "watch_errors",
-            "Watch requests or streams that failed",
+            "List or watch requests or streams that failed, by stream and reason",
             watch_errors.clone(),
         );
         let kafka = Family::<ResultLabels, Counter>::default();
-        registry.register(
+        collector.register(
             "kafka_messages",
             "Messages sent to Kafka, by result",
             kafka.clone(),
         );
         let outbox_rows = Gauge::default();
-        registry.register(
-            "outbox_rows",
+        collector.register_with_unit(
+            "outbox",
             "Events in the outbox not yet acknowledged by Kafka",
+            Unit::Other("rows".into()),
             outbox_rows.clone(),
         );
         let watching = Family::<StreamLabels, Gauge>::default();
-        registry.register(
+        collector.register(
             "stream_watching",
             "1 once a watched stream is listed (or resumed) and watching, else 0; one series per watched kind",
             watching.clone(),
@@ -128,7 +131,6 @@ impl Metrics {
         for stream in watched {
             watching.get_or_create(&stream_labels(*stream)).set(0);
         }
-        let collector = registry.sub_registry_with_prefix("collector");
         let quarantined = Family::<OnlyReasonLabels, Counter>::default();
         collector.register(
             "quarantined",
@@ -142,9 +144,10 @@ impl Metrics {
             raw_omitted.clone(),
         );
         let outbox_bytes = Gauge::default();
-        collector.register(
-            "outbox_bytes",
+        collector.register_with_unit(
+            "outbox",
             "Payload bytes in the outbox not yet acknowledged by Kafka",
+            Unit::Bytes,
             outbox_bytes.clone(),
         );
         let outbox_full = Counter::default();
@@ -166,7 +169,7 @@ impl Metrics {
             admission_reviews.clone(),
         );
         Metrics {
-            registry: Arc::new(registry),
+            registry: Arc::new(root),
             events,
             malformed,
             relists,
@@ -183,90 +186,10 @@ impl Metrics {
         }
     }
 
-    /// Counts one AdmissionReview answered by the guard.
-    pub fn admission_review(&self, kind: &str, decision: &str) {
-        self.admission_reviews
-            .get_or_create(&AdmissionLabels {
-                kind: kind.into(),
-                decision: decision.into(),
-            })
-            .inc();
-    }
-
-    /// Counts one recorded event.
-    pub fn event(&self, stream: Stream, event_type: EventType) {
-        self.events
-            .get_or_create(&EventLabels {
-                stream: stream.as_str().into(),
-                r#type: event_type.as_str().into(),
-            })
-            .inc();
-    }
-
-    /// Counts an object recorded with unusable fields.
-    pub fn malformed(&self, stream: Stream) {
-        self.malformed.get_or_create(&stream_labels(stream)).inc();
-    }
-
-    /// Counts a relist.
-    pub fn relist(&self, stream: Stream, reason: &str) {
-        self.relists
-            .get_or_create(&ReasonLabels {
-                stream: stream.as_str().into(),
-                reason: reason.into(),
-            })
-            .inc();
-    }
-
-    /// Counts a failed watch.
-    pub fn watch_error(&self, stream: Stream, reason: &str) {
-        self.watch_errors
-            .get_or_create(&ReasonLabels {
-                stream: stream.as_str().into(),
-                reason: reason.into(),
-            })
-            .inc();
-    }
-
-    /// Counts Kafka deliveries.
-    pub fn kafka(&self, result: &str, n: u64) {
-        self.kafka
-            .get_or_create(&ResultLabels {
-                result: result.into(),
-            })
-            .inc_by(n);
-    }
-
     /// Sets the outbox backlog.
-    pub fn outbox_size(&self, size: crate::outbox::OutboxSize) {
+    pub fn outbox_size(&self, size: crate::health::OutboxSize) {
         self.outbox_rows.set(size.rows);
         self.outbox_bytes.set(size.bytes);
-    }
-
-    /// Counts the outbox reaching its bound.
-    pub fn outbox_full(&self) {
-        self.outbox_full.inc();
-    }
-
-    /// Counts a watch paused by a full outbox.
-    pub fn watch_paused(&self, stream: Stream) {
-        self.watch_pauses
-            .get_or_create(&stream_labels(stream))
-            .inc();
-    }
-
-    /// Counts a row moved to quarantine.
-    pub fn quarantined(&self, reason: &str) {
-        self.quarantined
-            .get_or_create(&OnlyReasonLabels {
-                reason: reason.into(),
-            })
-            .inc();
-    }
-
-    /// Counts an event recorded without its raw JSON (too large).
-    pub fn raw_omitted(&self, stream: Stream) {
-        self.raw_omitted.get_or_create(&stream_labels(stream)).inc();
     }
 
     /// Sets a watched stream's `stream_watching` gauge: 1 while it watches, 0 while it
@@ -286,7 +209,7 @@ impl Metrics {
     }
 }
 
-fn stream_labels(stream: Stream) -> StreamLabels {
+pub(crate) fn stream_labels(stream: Stream) -> StreamLabels {
     StreamLabels {
         stream: stream.as_str().into(),
     }
@@ -297,25 +220,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_watched_stream_has_a_watching_series_and_new_metrics_carry_the_collector_prefix() {
+    fn every_watched_stream_has_a_watching_series_and_every_series_carries_the_collector_prefix() {
         let metrics = Metrics::new(&[Stream::Pod, Stream::IpPool]);
         metrics.set_watching(Stream::IpPool, true);
-        metrics.quarantined("message_size_too_large");
+        metrics.outbox_size(crate::health::OutboxSize { rows: 4, bytes: 40 });
         let text = metrics.encode();
-        assert!(
-            text.contains("ipaudit_stream_watching{stream=\"ippool\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("ipaudit_stream_watching{stream=\"pod\"} 0"),
-            "{text}"
-        );
+        for expected in [
+            "ipaudit_collector_stream_watching{stream=\"ippool\"} 1",
+            "ipaudit_collector_stream_watching{stream=\"pod\"} 0",
+            "ipaudit_collector_outbox_rows 4",
+            "ipaudit_collector_outbox_bytes 40",
+        ] {
+            assert!(text.contains(expected), "{expected} missing in:\n{text}");
+        }
         assert!(!text.contains("stream=\"ip\""), "{text}");
-        assert!(
-            text.contains(
-                "ipaudit_collector_quarantined_total{reason=\"message_size_too_large\"} 1"
-            ),
-            "{text}"
-        );
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            assert!(line.starts_with("ipaudit_collector_"), "{line}");
+        }
     }
 }

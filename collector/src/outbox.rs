@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use ipaudit_schemas::{encode, kinds, Stream};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use tracing::warn;
+use ipaudit_runtime::telemetry::InternalEvent as _;
 
 use crate::event::LiveObject;
-use crate::health::Health;
+use crate::health::{Health, OutboxSize};
 use crate::metrics::Metrics;
 use crate::observed::{LiveChange, Observed, StreamState};
 
@@ -109,15 +109,6 @@ CREATE TRIGGER outbox_size_delete AFTER DELETE ON outbox BEGIN
     UPDATE outbox_size SET rows = rows - 1, bytes = bytes - length(OLD.payload);
 END;
 ";
-
-/// Rows waiting for Kafka and their payload bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OutboxSize {
-    /// Rows not yet acknowledged.
-    pub rows: i64,
-    /// Sum of their payload sizes.
-    pub bytes: i64,
-}
 
 /// One outbox row: an encoded event waiting for Kafka.
 #[derive(Debug, Clone)]
@@ -539,26 +530,26 @@ impl Outbox {
     }
 }
 
-impl crate::sink::EventSink for Outbox {
-    fn store(&mut self, batch: &[Observed]) -> Result<(), crate::sink::SinkError> {
-        let _busy = self.observer.as_ref().map(|(h, _)| h.busy("sink"));
+impl Outbox {
+    /// Appends a batch for the writer thread, and reports the outbox's size to the health
+    /// and metrics it was given ([`Outbox::observed_by`]): a full outbox pauses the watches.
+    pub fn store_observed(&mut self, batch: &[Observed]) -> Result<(), OutboxError> {
+        // Debug level: one span per transaction, naming the cluster and how many rows.
+        let _span = tracing::debug_span!(
+            "outbox_append",
+            cluster = batch.first().map(|o| o.event.cluster_id.as_str()),
+            rows = batch.len()
+        )
+        .entered();
+        let _busy = self.observer.as_ref().map(|(h, _)| h.busy("writer"));
         self.append(batch)?;
         if let Some((health, metrics)) = &self.observer {
             let size = self.size()?;
             metrics.outbox_size(size);
             if health.outbox_size(size) {
-                metrics.outbox_full();
-                warn!(
-                    rows = size.rows,
-                    bytes = size.bytes,
-                    "the outbox is full: watches pause until Kafka has taken some of it"
-                );
+                crate::telemetry::OutboxFull { size }.emit(metrics);
             }
         }
-        Ok(())
-    }
-
-    fn finish(self: Box<Self>) -> Result<(), crate::sink::SinkError> {
         Ok(())
     }
 }

@@ -15,17 +15,19 @@ use std::time::{Duration, Instant};
 
 use ipaudit_runtime::backoff::Backoff;
 use ipaudit_runtime::kafka::Delivery;
+use ipaudit_runtime::telemetry::InternalEvent as _;
 use ipaudit_schemas::{decode, WatchEvent};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::{watch, Notify};
-use tracing::{error, info, warn};
+use tracing::{debug_span, error, info, warn, Instrument as _};
 
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::outbox::{Outbox, OutboxError, Quarantine, Row};
+use crate::telemetry::{KafkaBatchSent, RowQuarantined};
 
 /// Where and how events go to Kafka.
 #[derive(Debug, Clone)]
@@ -198,9 +200,9 @@ pub struct ProducerTask {
     pub metrics: Metrics,
     /// Readiness: delivery progress, a missing topic, the outbox's size.
     pub health: Health,
-    /// Notified when the sink stored a batch.
+    /// Notified when the writer stored a batch.
     pub stored: Arc<Notify>,
-    /// Turns true when the sink has stored its last event: drain, then stop.
+    /// Turns true when the writer has stored its last event: drain, then stop.
     pub shutdown: watch::Receiver<bool>,
     /// How long the drain may take.
     pub drain_timeout: Duration,
@@ -208,6 +210,7 @@ pub struct ProducerTask {
 
 /// Sends the outbox to Kafka until `shutdown` turns true and the outbox is empty (or
 /// `drain_timeout` has passed since).
+#[tracing::instrument(name = "produce", skip_all, fields(cluster = %task.config.cluster_id, topic = %task.config.topic))]
 pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
     let ProducerTask {
         mut producer,
@@ -259,7 +262,16 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
             );
             return Ok(());
         }
-        let outcomes = send_in_order(&producer, &config, &rows).await;
+        // Debug level: one span per batch, naming the outbox rows it carries.
+        let batch = debug_span!(
+            "batch",
+            rows = rows.len(),
+            first = rows.first().map(|r| r.id),
+            last = rows.last().map(|r| r.id)
+        );
+        let outcomes = send_in_order(&producer, &config, &rows)
+            .instrument(batch.clone())
+            .await;
         let settled = settle_prefix(&rows, &outcomes);
         let delivered = outcomes
             .iter()
@@ -270,29 +282,23 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
             .filter(|o| matches!(o, Outcome::Failed(_)))
             .count() as u64;
         if let Some((through, quarantined)) = settled {
-            for q in &quarantined {
-                metrics.quarantined(q.reason);
-                error!(
-                    cluster = %config.cluster_id,
-                    stream = q.stream.as_deref().unwrap_or("?"),
-                    object = q.object.as_deref().unwrap_or("?"),
-                    resource_version = q.resource_version.as_deref().unwrap_or("?"),
-                    reason = q.reason,
-                    error = %q.error,
-                    bytes = q.payload.len(),
-                    outbox_id = q.outbox_id,
-                    "Kafka refused an event for good; moved to quarantine (collector outbox quarantine list)"
-                );
-            }
+            batch.in_scope(|| {
+                for row in &quarantined {
+                    RowQuarantined {
+                        cluster: &config.cluster_id,
+                        row,
+                    }
+                    .emit(&metrics);
+                }
+            });
             let busy = health.busy("producer");
             with_outbox(&outbox, move |o| o.settle(through, &quarantined)).await?;
             drop(busy);
             settled_through = through;
             health.delivered();
         }
-        metrics.kafka("delivered", delivered);
+        batch.in_scope(|| KafkaBatchSent { delivered, failed }.emit(&metrics));
         if failed > 0 {
-            metrics.kafka("failed", failed);
             if outcomes
                 .iter()
                 .any(|o| matches!(o, Outcome::Failed(Some(code)) if topic_missing_code(*code)))

@@ -9,25 +9,25 @@ use std::path::Path;
 use ipaudit_schemas::{ContainerWriter, WatchEvent};
 
 use crate::observed::Observed;
-use crate::sink::{EventSink, SinkError};
+use crate::writer::{EventWriter, WriterError};
 
 /// An Avro container file being written.
-pub struct FileSink {
+pub struct FileWriter {
     writer: ContainerWriter<WatchEvent, BufWriter<File>>,
 }
 
-impl FileSink {
+impl FileWriter {
     /// Creates (truncates) the file.
-    pub fn create(path: &Path) -> Result<Self, SinkError> {
+    pub fn create(path: &Path) -> Result<Self, WriterError> {
         let file = File::create(path)?;
-        Ok(FileSink {
+        Ok(FileWriter {
             writer: ContainerWriter::new(BufWriter::new(file))?,
         })
     }
 }
 
-impl EventSink for FileSink {
-    fn store(&mut self, batch: &[Observed]) -> Result<(), SinkError> {
+impl EventWriter for FileWriter {
+    fn store(&mut self, batch: &[Observed]) -> Result<(), WriterError> {
         for observed in batch {
             self.writer.append(&observed.event)?;
         }
@@ -35,7 +35,7 @@ impl EventSink for FileSink {
         Ok(())
     }
 
-    fn finish(self: Box<Self>) -> Result<(), SinkError> {
+    fn finish(self: Box<Self>) -> Result<(), WriterError> {
         let mut out = self.writer.finish()?;
         std::io::Write::flush(&mut out)?;
         out.get_ref().sync_all()?;

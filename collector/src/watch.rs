@@ -17,19 +17,24 @@ use std::time::Duration;
 use futures::StreamExt;
 use ipaudit_runtime::backoff::Backoff;
 use ipaudit_runtime::kube::PagedList;
-use ipaudit_schemas::kubernetes::FieldProblem;
+use ipaudit_runtime::telemetry::InternalEvent as _;
 use ipaudit_schemas::{encode, EventType, KindSpec, Stream, WatchEvent};
 use kube::api::WatchParams;
 use kube::core::{Request, WatchEvent as KubeEvent};
 use kube::Client;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, info, warn};
+use tracing::{debug, debug_span, info, warn, Instrument as _};
 
 use crate::event::{LiveObject, Stamp};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::observed::{LiveChange, Observed, StreamState};
+use crate::telemetry::{
+    EventRecorded, ListFailed, MalformedObjectRecorded, ObjectUnreadable, RawObjectOmitted,
+    RelistStarted, WatchErrorEvent, WatchEventUndecodable, WatchFailed, WatchPaused,
+    WatchStreamFailed,
+};
 
 /// Settings of the watchers.
 #[derive(Debug, Clone)]
@@ -81,7 +86,7 @@ enum Next {
 /// Where a watcher reports: the events to store, its counters, its health (which also
 /// says when the outbox is full).
 pub struct WatchOutputs {
-    /// To the sink.
+    /// To the writer.
     pub events: mpsc::Sender<Observed>,
     /// Counters.
     pub metrics: Metrics,
@@ -159,9 +164,11 @@ impl Watcher {
                 Next::Relist(reason) => relist_reason = Some(reason),
                 Next::Stop => return Ok(()),
                 Next::Pause => {
-                    self.metrics.watch_paused(self.stream);
-                    self.metrics.set_watching(self.stream, false);
-                    info!(resume_from = ?self.state.resume_from, "outbox full: watch paused");
+                    WatchPaused {
+                        stream: self.stream,
+                        resume_from: self.state.resume_from.as_deref(),
+                    }
+                    .emit(&self.metrics);
                     let mut full = self.full.clone();
                     tokio::select! {
                         _ = full.wait_for(|full| !*full) => {}
@@ -194,7 +201,11 @@ impl Watcher {
     ) -> Result<(), WatchError> {
         self.state.sequence += 1;
         event.sequence = self.state.sequence;
-        self.metrics.event(self.stream, event.event_type);
+        EventRecorded {
+            stream: self.stream,
+            event_type: event.event_type,
+        }
+        .emit(&self.metrics);
         match &live {
             LiveChange::Upsert(o) => {
                 self.state.live.insert(o.uid.clone(), o.clone());
@@ -226,17 +237,29 @@ impl Watcher {
     ) -> Result<Option<String>, WatchError> {
         match self.stamp.object_event(self.stream, event_type, object, 0) {
             Ok((mut event, problems)) => {
-                if let Some(problem) = self.fit(&mut event) {
-                    warn!(object = %event.object_key(), resource_version = %event.resource_version,
-                        field = %problem.path, problem = problem.problem, max_event_bytes = self.config.max_event_bytes,
-                        "event recorded without its raw JSON");
-                }
-                if !problems.is_empty() {
-                    self.metrics.malformed(self.stream);
-                    let fields: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
-                    warn!(object = %event.object_key(), resource_version = %event.resource_version, ?fields,
-                        "object with unusable fields recorded with what could be read");
-                }
+                // Debug level: the span costs nothing unless asked for (its fields are not
+                // even computed), and lines logged inside it carry the object.
+                let span = debug_span!("object", object = %event.object_key(), resource_version = %event.resource_version);
+                span.in_scope(|| {
+                    if self.fit(&mut event) {
+                        RawObjectOmitted {
+                            stream: self.stream,
+                            object: &event.object_key(),
+                            resource_version: &event.resource_version,
+                            max_event_bytes: self.config.max_event_bytes,
+                        }
+                        .emit(&self.metrics);
+                    }
+                    if !problems.is_empty() {
+                        MalformedObjectRecorded {
+                            stream: self.stream,
+                            object: &event.object_key(),
+                            resource_version: &event.resource_version,
+                            fields: problems.iter().map(|p| p.path.as_str()).collect(),
+                        }
+                        .emit(&self.metrics);
+                    }
+                });
                 let uid = event.uid().to_owned();
                 let live = match (event_type.is_deletion(), LiveObject::of(&event)) {
                     (true, _) => LiveChange::Remove(uid.clone()),
@@ -246,36 +269,39 @@ impl Watcher {
                 let rv =
                     (!event.resource_version.is_empty()).then(|| event.resource_version.clone());
                 self.emit(event, live, if from_watch { rv } else { None })
+                    .instrument(span)
                     .await?;
                 Ok(Some(uid))
             }
             Err(error) => {
-                self.metrics.watch_error(self.stream, "unreadable_object");
-                warn!(%error, object = %object, "object that is not a Kubernetes object skipped");
+                ObjectUnreadable {
+                    stream: self.stream,
+                    error: &error,
+                    object,
+                }
+                .emit(&self.metrics);
                 Ok(None)
             }
         }
     }
 
     /// Drops the raw JSON of an event whose encoding exceeds `--max-event-bytes`, so that
-    /// it is not refused by Kafka; returns the field problem that says so.
-    fn fit(&self, event: &mut WatchEvent) -> Option<FieldProblem> {
-        let raw = event.raw_object.as_ref()?;
+    /// it is not refused by Kafka; returns whether it did.
+    fn fit(&self, event: &mut WatchEvent) -> bool {
+        let Some(raw) = event.raw_object.as_ref() else {
+            return false;
+        };
         // Cheap first: an event is its raw JSON plus a much smaller rest; encode only when
         // the raw JSON alone comes near the limit.
         if raw.len() < self.config.max_event_bytes / 2 {
-            return None;
+            return false;
         }
         let size = encode(event).map_or(usize::MAX, |bytes| bytes.len());
         if size <= self.config.max_event_bytes {
-            return None;
+            return false;
         }
         event.raw_object = None;
-        self.metrics.raw_omitted(self.stream);
-        Some(FieldProblem {
-            path: "raw_object".into(),
-            problem: "omitted: the event with it exceeds --max-event-bytes",
-        })
+        true
     }
 
     async fn relist(
@@ -283,8 +309,11 @@ impl Watcher {
         reason: &'static str,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<Next, WatchError> {
-        self.metrics.relist(self.stream, reason);
-        info!(reason, "listing");
+        RelistStarted {
+            stream: self.stream,
+            reason,
+        }
+        .emit(&self.metrics);
         let previous = self.state.resume_from.clone().unwrap_or_else(|| "0".into());
         let start = self
             .stamp
@@ -301,8 +330,11 @@ impl Watcher {
                 None => break,
                 Some(Ok(items)) => items,
                 Some(Err(error)) => {
-                    self.metrics.watch_error(self.stream, "list_failed");
-                    warn!(%error, "list failed; retrying");
+                    ListFailed {
+                        stream: self.stream,
+                        error: &error,
+                    }
+                    .emit(&self.metrics);
                     return Ok(Next::Backoff);
                 }
             };
@@ -365,8 +397,12 @@ impl Watcher {
                 return Ok(Next::Relist("expired"))
             }
             Err(error) => {
-                self.metrics.watch_error(self.stream, "watch_failed");
-                warn!(%error, resource_version = rv, "watch failed; retrying");
+                WatchFailed {
+                    stream: self.stream,
+                    error: &error,
+                    resource_version: rv,
+                }
+                .emit(&self.metrics);
                 return Ok(Next::Backoff);
             }
         };
@@ -413,19 +449,29 @@ impl Watcher {
                     return Ok(Next::Relist("expired"))
                 }
                 Some(Ok(KubeEvent::Error(status))) => {
-                    self.metrics.watch_error(self.stream, "error_event");
-                    warn!(code = status.code, message = %status.message, "watch error event");
+                    WatchErrorEvent {
+                        stream: self.stream,
+                        code: status.code,
+                        message: &status.message,
+                    }
+                    .emit(&self.metrics);
                     return Ok(Next::Backoff);
                 }
                 Some(Err(kube::Error::SerdeError(error))) => {
                     // A line that is no watch event: an event may be lost, so relist.
-                    self.metrics.watch_error(self.stream, "undecodable_event");
-                    warn!(%error, "undecodable watch event; relisting so that nothing is lost");
+                    WatchEventUndecodable {
+                        stream: self.stream,
+                        error: &error,
+                    }
+                    .emit(&self.metrics);
                     return Ok(Next::Relist("undecodable_event"));
                 }
                 Some(Err(error)) => {
-                    self.metrics.watch_error(self.stream, "stream_failed");
-                    warn!(%error, "watch stream failed; resuming");
+                    WatchStreamFailed {
+                        stream: self.stream,
+                        error: &error,
+                    }
+                    .emit(&self.metrics);
                     return Ok(Next::Backoff);
                 }
             }

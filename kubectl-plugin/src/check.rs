@@ -9,10 +9,10 @@
 //! `duplicate-ip`, `ip-stuck-terminating`, `subnet-stuck-terminating` and `ip-without-pod`
 //! (a pod absent from the complete list of pods is gone).
 
-use ipaudit_analyzer::engine::{Analyzer, AnalyzerConfig};
-use ipaudit_analyzer::replay::ReplayOutcome;
-use ipaudit_analyzer::report::Findings;
-use ipaudit_analyzer::state::ClusterState;
+use ipaudit_analyzer::analysis::engine::{Analyzer, AnalyzerConfig};
+use ipaudit_analyzer::analysis::state::ClusterState;
+use ipaudit_analyzer::offline::replay::ReplayOutcome;
+use ipaudit_analyzer::offline::report::Findings;
 use ipaudit_schemas::{Alert, Stream, WatchEvent, KINDS};
 
 use crate::report::{ReportFinding, Target};
@@ -90,7 +90,7 @@ fn target(state: &ClusterState, alert: &Alert) -> Option<Target> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipaudit_analyzer::rules::RuleConfig;
+    use ipaudit_analyzer::analysis::rules::RuleConfig;
     use ipaudit_collector::event::Stamp;
     use ipaudit_schemas::kubernetes::format_timestamp_ms;
     use ipaudit_schemas::EventType;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ipaudit_analyzer::cli::RuleArgs;
-use ipaudit_analyzer::report::{render_jsonl, render_text};
+use ipaudit_analyzer::offline::report::{render_jsonl, render_text};
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_collector::discovery;
 use ipaudit_collector::event::Stamp;
@@ -105,13 +105,13 @@ struct ReleaseArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    ipaudit_runtime::telemetry::init(
+        ipaudit_runtime::telemetry::LogFormat::Text,
+        ipaudit_runtime::telemetry::LogFilter::Given {
+            directives: &cli.log,
+            fallback: "warn",
+        },
+    );
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

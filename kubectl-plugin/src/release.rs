@@ -23,7 +23,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ipaudit_analyzer::fix::is_object_name;
+use ipaudit_analyzer::analysis::fix::is_object_name;
 use ipaudit_collector::remediate::{execute, get, names_missing, Lookup, RemediationMode};
 use ipaudit_runtime::clock::now_ms;
 use ipaudit_schemas::kubernetes::{format_timestamp_ms, from_object_of};
@@ -418,7 +418,7 @@ async fn reread(client: &Client, path: &str, target: &Target) -> Result<Value, (
 fn path_of(stream: Stream, namespace: Option<&str>, name: &str) -> Option<String> {
     let spec = stream.spec()?;
     let valid = is_object_name(name)
-        && namespace.is_none_or(ipaudit_analyzer::fix::is_label_name)
+        && namespace.is_none_or(ipaudit_analyzer::analysis::fix::is_label_name)
         && namespace.is_some() == spec.namespaced;
     if !valid {
         return None;

@@ -12,7 +12,7 @@
 //! Pools (Subnets, IPPools, SpiderIPPools) are listed last: a pool created while the
 //! others were listed is then seen, and a record naming it is not taken for an orphan.
 
-use ipaudit_analyzer::state::holdings::is_pool;
+use ipaudit_analyzer::analysis::state::holdings::is_pool;
 use ipaudit_collector::event::Stamp;
 use ipaudit_runtime::clock::now_ms;
 use ipaudit_runtime::kube::PagedList;

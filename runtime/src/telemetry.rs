@@ -2,9 +2,126 @@
 //! (a struct in the program's `telemetry` module) whose [`InternalEvent::emit`] writes the
 //! log line and moves the metric together, as Vector's internal events do: a site that
 //! reports a failure cannot log it and forget to count it, or count it under another name.
+//!
+//! Where the log lines go is set up once per process by [`init`], the same way in every
+//! program: stderr, text or JSON lines, filtered by tracing's `EnvFilter` directives.
+
+use std::io::IsTerminal as _;
+
+use tracing_subscriber::EnvFilter;
 
 /// A fact about the program's own work, logged and counted in one call.
+///
+/// Unlike Vector, whose events reach a global metrics recorder, ipaudit's metrics live in
+/// a registry the program builds and serves on `/metrics` (prometheus-client has no global
+/// one), so `emit` is handed the program's metric families.
 pub trait InternalEvent {
-    /// Logs the event and updates the metrics it moves.
-    fn emit(self);
+    /// The program's metric families (its `Metrics`), which the event moves.
+    type Metrics: ?Sized;
+
+    /// Logs the event (with structured fields, inside the caller's span) and updates the
+    /// metrics it moves.
+    fn emit(self, metrics: &Self::Metrics);
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines (coloured when stderr is a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line, carrying every enclosing span's fields (`cluster`,
+    /// `stream`, `object`, `resource_version`...) under `spans`.
+    Json,
+}
+
+impl LogFormat {
+    /// `Json` when `json` is set (the programs' `--log-json` flag), else `Text`.
+    pub fn json_if(json: bool) -> Self {
+        if json {
+            LogFormat::Json
+        } else {
+            LogFormat::Text
+        }
+    }
+}
+
+/// Which events are logged, in tracing's `EnvFilter` syntax (`info`,
+/// `warn,ipaudit_collector=debug`...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFilter<'a> {
+    /// `RUST_LOG` when it is set and valid, else these directives (the program's default).
+    FromEnv {
+        /// Directives used when `RUST_LOG` is unset or invalid.
+        default: &'a str,
+    },
+    /// These directives (a program's own flag), or `fallback` when they do not parse.
+    Given {
+        /// The directives asked for.
+        directives: &'a str,
+        /// Directives used when `directives` is invalid.
+        fallback: &'a str,
+    },
+}
+
+impl LogFilter<'_> {
+    fn env_filter(self) -> EnvFilter {
+        match self {
+            LogFilter::FromEnv { default } => {
+                EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
+            }
+            LogFilter::Given {
+                directives,
+                fallback,
+            } => EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new(fallback)),
+        }
+    }
+}
+
+/// Installs the process's tracing subscriber: log lines to stderr (stdout is left to the
+/// programs' reports), in `format`, filtered by `filter`. Call it once, first thing in
+/// `main`; a second call leaves the first subscriber in place.
+pub fn init(format: LogFormat, filter: LogFilter<'_>) {
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(filter.env_filter());
+    // A subscriber set already (a test that called init twice) is not worth failing for.
+    let _ = match format {
+        LogFormat::Text => logs.try_init(),
+        // The whole span list, not the innermost span: a line logged inside an object's
+        // span still says which cluster and stream the object belongs to.
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(false)
+            .with_span_list(true)
+            .try_init(),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_directives_that_do_not_parse_fall_back() {
+        let filter = LogFilter::Given {
+            directives: "=][=",
+            fallback: "warn",
+        }
+        .env_filter();
+        assert_eq!(filter.to_string(), "warn");
+        let filter = LogFilter::Given {
+            directives: "debug",
+            fallback: "warn",
+        }
+        .env_filter();
+        assert_eq!(filter.to_string(), "debug");
+    }
+
+    #[test]
+    fn json_if_picks_json_only_when_asked() {
+        assert_eq!(LogFormat::json_if(true), LogFormat::Json);
+        assert_eq!(LogFormat::json_if(false), LogFormat::Text);
+    }
 }

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use ipaudit_analyzer::source::{Source, SourceItem};
+use ipaudit_analyzer::offline::source::{Source, SourceItem};
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{ContainerReader, EventType, KindPart, Stream, WatchEvent};
 use serde::Serialize;

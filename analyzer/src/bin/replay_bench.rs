@@ -24,9 +24,9 @@ use anyhow::Context as _;
 use apache_avro::types::Value;
 use apache_avro::{Codec, DeflateSettings};
 use clap::{Parser, Subcommand};
-use ipaudit_analyzer::replay::{replay, ReplayOptions};
-use ipaudit_analyzer::report::Findings;
-use ipaudit_analyzer::source::ANALYSIS_FIELDS;
+use ipaudit_analyzer::offline::replay::{replay, ReplayOptions};
+use ipaudit_analyzer::offline::report::Findings;
+use ipaudit_analyzer::offline::source::ANALYSIS_FIELDS;
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::{
     ContainerReader, ContainerWriter, EventType, Fields, KindPart, NetworkStatus, OwnerReference,

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use ipaudit_analyzer::engine::{Analyzer, AnalyzerConfig};
-use ipaudit_analyzer::source::{Source, SourceItem};
+use ipaudit_analyzer::analysis::engine::{Analyzer, AnalyzerConfig};
+use ipaudit_analyzer::offline::source::{Source, SourceItem};
 use ipaudit_schemas::{WatchEvent, KINDS};
 
 ipaudit_analyzer::global_allocator!();

@@ -24,7 +24,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use ipaudit_analyzer::engine::{Analyzer, AnalyzerConfig, Output};
+use ipaudit_analyzer::analysis::engine::{Analyzer, AnalyzerConfig, Output};
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
 

@@ -198,8 +198,10 @@ fn main() {
             if mode == "record" {
                 count_records(&out) >= expected
             } else {
-                counter(port, "ipaudit_kafka_messages_total{result=\"delivered\"}")
-                    >= expected as f64
+                counter(
+                    port,
+                    "ipaudit_collector_kafka_messages_total{result=\"delivered\"}",
+                ) >= expected as f64
             }
         };
         // Initial list: SYNC_START + objects + SYNC_END per stream (3 streams).

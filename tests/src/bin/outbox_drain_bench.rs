@@ -155,7 +155,7 @@ fn main() {
         .expect("collector");
     // The list adds a few events of its own (markers, the subnet): done when the outbox
     // is empty and at least the backlog was delivered.
-    let delivered = "ipaudit_kafka_messages_total{result=\"delivered\"}";
+    let delivered = "ipaudit_collector_kafka_messages_total{result=\"delivered\"}";
     loop {
         let sent = http_get(port, "/metrics").and_then(|(_, body)| {
             body.lines()
@@ -163,7 +163,7 @@ fn main() {
                 .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         });
         if sent.is_some_and(|n| n >= args.rows as f64)
-            && gauge(port, "ipaudit_outbox_rows") == Some(0.0)
+            && gauge(port, "ipaudit_collector_outbox_rows") == Some(0.0)
         {
             break;
         }

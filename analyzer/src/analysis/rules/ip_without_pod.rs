@@ -1,0 +1,489 @@
+//! `ip-without-pod`: an allocation whose pod is gone (by namespace/name, and by uid where
+//! the record carries one) for longer than the owner grace: a kube-ovn IP of a plain pod,
+//! a whereabouts pool allocation or reservation, a spiderpool pool entry or (not
+//! terminating) SpiderEndpoint. Addresses kept on purpose (StatefulSet, VM) and addresses
+//! that belong to no pod (node, U2O, multicast, reserved IPs) are never reported. A pod is
+//! gone once deleted, replaced by a pod of another uid, or absent from a complete list of
+//! pods; the grace runs on event time from then (or from the allocation's first sighting,
+//! if later). Resolved when the allocation is gone or its pod is back.
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use ipaudit_schemas::{KindPart, NetworkStatus, Severity, Stream};
+use serde::{Deserialize, Serialize};
+
+use super::{duration_text, evidence, Change, Context, Deadlines, Rule};
+use crate::analysis::alerts::Finding;
+use crate::analysis::state::holdings::{self, Holding};
+use crate::analysis::state::{EventRef, ObjectRecord, RecordKey};
+
+const NAME: &str = "ip-without-pod";
+
+/// The kinds whose records hold addresses for pods.
+const HOLDING_STREAMS: [Stream; 5] = [
+    Stream::Ip,
+    Stream::IpPool,
+    Stream::OverlappingRangeIpReservation,
+    Stream::SpiderIpPool,
+    Stream::SpiderEndpoint,
+];
+
+/// Rule 5.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct IpWithoutPod {
+    /// Allocations whose pod is gone, due at gone-since + grace; keys from [`unit`].
+    deadlines: Deadlines,
+    /// The records that have an allocation in `deadlines`, so that a healthy allocation
+    /// costs no key to look for.
+    waiting: HashSet<RecordKey>,
+}
+
+/// One allocation: a record and one address it holds.
+fn unit(key: &RecordKey, address: &str) -> String {
+    format!("{}|{}|{}", key.0.as_str(), key.1, address)
+}
+
+fn parse_unit(unit: &str) -> Option<(RecordKey, String)> {
+    let mut parts = unit.splitn(3, '|');
+    let stream = ipaudit_schemas::kinds::stream_labelled(parts.next()?)?;
+    let key = parts.next()?.to_owned();
+    let address = parts.next()?.to_owned();
+    Some(((stream, key.into()), address))
+}
+
+/// The alert subject of an allocation: a pool entry is its own subject; other records are
+/// one subject each, whatever addresses they hold. (kind, name, uid.)
+fn subject(key: &RecordKey, record_uid: &str, address: &str) -> (&'static str, String, String) {
+    (
+        match key.0 {
+            Stream::IpPool | Stream::SpiderIpPool => "Allocation",
+            stream => stream.kind(),
+        },
+        match key.0 {
+            Stream::IpPool | Stream::SpiderIpPool => format!("{}/{address}", key.1),
+            _ => key.1.to_string(),
+        },
+        subject_uid(key, record_uid, address).into_owned(),
+    )
+}
+
+/// The uid of an allocation's alert subject (see [`subject`]); allocates only for pool
+/// entries.
+fn subject_uid<'a>(key: &RecordKey, record_uid: &'a str, address: &str) -> Cow<'a, str> {
+    match key.0 {
+        Stream::IpPool | Stream::SpiderIpPool => Cow::Owned(format!("{record_uid}/{address}")),
+        _ => Cow::Borrowed(record_uid),
+    }
+}
+
+impl Rule for IpWithoutPod {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn on_change(&mut self, ctx: &mut Context<'_>, change: &Change<'_>) {
+        let stream = change.stream();
+        if HOLDING_STREAMS.contains(&stream) && !change.is_list_end() {
+            let key = change.key();
+            if let Some(removed) = change.removed() {
+                for holding in change.held_before() {
+                    self.forget(ctx, &key, &removed.uid, holding.address, change.event);
+                }
+            }
+            if let (Some(after), None) = (change.after, change.removed()) {
+                for released in change.released {
+                    self.forget(ctx, &key, &after.uid, &released.address, change.event);
+                }
+            }
+            if let Some(after) = change.after {
+                let termination_changed =
+                    change.before.map(|b| b.is_terminating()) != Some(after.is_terminating());
+                if change.reindexed || termination_changed {
+                    for holding in change.held_after() {
+                        self.evaluate_holding(ctx, &key, after, holding, change.event);
+                    }
+                }
+            }
+            if stream == Stream::SpiderEndpoint && change.reindexed {
+                // An endpoint says whether its pod's pool entries are kept on purpose.
+                self.evaluate_owner(ctx, &change.event.name, change.event);
+            }
+            return;
+        }
+        if stream != Stream::Pod {
+            return;
+        }
+        if change.is_list_end() {
+            self.evaluate_all_without_pod(ctx, change.event);
+            return;
+        }
+        // A pod appeared, went, or changed the addresses it shows (its network-status can
+        // give a whereabouts allocation back to it); a phase change alone changes nothing.
+        let appeared = change.before.is_none() || change.removed().is_some();
+        if appeared || change.after.is_none() || shown_addresses_changed(change) {
+            self.evaluate_owner(ctx, &change.event.name, change.event);
+        }
+    }
+
+    fn on_time(&mut self, ctx: &mut Context<'_>, now_ms: i64) {
+        for (_, unit) in self.deadlines.take_due(now_ms) {
+            if let Some((key, address)) = parse_unit(&unit) {
+                if !self.deadlines.has_key_prefix(&self::unit(&key, "")) {
+                    self.waiting.remove(&key);
+                }
+                let cause = match ctx.state.get(key.0, &key.1) {
+                    Some(record) => record.last.clone(),
+                    None => continue,
+                };
+                self.evaluate(ctx, &key, &address, &cause);
+            }
+        }
+    }
+
+    fn has_due(&self, now_ms: i64) -> bool {
+        self.deadlines.any_due(now_ms)
+    }
+
+    state_is_self!();
+}
+
+/// Whether a pod's network-status changed.
+fn shown_addresses_changed(change: &Change<'_>) -> bool {
+    fn shown(record: Option<&ObjectRecord>) -> Option<&[NetworkStatus]> {
+        match record.map(ObjectRecord::part) {
+            Some(KindPart::Pod(pod)) => Some(&pod.network_status),
+            _ => None,
+        }
+    }
+    change.reindexed && shown(change.before) != shown(change.after)
+}
+
+impl IpWithoutPod {
+    /// The allocation is gone: stop its timer, resolve its alert.
+    fn forget(
+        &mut self,
+        ctx: &mut Context<'_>,
+        key: &RecordKey,
+        record_uid: &str,
+        address: &str,
+        by: &EventRef,
+    ) {
+        self.cancel(key, address);
+        let uid = subject_uid(key, record_uid, address);
+        if ctx.firing_about(NAME, &uid).is_empty() {
+            return;
+        }
+        let (_, name, _) = subject(key, record_uid, address);
+        let healed = evidence(
+            by,
+            format!("{name} no longer holds {address} ({})", by.event_type),
+        );
+        ctx.resolve_all_about(NAME, &uid, &healed);
+    }
+
+    /// Stops the allocation's timer, if it has one.
+    fn cancel(&mut self, key: &RecordKey, address: &str) {
+        if self.waiting.contains(key) {
+            self.deadlines.cancel(&unit(key, address));
+            if !self.deadlines.has_key_prefix(&unit(key, "")) {
+                self.waiting.remove(key);
+            }
+        }
+    }
+
+    /// Sets the allocation's timer.
+    fn schedule(&mut self, key: &RecordKey, address: &str, due: i64) {
+        self.deadlines.set(&unit(key, address), due);
+        self.waiting.insert(key.clone());
+    }
+
+    /// Every allocation held for the pod `owner` (it appeared, changed uid or went).
+    fn evaluate_owner(&mut self, ctx: &mut Context<'_>, owner: &str, cause: &EventRef) {
+        let state = ctx.state;
+        for key in state.held_for(owner) {
+            let Some(record) = state.get(key.0, &key.1) else {
+                continue;
+            };
+            for holding in state.holdings_of(&key) {
+                if holding.owner == owner {
+                    self.evaluate_holding(ctx, &key, record, &holding, cause);
+                }
+            }
+        }
+    }
+
+    /// After a complete list of pods: every allocation whose pod it lacked.
+    fn evaluate_all_without_pod(&mut self, ctx: &mut Context<'_>, cause: &EventRef) {
+        let mut units: BTreeSet<(RecordKey, String)> = BTreeSet::new();
+        for stream in HOLDING_STREAMS {
+            for (name, record) in ctx.state.records(stream) {
+                for holding in holdings::holdings(name, record) {
+                    if ctx.state.pod(&holding.owner).is_none() {
+                        units.insert(((stream, Arc::clone(name)), holding.address.to_owned()));
+                    }
+                }
+            }
+        }
+        for (key, address) in units {
+            self.evaluate(ctx, &key, &address, cause);
+        }
+    }
+
+    /// Fires, schedules or resolves the rule for one allocation.
+    fn evaluate(
+        &mut self,
+        ctx: &mut Context<'_>,
+        key: &RecordKey,
+        address: &str,
+        cause: &EventRef,
+    ) {
+        let state = ctx.state;
+        let Some(record) = state.get(key.0, &key.1) else {
+            self.cancel(key, address);
+            return;
+        };
+        let held = state.holdings_of(key);
+        match held.iter().find(|h| h.address == address) {
+            Some(holding) => self.evaluate_holding(ctx, key, record, holding, cause),
+            None => self.forget(ctx, key, &record.uid, address, cause),
+        }
+    }
+
+    /// Fires, schedules or resolves the rule for one holding of a live record.
+    fn evaluate_holding(
+        &mut self,
+        ctx: &mut Context<'_>,
+        key: &RecordKey,
+        record: &ObjectRecord,
+        holding: &Holding<'_>,
+        cause: &EventRef,
+    ) {
+        let state = ctx.state;
+        let address = holding.address;
+        let excluded =
+            state.is_kept(holding) || (key.0 == Stream::SpiderEndpoint && record.is_terminating());
+        let uid = match holding.owner_uid {
+            Some(uid) => Some(uid),
+            None => state.owner_uid(key, holding),
+        };
+        let gone = if excluded {
+            None
+        } else {
+            state.owner_gone_since(&holding.owner, uid)
+        };
+        let Some(gone) = gone else {
+            // The common case: its pod is there.
+            self.cancel(key, address);
+            let subject_uid = subject_uid(key, &record.uid, address);
+            if !ctx.firing_about(NAME, &subject_uid).is_empty() {
+                let what = if excluded {
+                    format!("{address} of {} is kept on purpose", holding.owner)
+                } else {
+                    format!("pod {} exists", holding.owner)
+                };
+                ctx.resolve_all_about(NAME, &subject_uid, &evidence(cause, what));
+            }
+            return;
+        };
+        let since = gone.time_ms.unwrap_or(0).max(record.first_ms.unwrap_or(0));
+        let due = since.saturating_add(ctx.config.owner_grace_ms);
+        if ctx.now_ms <= due {
+            self.schedule(key, address, due);
+            return;
+        }
+        self.cancel(key, address);
+        let finding = finding(ctx.config.owner_grace_ms, key, record, holding, uid, gone);
+        ctx.fire_at(finding, due);
+    }
+}
+
+fn finding(
+    grace_ms: i64,
+    key: &RecordKey,
+    record: &ObjectRecord,
+    holding: &Holding<'_>,
+    owner_uid: Option<&str>,
+    gone: &EventRef,
+) -> Finding {
+    let (subject_kind, subject_name, subject_uid) = subject(key, &record.uid, holding.address);
+    let address = &holding.address;
+    let owner = &holding.owner;
+    let pod = match owner_uid {
+        Some(uid) => format!("{owner} (uid {uid})"),
+        None => owner.to_string(),
+    };
+    let record_text = format!("{} {}", key.0.kind(), key.1);
+    let pool = holding.scope.place().to_owned();
+    Finding {
+        rule: NAME,
+        severity: Severity::Warning,
+        subject_kind,
+        subject_name,
+        subject_uid,
+        scope: None,
+        subnet: Some(pool),
+        summary: format!(
+            "{record_text} still holds {address} for pod {pod}, which has been gone for more than {}: the address is lost until it is released",
+            duration_text(grace_ms)
+        ),
+        fix: Some(fix(key, record, holding)),
+        cleanup: None,
+        evidence: vec![
+            evidence(gone, format!("Pod {pod} is gone ({})", gone.event_type)),
+            evidence(&record.last, format!("{record_text} holds {address} for {owner}")),
+        ],
+    }
+}
+
+/// How to release the address by hand, for each kind of record.
+fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String {
+    let resource = key.0.spec().map_or_else(String::new, |k| k.resource());
+    match record.part() {
+        KindPart::Ip(_) => format!(
+            "Delete the IP so that kube-ovn releases the address: {}",
+            crate::analysis::fix::delete("ip", &key.1)
+        ),
+        KindPart::IpPool(pool) => {
+            let offset = pool
+                .allocations
+                .iter()
+                .find(|a| a.address == holding.address)
+                .map_or("<offset>", |a| a.offset.as_str());
+            let command = match offset.parse::<u64>() {
+                Ok(offset) => crate::analysis::fix::json_patch(
+                    &resource,
+                    &key.1,
+                    record.resource_version(),
+                    vec![serde_json::json!({"op": "remove", "path": format!("/spec/allocations/{offset}")})],
+                ),
+                Err(_) => crate::analysis::fix::NO_COMMAND.to_owned(),
+            };
+            format!(
+                "whereabouts' ip-reconciler releases it on its next run; to release it now: {command}"
+            )
+        }
+        KindPart::SpiderIpPool(_) => format!(
+            "spiderpool's garbage collector releases entries of gone pods (every 10 min by default); if it does not, check spiderpool-controller's logs for pool {}",
+            key.1
+        ),
+        _ => format!("Delete it: {}", crate::analysis::fix::delete(&resource, &key.1)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{t, transitions, MIN};
+    use super::NAME;
+    use ipaudit_schemas::builders::EventBuilder;
+
+    fn ip(pod_type: &str) -> EventBuilder {
+        EventBuilder::ip("web-0.default", "ovn-default").ip_of(
+            "default",
+            "web-0",
+            "10.16.0.9",
+            pod_type,
+        )
+    }
+
+    fn pod() -> EventBuilder {
+        EventBuilder::pod("default", "web-0").uid("p1")
+    }
+
+    #[test]
+    fn a_plain_pods_ip_outliving_its_pod_past_the_grace_is_reported_at_the_deadline() {
+        let got = transitions(vec![
+            pod().rv(1).at(0).added(),
+            ip("").rv(2).at(1).added(),
+            pod().rv(3).at(MIN).deleted(),
+            EventBuilder::pod("default", "other")
+                .rv(4)
+                .at(12 * MIN)
+                .added(),
+        ]);
+        assert_eq!(got, [t(NAME, "firing", "web-0.default")]);
+    }
+
+    #[test]
+    fn an_ip_released_within_the_grace_or_kept_on_purpose_is_not_reported() {
+        let released = transitions(vec![
+            pod().rv(1).at(0).added(),
+            ip("").rv(2).at(1).added(),
+            pod().rv(3).at(MIN).deleted(),
+            ip("").rv(4).at(2 * MIN).deleted(),
+            EventBuilder::pod("default", "other")
+                .rv(5)
+                .at(30 * MIN)
+                .added(),
+        ]);
+        assert!(released.is_empty(), "{released:?}");
+        for kept in ["StatefulSet", "VirtualMachine"] {
+            let got = transitions(vec![
+                pod().rv(1).at(0).added(),
+                ip(kept).rv(2).at(1).added(),
+                pod().rv(3).at(MIN).deleted(),
+                EventBuilder::pod("default", "other")
+                    .rv(4)
+                    .at(30 * MIN)
+                    .added(),
+            ]);
+            assert!(got.is_empty(), "{kept}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn a_spiderpool_entry_of_a_replaced_pod_uid_is_reported_but_not_a_vm_kept_one() {
+        let pool = || EventBuilder::spider_pool("pool-a", "172.18.0.0/16");
+        let got = transitions(vec![
+            EventBuilder::pod("default", "api")
+                .uid("old")
+                .rv(1)
+                .at(0)
+                .added(),
+            pool()
+                .entry("172.18.40.10", "default/api", "old")
+                .rv(2)
+                .at(1)
+                .added(),
+            EventBuilder::pod("default", "api")
+                .uid("new")
+                .rv(3)
+                .at(MIN)
+                .added(),
+            EventBuilder::pod("default", "other")
+                .rv(4)
+                .at(12 * MIN)
+                .added(),
+        ]);
+        assert_eq!(got, [t(NAME, "firing", "pool-a/172.18.40.10")]);
+        let got = transitions(vec![
+            EventBuilder::pod("vms", "virt-launcher-vm1-a")
+                .uid("l1")
+                .rv(1)
+                .at(0)
+                .added(),
+            EventBuilder::spider_endpoint("vms", "vm1", "l1")
+                .endpoint_ip("172.18.40.11/16", "pool-a")
+                .owner_controller("VirtualMachineInstance")
+                .rv(2)
+                .at(1)
+                .added(),
+            pool()
+                .entry("172.18.40.11", "vms/vm1", "l1")
+                .rv(3)
+                .at(2)
+                .added(),
+            EventBuilder::pod("vms", "virt-launcher-vm1-a")
+                .uid("l1")
+                .rv(4)
+                .at(MIN)
+                .deleted(),
+            EventBuilder::pod("default", "other")
+                .rv(5)
+                .at(30 * MIN)
+                .added(),
+        ]);
+        assert!(got.is_empty(), "{got:?}");
+    }
+}

@@ -1,0 +1,649 @@
+//! `analyzer run`: the same core as replay, fed by a Kafka consumer group on
+//! `ipaudit.events`. Offsets are checkpointed in SQLite with the analysis they correspond
+//! to, and a restart resumes from there (the rebalance callback assigns partitions at the
+//! stored offsets, see [`crate::live::group`]); after each checkpoint they are also committed to
+//! Kafka, for lag monitors only. Alert transitions go to the store's outbox as they
+//! happen, and from there to every sink. `/metrics`, `/healthz` and `/readyz` are served
+//! on `--listen`.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipaudit_runtime::telemetry::InternalEvent as _;
+use ipaudit_schemas::{decode, WatchEvent};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::{watch, Notify};
+use tracing::{info, warn};
+
+use crate::analysis::engine::{Analyzer, AnalyzerConfig, Output};
+use crate::live::group::{
+    GroupContext, GroupEvent, GroupShared, PartitionMap, SnapshotScan, Start,
+};
+use crate::live::metrics::Metrics;
+use crate::live::sinks::{run_delivery, AlertSink, DeliveryConfig};
+use crate::live::store::{Store, StoreError};
+use crate::live::telemetry::{
+    CheckpointWritten, EventConsumed, MessageUndecodable, OffsetOutOfRange, SnapshotRebuildStarted,
+};
+
+/// How the live analyzer runs.
+pub struct LiveConfig {
+    /// The brokers and how to reach them (TLS, SASL, the operator's librdkafka settings).
+    pub connection: ipaudit_runtime::kafka::Connection,
+    /// The events topic.
+    pub topic: String,
+    /// The consumer group.
+    pub group_id: String,
+    /// Where the store lives.
+    pub state_dir: PathBuf,
+    /// The core's settings (one analysis per cluster id).
+    pub analyzer: AnalyzerConfig,
+    /// How often the analysis and offsets are checkpointed.
+    pub checkpoint_interval: Duration,
+    /// Where alerts go.
+    pub sinks: Vec<AlertSink>,
+    /// Stop once every assigned partition has been read to its end (catch-up runs and
+    /// benchmarks), after a last checkpoint and delivery.
+    pub exit_at_end: bool,
+    /// Without local state, start at the latest snapshot in the topic (else at its start).
+    pub start_at_snapshot: bool,
+    /// Static group membership (`group.instance.id`); `None`: dynamic membership.
+    pub instance_id: Option<String>,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; `None`: nowhere.
+    pub listen: Option<SocketAddr>,
+    /// A sink seen for the first time gets the whole stored history, not only what comes
+    /// after it was added.
+    pub sink_from_beginning: bool,
+    /// The counters (shared with the HTTP endpoint; a fresh set by default).
+    pub metrics: Metrics,
+}
+
+/// Why the live analyzer stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// Kafka refused the consumer or the subscription.
+    #[error("Kafka consumer")]
+    Kafka(#[from] KafkaError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The partition map in the store failed.
+    #[error(transparent)]
+    PartitionMap(#[from] crate::live::group::PartitionMapError),
+    /// The metrics endpoint cannot listen.
+    #[error("cannot serve metrics on {addr}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The state directory is unusable.
+    #[error("cannot create state directory {path}")]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs until `shutdown` resolves; checkpoints on the way out.
+pub async fn run(
+    mut config: LiveConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), LiveError> {
+    std::fs::create_dir_all(&config.state_dir).map_err(|source| LiveError::StateDir {
+        path: config.state_dir.clone(),
+        source,
+    })?;
+    let metrics = config.metrics.clone();
+    let (stop, stop_rx) = watch::channel(false);
+    if let Some(addr) = config.listen {
+        let bound = crate::live::http::serve(addr, metrics.clone(), stop_rx.clone())
+            .await
+            .map_err(|source| LiveError::Listen { addr, source })?;
+        info!(%bound, "serving /metrics, /healthz and /readyz");
+    }
+    let store_path = config.state_dir.join("analyzer.db");
+    let (mut store, _) = Store::open_or_set_aside(&store_path)?;
+    let mut partitions = PartitionMap::open(&store_path, &config.topic)?;
+    let (restored, offsets) = restore_checkpoint(&mut store, &config.topic, &config.analyzer)?;
+    info!(
+        clusters = restored.len(),
+        ?offsets,
+        "checkpoint read; clusters resume as their partitions are assigned"
+    );
+    // Restored clusters wait here until their partition is assigned: a cluster whose
+    // partition went to another instance is never ticked here.
+    let mut parked = restored;
+    let shared = GroupShared::new(offsets);
+    let context = GroupContext {
+        topic: config.topic.clone(),
+        shared: shared.clone(),
+        snapshot: config.start_at_snapshot.then(|| SnapshotScan {
+            connection: config.connection.clone(),
+        }),
+        metrics: metrics.clone(),
+    };
+    let consumer = consumer(&config, context)?;
+
+    let stored = Arc::new(Notify::new());
+    let mut deliveries = Vec::new();
+    let delivery = DeliveryConfig {
+        store_path: store_path.clone(),
+        from_beginning: config.sink_from_beginning,
+        metrics: metrics.clone(),
+    };
+    for sink in std::mem::take(&mut config.sinks) {
+        deliveries.push(tokio::spawn(run_delivery(
+            sink,
+            delivery.clone(),
+            Arc::clone(&stored),
+            stop_rx.clone(),
+        )));
+    }
+    let mut analyzers: HashMap<String, Analyzer> = HashMap::new();
+    let mut owned: HashSet<i32> = HashSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut checkpoint = tokio::time::interval(config.checkpoint_interval);
+    let mut outputs = Vec::new();
+    let mut at_end = HashSet::new();
+    let mut last_checkpoint_cost = Duration::ZERO;
+    loop {
+        tokio::select! {
+            message = consumer.recv() => match message {
+                Ok(message) => {
+                    let (partition, offset) = (message.partition(), message.offset());
+                    match message.payload().map(decode::<WatchEvent>) {
+                        Some(Ok(event)) => {
+                            let span = tracing::debug_span!(
+                                "consume",
+                                partition,
+                                offset,
+                                cluster = %event.cluster_id,
+                                stream = event.stream.as_str(),
+                                object = %event.object_key(),
+                                resource_version = %event.resource_version,
+                            );
+                            let _entered = span.enter();
+                            EventConsumed { stream: event.stream, event_type: event.event_type }.emit(&metrics);
+                            if !analyzers.contains_key(&event.cluster_id) {
+                                partitions.seen(&event.cluster_id, partition)?;
+                            }
+                            let analyzer = analyzers
+                                .entry(event.cluster_id.clone())
+                                .or_insert_with(|| Analyzer::new(config.analyzer.clone()));
+                            analyzer.step(event, &mut outputs);
+                        }
+                        Some(Err(error)) => {
+                            MessageUndecodable { partition, offset, error: &error }.emit(&metrics);
+                            store.dead_letter(&config.topic, partition, offset, &error.to_string(), message.payload())?;
+                        }
+                        None => {
+                            MessageUndecodable { partition, offset, error: &"empty message" }.emit(&metrics);
+                            store.dead_letter(&config.topic, partition, offset, "empty message", None)?;
+                        }
+                    }
+                    shared.next.lock().unwrap_or_else(|e| e.into_inner()).insert(partition, offset + 1);
+                    at_end.remove(&partition);
+                }
+                Err(KafkaError::PartitionEOF(partition)) => {
+                    at_end.insert(partition);
+                    metrics.lag(partition, 0);
+                    let assigned = consumer.assignment().map(|a| a.count()).unwrap_or(usize::MAX);
+                    if config.exit_at_end && at_end.len() >= assigned {
+                        info!("every assigned partition read to its end");
+                        for analyzer in analyzers.values_mut() {
+                            analyzer.finish(None, &mut outputs);
+                        }
+                        store_alerts(&mut store, &mut outputs, &stored, &metrics)?;
+                        break;
+                    }
+                }
+                Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) => {
+                    // A checkpointed offset outside the log (retention deleted what it
+                    // points to): the state it goes with cannot be continued.
+                    let out_of_range = out_of_range_partitions(&consumer, &config.topic, &owned, &shared);
+                    for partition in out_of_range {
+                        drop_partition(&mut store, &config.topic, &mut analyzers, &partitions, partition, &metrics, &shared)?;
+                        let start = rebuild_start(&config, partition, &metrics);
+                        OffsetOutOfRange { partition, start }.emit(&metrics);
+                        let offset = match start {
+                            Start::Snapshot(n) | Start::Checkpoint(n) => {
+                                shared.next.lock().unwrap_or_else(|e| e.into_inner()).insert(partition, n);
+                                Offset::Offset(n)
+                            }
+                            Start::Beginning => Offset::Beginning,
+                        };
+                        if let Err(error) = consumer.seek(&config.topic, partition, offset, Duration::from_secs(10)) {
+                            warn!(%error, partition, "cannot move to the rebuild offset");
+                        }
+                    }
+                }
+                Err(error) => warn!(%error, "consumer error"),
+            },
+            _ = tick.tick() => {
+                let now = crate::live::clock::now_ms();
+                for analyzer in analyzers.values_mut() {
+                    analyzer.tick(now, &mut outputs);
+                }
+                report_lag(&owned, &shared, &metrics);
+            }
+            _ = checkpoint.tick() => {
+                // A checkpoint costs time in proportion to the state: never spend more than
+                // a tenth of the time on them.
+                if last_checkpoint_cost * 10 <= config.checkpoint_interval {
+                    let span = tracing::debug_span!("checkpoint", topic = %config.topic, clusters = analyzers.len());
+                    let _entered = span.enter();
+                    let started = std::time::Instant::now();
+                    save(&mut store, &config.topic, &analyzers, &shared)?;
+                    last_checkpoint_cost = started.elapsed();
+                    CheckpointWritten { clusters: analyzers.len(), took: last_checkpoint_cost }.emit(&metrics);
+                    commit_offsets(&consumer, &config.topic, &owned, &shared);
+                    for (cluster, analyzer) in &analyzers {
+                        metrics.analysis_problems(cluster, &analyzer.stats());
+                    }
+                } else {
+                    last_checkpoint_cost = last_checkpoint_cost.saturating_sub(config.checkpoint_interval / 10);
+                }
+            }
+            _ = &mut shutdown => break,
+        }
+        for event in shared.take_events() {
+            apply_group_event(
+                event,
+                GroupState {
+                    store: &mut store,
+                    topic: &config.topic,
+                    analyzer_config: &config.analyzer,
+                    analyzers: &mut analyzers,
+                    parked: &mut parked,
+                    owned: &mut owned,
+                    partitions: &partitions,
+                    metrics: &metrics,
+                    shared: &shared,
+                },
+            )?;
+        }
+        store_alerts(&mut store, &mut outputs, &stored, &metrics)?;
+    }
+    save(&mut store, &config.topic, &analyzers, &shared)?;
+    commit_offsets(&consumer, &config.topic, &owned, &shared);
+    let _ = stop.send(true);
+    for delivery in deliveries {
+        if let Ok(Err(error)) = delivery.await {
+            warn!(%error, "a sink stopped with an error");
+        }
+    }
+    Ok(())
+}
+
+/// The group consumer: manual offsets (the store holds them), static membership when an
+/// instance id is given, statistics for the lag, and an error rather than a silent jump
+/// when a checkpointed offset is outside the log.
+fn consumer(
+    config: &LiveConfig,
+    context: GroupContext,
+) -> Result<StreamConsumer<GroupContext>, KafkaError> {
+    let mut client = ClientConfig::new();
+    client
+        .set("group.id", &config.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "error")
+        .set("session.timeout.ms", "10000")
+        // Brokers that count a member's last contact from its join and heartbeats only
+        // (tansu) expire a member still syncing after one session with librdkafka's 3 s.
+        .set("heartbeat.interval.ms", "1000")
+        .set("statistics.interval.ms", "1000")
+        // Alerts within seconds: do not let the broker hold a fetch for librdkafka's 500 ms.
+        .set("fetch.wait.max.ms", "100")
+        .set(
+            "enable.partition.eof",
+            if config.exit_at_end { "true" } else { "false" },
+        );
+    if let Some(instance) = config.instance_id.as_ref().filter(|i| !i.is_empty()) {
+        client.set("group.instance.id", instance);
+    }
+    config.connection.apply(&mut client);
+    let consumer: StreamConsumer<GroupContext> = client.create_with_context(context)?;
+    consumer.subscribe(&[&config.topic])?;
+    Ok(consumer)
+}
+
+/// What applying a group change touches.
+struct GroupState<'a> {
+    store: &'a mut Store,
+    topic: &'a str,
+    analyzer_config: &'a AnalyzerConfig,
+    analyzers: &'a mut HashMap<String, Analyzer>,
+    parked: &'a mut HashMap<String, Analyzer>,
+    owned: &'a mut HashSet<i32>,
+    partitions: &'a PartitionMap,
+    metrics: &'a Metrics,
+    shared: &'a GroupShared,
+}
+
+/// Restores the clusters of newly assigned partitions (from the checkpoint read at start,
+/// else from the store), and checkpoints and drops those of revoked ones.
+fn apply_group_event(event: GroupEvent, state: GroupState<'_>) -> Result<(), LiveError> {
+    match event {
+        GroupEvent::Revoked(revoked) => {
+            save(state.store, state.topic, state.analyzers, state.shared)?;
+            for partition in revoked {
+                state.owned.remove(&partition);
+                state.metrics.partition_revoked(partition);
+                let gone: Vec<String> = state
+                    .analyzers
+                    .keys()
+                    .filter(|c| state.partitions.partition_of(c) == Some(partition))
+                    .cloned()
+                    .collect();
+                for cluster in gone {
+                    state.analyzers.remove(&cluster);
+                    state.metrics.cluster_dropped(&cluster);
+                }
+            }
+        }
+        GroupEvent::Assigned(starts) => {
+            let mut from_store = None;
+            for (partition, start) in starts {
+                state.owned.insert(partition);
+                if !matches!(start, Start::Checkpoint(_)) {
+                    // No state here: what the partition holds is rebuilt from `start`.
+                    continue;
+                }
+                let waiting: Vec<String> = state
+                    .parked
+                    .keys()
+                    .filter(|c| state.partitions.belongs(c, partition))
+                    .cloned()
+                    .collect();
+                for cluster in waiting {
+                    if let Some(analyzer) = state.parked.remove(&cluster) {
+                        resume(state.metrics, state.analyzers, cluster, analyzer);
+                    }
+                }
+                // Clusters checkpointed here before the partition went away and came back.
+                let states = match &from_store {
+                    Some(states) => states,
+                    None => from_store.insert(state.store.load_checkpoint(state.topic)?.0),
+                };
+                for (cluster, bytes) in states {
+                    if state.analyzers.contains_key(cluster)
+                        || state.partitions.partition_of(cluster) != Some(partition)
+                    {
+                        continue;
+                    }
+                    match Analyzer::from_checkpoint(bytes, state.analyzer_config.clone()) {
+                        Ok(analyzer) => {
+                            resume(state.metrics, state.analyzers, cluster.clone(), analyzer)
+                        }
+                        Err(error) => {
+                            warn!(%error, %cluster, partition, "cannot read this cluster's checkpoint")
+                        }
+                    }
+                }
+            }
+            // Whatever is still parked belongs to partitions another instance owns.
+            state.parked.clear();
+        }
+    }
+    Ok(())
+}
+
+fn resume(
+    metrics: &Metrics,
+    analyzers: &mut HashMap<String, Analyzer>,
+    cluster: String,
+    analyzer: Analyzer,
+) {
+    for alert in analyzer.active_alerts().iter() {
+        metrics.alert(alert);
+    }
+    info!(%cluster, "cluster resumed from the checkpoint");
+    analyzers.insert(cluster, analyzer);
+}
+
+/// Drops a partition's clusters (memory and checkpoint) before it is rebuilt.
+fn drop_partition(
+    store: &mut Store,
+    topic: &str,
+    analyzers: &mut HashMap<String, Analyzer>,
+    partitions: &PartitionMap,
+    partition: i32,
+    metrics: &Metrics,
+    shared: &GroupShared,
+) -> Result<(), LiveError> {
+    let gone: Vec<String> = analyzers
+        .keys()
+        .filter(|c| partitions.partition_of(c) == Some(partition))
+        .cloned()
+        .collect();
+    for cluster in &gone {
+        analyzers.remove(cluster);
+        metrics.cluster_dropped(cluster);
+    }
+    shared
+        .next
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&partition);
+    // The rebuilt analyses overwrite the dropped ones at the next checkpoint (same ids).
+    save(store, topic, analyzers, shared)?;
+    Ok(())
+}
+
+/// Where a partition whose offset is outside the log starts again.
+fn rebuild_start(config: &LiveConfig, partition: i32, metrics: &Metrics) -> Start {
+    if !config.start_at_snapshot {
+        return Start::Beginning;
+    }
+    let found = crate::live::group::blocking(|| {
+        crate::live::start_offset::latest_snapshot_offset(
+            &config.connection,
+            &config.topic,
+            partition,
+        )
+    });
+    match found {
+        Ok(offset) => {
+            SnapshotRebuildStarted { partition, offset }.emit(metrics);
+            Start::Snapshot(offset)
+        }
+        Err(error) => {
+            warn!(%error, partition, "cannot find the latest snapshot; reading the partition from its start");
+            Start::Beginning
+        }
+    }
+}
+
+/// The owned partitions whose next offset lies outside [log start, log end].
+fn out_of_range_partitions(
+    consumer: &StreamConsumer<GroupContext>,
+    topic: &str,
+    owned: &HashSet<i32>,
+    shared: &GroupShared,
+) -> Vec<i32> {
+    let next = shared
+        .next
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut out = Vec::new();
+    for partition in owned {
+        let Some(offset) = next.get(partition).copied() else {
+            continue;
+        };
+        let marks = crate::live::group::blocking(|| {
+            consumer.fetch_watermarks(topic, *partition, Duration::from_secs(10))
+        });
+        match marks {
+            Ok((low, high)) if offset < low || offset > high => out.push(*partition),
+            Ok(_) => {}
+            Err(error) => warn!(%error, partition, "cannot read the partition's bounds"),
+        }
+    }
+    out
+}
+
+/// Sets each owned partition's lag from its end (librdkafka's statistics) and the next
+/// offset to consume.
+fn report_lag(owned: &HashSet<i32>, shared: &GroupShared, metrics: &Metrics) {
+    let high = shared
+        .high_watermarks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let next = shared.next.lock().unwrap_or_else(|e| e.into_inner());
+    for partition in owned {
+        if let (Some(high), Some(next)) = (high.get(partition), next.get(partition)) {
+            metrics.lag(*partition, high - next);
+        }
+    }
+}
+
+/// Commits the checkpointed offsets of the owned partitions to Kafka, for lag tools (the
+/// store, not Kafka, is where a restart resumes).
+fn commit_offsets(
+    consumer: &StreamConsumer<GroupContext>,
+    topic: &str,
+    owned: &HashSet<i32>,
+    shared: &GroupShared,
+) {
+    let next = shared
+        .next
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut list = TopicPartitionList::new();
+    for partition in owned {
+        if let Some(offset) = next.get(partition) {
+            let _ = list.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+        }
+    }
+    if list.count() > 0 {
+        if let Err(error) = consumer.commit(&list, CommitMode::Async) {
+            warn!(%error, "cannot commit offsets to Kafka (lag monitors will lag)");
+        }
+    }
+}
+
+/// One analysis per cluster id.
+type Analyses = HashMap<String, Analyzer>;
+
+/// The analyses and offsets of the store's checkpoint. A checkpoint this build cannot
+/// read (corrupt, or of a format it does not know) is set aside whole, with a warning, so
+/// that every cluster is rebuilt from the topic rather than the process stopping at every
+/// start: offsets without their analysis are worthless.
+fn restore_checkpoint(
+    store: &mut Store,
+    topic: &str,
+    config: &AnalyzerConfig,
+) -> Result<(Analyses, HashMap<i32, i64>), StoreError> {
+    let (states, offsets) = store.load_checkpoint(topic)?;
+    let mut analyzers = HashMap::new();
+    for (cluster, state) in states {
+        match Analyzer::from_checkpoint(&state, config.clone()) {
+            Ok(analyzer) => {
+                analyzers.insert(cluster, analyzer);
+            }
+            Err(error) => {
+                let reason = format!("cluster {cluster}: {error}");
+                let moved = store.set_aside_checkpoint(&reason)?;
+                warn!(%error, %cluster, clusters = moved, "cannot read the checkpoint: set aside; rebuilding from the topic");
+                return Ok((HashMap::new(), HashMap::new()));
+            }
+        }
+    }
+    Ok((analyzers, offsets))
+}
+
+/// Puts the alert transitions of `outputs` in the store's outbox and wakes the sinks.
+fn store_alerts(
+    store: &mut Store,
+    outputs: &mut Vec<Output>,
+    stored: &Notify,
+    metrics: &Metrics,
+) -> Result<(), StoreError> {
+    let alerts: Vec<_> = outputs
+        .drain(..)
+        .filter_map(|o| match o {
+            Output::Alert(alert) => Some(alert),
+            Output::NewEpoch(change) => {
+                warn!(
+                    ?change,
+                    "resourceVersions went backwards: a new epoch starts"
+                );
+                None
+            }
+        })
+        .collect();
+    for alert in &alerts {
+        metrics.alert(alert);
+    }
+    if !alerts.is_empty() && store.add_transitions(&alerts)? > 0 {
+        stored.notify_waiters();
+    }
+    Ok(())
+}
+
+fn save(
+    store: &mut Store,
+    topic: &str,
+    analyzers: &HashMap<String, Analyzer>,
+    shared: &GroupShared,
+) -> Result<(), StoreError> {
+    let offsets = shared
+        .next
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    store.checkpoint(
+        topic,
+        analyzers.iter().map(|(c, a)| (c.as_str(), a.checkpoint())),
+        &offsets,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_checkpoint_is_set_aside_whole_and_rebuilt_from_the_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("analyzer.db")).unwrap();
+        let config = AnalyzerConfig::default();
+        let good = Analyzer::new(config.clone()).checkpoint();
+        // The shape of a checkpoint written before issue 8 (per-kind maps, no rules).
+        let old = br#"{"dedupe":{},"state":{"ips":{},"subnets":{},"pods":{}},"timers":{}}"#;
+        let offsets = HashMap::from([(0, 42)]);
+        store
+            .checkpoint("t", [("a", good.clone()), ("b", old.to_vec())], &offsets)
+            .unwrap();
+        let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
+        assert!(analyzers.is_empty() && kept.is_empty());
+        let (states, kept) = store.load_checkpoint("t").unwrap();
+        assert!(
+            states.is_empty() && kept.is_empty(),
+            "set aside, not read again"
+        );
+        store.checkpoint("t", [("a", good)], &offsets).unwrap();
+        let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
+        assert_eq!(analyzers.len(), 1);
+        assert_eq!(kept, offsets);
+    }
+}

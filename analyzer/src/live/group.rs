@@ -1,0 +1,347 @@
+//! The analyzer's place in its consumer group. Each instance is a static member
+//! (`group.instance.id`, by default the host name, which is the pod name of a
+//! StatefulSet), so a restarted instance gets its partitions back at once, with the state
+//! it checkpointed. The rebalance callback decides where each assigned partition starts:
+//!
+//! - at the checkpointed offset when this instance has state for it;
+//! - else at the partition's latest snapshot (`--start-from snapshot`), so that a
+//!   partition moved here from another instance is rebuilt without reading its history;
+//! - else at its start.
+//!
+//! It then hands the change to the consume loop as a [`GroupEvent`]: the loop restores or
+//! drops the clusters of those partitions (a revoked partition's clusters are checkpointed
+//! and dropped, so they are no longer ticked). Which partition a cluster's events come in
+//! is learned from the messages and kept in the store ([`PartitionMap`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ipaudit_runtime::telemetry::InternalEvent as _;
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::statistics::Statistics;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
+use rusqlite::{params, Connection};
+use tracing::warn;
+
+use crate::live::metrics::Metrics;
+use crate::live::telemetry::{PartitionsAssigned, PartitionsRevoked, SnapshotRebuildStarted};
+
+/// Where an assigned partition starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// At the offset checkpointed with this instance's state for it.
+    Checkpoint(i64),
+    /// At its latest snapshot: no state here.
+    Snapshot(i64),
+    /// At its beginning: no state here and no snapshot wanted (or found).
+    Beginning,
+}
+
+/// A change of this instance's partitions, for the consume loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupEvent {
+    /// These partitions are now this instance's (the whole assignment).
+    Assigned(Vec<(i32, Start)>),
+    /// These partitions were taken away.
+    Revoked(Vec<i32>),
+}
+
+/// What the rebalance callback shares with the consume loop.
+#[derive(Clone)]
+pub struct GroupShared {
+    /// Next offset per partition this instance has state for (consumed or checkpointed).
+    pub next: Arc<Mutex<HashMap<i32, i64>>>,
+    /// Changes not yet applied by the loop.
+    pub events: Arc<Mutex<Vec<GroupEvent>>>,
+    /// Each partition's end, from librdkafka's statistics (for the lag).
+    pub high_watermarks: Arc<Mutex<HashMap<i32, i64>>>,
+}
+
+impl GroupShared {
+    /// Shared state starting from the checkpointed offsets.
+    pub fn new(next: HashMap<i32, i64>) -> Self {
+        GroupShared {
+            next: Arc::new(Mutex::new(next)),
+            events: Arc::default(),
+            high_watermarks: Arc::default(),
+        }
+    }
+
+    /// Takes the changes to apply.
+    pub fn take_events(&self) -> Vec<GroupEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// How to find a partition's latest snapshot.
+#[derive(Clone)]
+pub struct SnapshotScan {
+    /// How to reach the brokers.
+    pub connection: ipaudit_runtime::kafka::Connection,
+}
+
+/// The consumer's context: assigns partitions where their state is (see the module doc).
+pub struct GroupContext {
+    /// The events topic.
+    pub topic: String,
+    /// Shared with the loop.
+    pub shared: GroupShared,
+    /// Without state, start at the latest snapshot (else at the beginning).
+    pub snapshot: Option<SnapshotScan>,
+    /// Counters.
+    pub metrics: Metrics,
+}
+
+impl ClientContext for GroupContext {
+    fn stats(&self, statistics: Statistics) {
+        let Some(topic) = statistics.topics.get(&self.topic) else {
+            return;
+        };
+        let mut high = self
+            .shared
+            .high_watermarks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (partition, stats) in &topic.partitions {
+            if *partition >= 0 && stats.hi_offset >= 0 {
+                high.insert(*partition, stats.hi_offset);
+            }
+        }
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let mut starts = Vec::new();
+                for partition in partitions {
+                    let start = self.start_of(partition);
+                    let offset = match start {
+                        Start::Checkpoint(n) | Start::Snapshot(n) => Offset::Offset(n),
+                        Start::Beginning => Offset::Beginning,
+                    };
+                    if let Err(error) = tpl.set_partition_offset(&self.topic, partition, offset) {
+                        warn!(%error, partition, "cannot set the start offset");
+                    }
+                    starts.push((partition, start));
+                }
+                PartitionsAssigned { starts: &starts }.emit(&self.metrics);
+                if let Err(error) = consumer.assign(tpl) {
+                    warn!(%error, "assign failed");
+                }
+                self.push(GroupEvent::Assigned(starts));
+            }
+            _ => {
+                PartitionsRevoked {
+                    partitions: &partitions,
+                }
+                .emit(&self.metrics);
+                if let Err(error) = consumer.unassign() {
+                    warn!(%error, "unassign failed");
+                }
+                self.push(GroupEvent::Revoked(partitions));
+            }
+        }
+    }
+}
+
+impl GroupContext {
+    fn push(&self, event: GroupEvent) {
+        self.shared
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event);
+    }
+
+    /// Where `partition` starts: its checkpoint, else its latest snapshot, else its start.
+    fn start_of(&self, partition: i32) -> Start {
+        let stored = self
+            .shared
+            .next
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&partition)
+            .copied();
+        if let Some(next) = stored {
+            return Start::Checkpoint(next);
+        }
+        let Some(scan) = &self.snapshot else {
+            return Start::Beginning;
+        };
+        // The scan blocks (it reads the partition's tail); the callback runs inside the
+        // consumer's poll, which waits for the assignment anyway.
+        let found = blocking(|| {
+            crate::live::start_offset::latest_snapshot_offset(
+                &scan.connection,
+                &self.topic,
+                partition,
+            )
+        });
+        match found {
+            Ok(offset) => {
+                SnapshotRebuildStarted { partition, offset }.emit(&self.metrics);
+                self.shared
+                    .next
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(partition, offset);
+                Start::Snapshot(offset)
+            }
+            Err(error) => {
+                warn!(%error, partition, "cannot find the latest snapshot; reading the partition from its start");
+                Start::Beginning
+            }
+        }
+    }
+}
+
+/// Runs blocking work from inside the async consume loop without starving the runtime's
+/// other tasks (on a multi-threaded runtime; elsewhere it simply runs).
+pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
+}
+
+/// This instance's member id in the group: `--instance-id`, else the host name (a
+/// StatefulSet pod's name, stable across restarts). An empty value means dynamic
+/// membership.
+pub fn default_instance_id() -> Option<String> {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+}
+
+/// Which partition each cluster's events come in, kept in the store file so that a
+/// restarted instance restores only the clusters of the partitions it is given.
+pub struct PartitionMap {
+    conn: Connection,
+    path: PathBuf,
+    topic: String,
+    known: HashMap<String, i32>,
+}
+
+/// Why the partition map failed (not retryable: the disk or file is broken).
+#[derive(Debug, thiserror::Error)]
+#[error("partition map in {path}")]
+pub struct PartitionMapError {
+    path: PathBuf,
+    #[source]
+    source: rusqlite::Error,
+}
+
+impl PartitionMap {
+    /// Opens the map of `topic` in the store file.
+    pub fn open(path: &Path, topic: &str) -> Result<Self, PartitionMapError> {
+        let err = |source| PartitionMapError {
+            path: path.to_owned(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(err)?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(err)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS cluster_partitions (
+                topic      TEXT NOT NULL,
+                cluster_id TEXT NOT NULL,
+                partition  INTEGER NOT NULL,
+                PRIMARY KEY (topic, cluster_id)
+            );",
+        )
+        .map_err(err)?;
+        let known = {
+            let mut stmt = conn
+                .prepare("SELECT cluster_id, partition FROM cluster_partitions WHERE topic = ?1")
+                .map_err(err)?;
+            let rows = stmt
+                .query_map([topic], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(err)?;
+            rows.collect::<Result<HashMap<_, _>, _>>().map_err(err)?
+        };
+        Ok(PartitionMap {
+            conn,
+            path: path.to_owned(),
+            topic: topic.to_owned(),
+            known,
+        })
+    }
+
+    /// The partition a cluster's events were last seen in.
+    pub fn partition_of(&self, cluster: &str) -> Option<i32> {
+        self.known.get(cluster).copied()
+    }
+
+    /// Records that `cluster`'s events come in `partition` (a write only when it changes).
+    pub fn seen(&mut self, cluster: &str, partition: i32) -> Result<(), PartitionMapError> {
+        if self.known.get(cluster) == Some(&partition) {
+            return Ok(());
+        }
+        self.conn
+            .execute(
+                "INSERT INTO cluster_partitions (topic, cluster_id, partition) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (topic, cluster_id) DO UPDATE SET partition = excluded.partition",
+                params![self.topic, cluster, partition],
+            )
+            .map_err(|source| PartitionMapError {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.known.insert(cluster.to_owned(), partition);
+        Ok(())
+    }
+
+    /// Whether `cluster` belongs to `partition`; a cluster of unknown partition (a
+    /// checkpoint older than this map) belongs to whichever partition comes first.
+    pub fn belongs(&self, cluster: &str, partition: i32) -> bool {
+        self.partition_of(cluster).is_none_or(|p| p == partition)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_partition_of_a_cluster_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        let mut map = PartitionMap::open(&path, "events").unwrap();
+        map.seen("prod", 2).unwrap();
+        map.seen("lab", 0).unwrap();
+        drop(map);
+        let map = PartitionMap::open(&path, "events").unwrap();
+        assert_eq!(map.partition_of("prod"), Some(2));
+        assert!(map.belongs("lab", 0) && !map.belongs("lab", 2));
+        assert!(map.belongs("never-seen", 7));
+        let other = PartitionMap::open(&path, "other-topic").unwrap();
+        assert_eq!(other.partition_of("prod"), None);
+    }
+
+    #[test]
+    fn a_partition_with_state_starts_at_its_checkpoint_and_one_without_at_the_beginning() {
+        let context = GroupContext {
+            topic: "events".into(),
+            shared: GroupShared::new(HashMap::from([(0, 42)])),
+            snapshot: None,
+            metrics: Metrics::new(),
+        };
+        assert_eq!(context.start_of(0), Start::Checkpoint(42));
+        assert_eq!(context.start_of(1), Start::Beginning);
+    }
+}

@@ -1,0 +1,156 @@
+//! Cleanup commands: each firing alert that carries a typed cleanup (today
+//! `ip-stuck-terminating`: remove the finalizer from that IP or SpiderEndpoint, at that uid
+//! and resourceVersion) becomes a `CleanupCommand` on the commands topic, keyed by cluster
+//! id. The analyzer never talks to the cluster; the collector of that cluster decides and
+//! acts.
+//!
+//! Each command carries the event time its alert fired (collectors refuse commands older
+//! than their `--remediate-max-age`, so replaying the topic is harmless) and, with
+//! `--commands-key-file`, an HMAC-SHA256 signature in its `signature` field (collectors
+//! with the same key refuse every command without it).
+
+use ipaudit_schemas::{encode, Alert, AlertStatus, CleanupCommand, CommandKey};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::FutureProducer;
+
+use super::kafka::{idempotent_producer, send};
+use super::SinkError;
+
+/// The command a transition asks for, if any: a firing alert's typed cleanup, which names
+/// the exact version of the object it may act on.
+pub fn command_for(alert: &Alert, issued_at_ms: i64) -> Option<CleanupCommand> {
+    if alert.status != AlertStatus::Firing {
+        return None;
+    }
+    let cleanup = alert.cleanup.as_ref()?;
+    Some(CleanupCommand {
+        command_id: format!("{}/{}", alert.alert_id, alert.fired_resource_version),
+        cluster_id: alert.cluster_id.clone(),
+        action: cleanup.action,
+        target_kind: cleanup.target_stream.kind().to_owned(),
+        target_name: match &cleanup.target_namespace {
+            Some(namespace) => format!("{namespace}/{}", cleanup.target_name),
+            None => cleanup.target_name.clone(),
+        },
+        target_uid: cleanup.target_uid.clone(),
+        expected_resource_version: cleanup.resource_version.clone(),
+        finalizer: Some(cleanup.finalizer.clone()),
+        subnet: cleanup.pool.clone(),
+        reason_alert_id: alert.alert_id.clone(),
+        issued_at_ms,
+        alert_fired_at_ms: alert.fired_at_ms,
+        signature: None,
+    })
+}
+
+/// Publishes cleanup commands, signed when it has a key.
+pub struct CommandSink {
+    topic: String,
+    producer: FutureProducer,
+    key: Option<CommandKey>,
+}
+
+impl CommandSink {
+    /// An idempotent producer to `topic` (`ipaudit.commands`); commands are signed with
+    /// `key` when one is given.
+    pub fn new(
+        connection: &ipaudit_runtime::kafka::Connection,
+        topic: &str,
+        key: Option<CommandKey>,
+    ) -> Result<Self, KafkaError> {
+        Ok(CommandSink {
+            topic: topic.to_owned(),
+            producer: idempotent_producer(connection)?,
+            key,
+        })
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub(super) async fn deliver(&self, alert: &Alert) -> Result<(), SinkError> {
+        let Some(mut command) = command_for(alert, crate::live::clock::now_ms()) else {
+            return Ok(());
+        };
+        if let Some(key) = &self.key {
+            key.sign(&mut command);
+        }
+        let payload = encode(&command).map_err(|e| SinkError::Kafka(e.to_string()))?;
+        send(
+            &self.producer,
+            &self.topic,
+            command.cluster_id.as_bytes(),
+            &payload,
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipaudit_schemas::{Cleanup, CleanupAction, Severity, Stream};
+
+    fn alert(status: AlertStatus, cleanup: Option<Cleanup>) -> Alert {
+        Alert {
+            alert_id: "a1".into(),
+            cluster_id: "prod".into(),
+            rule: "ip-stuck-terminating".into(),
+            severity: Severity::Critical,
+            status,
+            subject_kind: "IP".into(),
+            subject_name: "vm.ns".into(),
+            subject_uid: "u1".into(),
+            subnet: Some("net".into()),
+            summary: String::new(),
+            // Text for a person; a command must never be read out of it.
+            fix: Some("kubectl patch ip vm.ns ... \"value\":\"99\"".into()),
+            epoch: 0,
+            fired_at_ms: 4,
+            resolved_at_ms: None,
+            fired_resource_version: "120".into(),
+            resolved_resource_version: None,
+            evidence: Vec::new(),
+            cleanup,
+        }
+    }
+
+    fn cleanup() -> Cleanup {
+        Cleanup {
+            action: CleanupAction::RemoveFinalizer,
+            target_stream: Stream::Ip,
+            target_name: "vm.ns".into(),
+            target_namespace: None,
+            target_uid: "u1".into(),
+            resource_version: "118".into(),
+            finalizer: "kubeovn.io/kube-ovn-controller".into(),
+            pool: "net".into(),
+        }
+    }
+
+    #[test]
+    fn a_firing_alert_with_a_cleanup_gets_a_command_for_exactly_that_version() {
+        let command = command_for(&alert(AlertStatus::Firing, Some(cleanup())), 5).unwrap();
+        assert_eq!(command.target_kind, "IP");
+        assert_eq!(command.target_uid, "u1");
+        assert_eq!(command.expected_resource_version, "118");
+        assert_eq!(
+            command.finalizer.as_deref(),
+            Some("kubeovn.io/kube-ovn-controller")
+        );
+        assert_eq!(command.subnet, "net");
+        assert_eq!(command.cluster_id, "prod");
+        assert_eq!(command.command_id, "a1/120");
+        assert_eq!(command.alert_fired_at_ms, 4, "the alert's firing time");
+        assert_eq!(command.issued_at_ms, 5);
+        assert_eq!(command.signature, None, "signed by the sink, with its key");
+    }
+
+    #[test]
+    fn alerts_without_a_cleanup_and_resolutions_get_no_command() {
+        assert!(command_for(&alert(AlertStatus::Firing, None), 5).is_none());
+        assert!(command_for(&alert(AlertStatus::Resolved, Some(cleanup())), 5).is_none());
+    }
+}

@@ -1,0 +1,411 @@
+//! The live analyzer's SQLite store: checkpoints (every cluster's analysis with the offsets
+//! it corresponds to, in one transaction), the alert transitions to deliver (each at most
+//! once, by its transition id; each sink's progress through them is in
+//! [`crate::live::sinks::ledger`]), and dead letters.
+//!
+//! After a crash the analyzer restarts from the last checkpoint and consumes again from
+//! its offsets; the analysis is deterministic, so it makes the same transitions again,
+//! and the unique transition id keeps each in the outbox once.
+//!
+//! Nothing in the store may stop the analyzer from starting: a file SQLite cannot read
+//! (corrupt, not a database, or written by a newer release in a format this one does not
+//! know) is moved aside and a fresh store started ([`Store::open_or_set_aside`]); a
+//! checkpoint the analysis cannot read is moved to the `checkpoint_set_aside` table
+//! ([`Store::set_aside_checkpoint`]). Either way the analysis is rebuilt from the topic.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipaudit_schemas::Alert;
+
+use crate::analysis::alerts::transition_id;
+use rusqlite::{params, Connection};
+
+/// Why the store failed (not retryable: the disk or file is broken).
+#[derive(Debug, thiserror::Error)]
+#[error("analyzer store {path}: {context}")]
+pub struct StoreError {
+    path: PathBuf,
+    context: &'static str,
+    #[source]
+    source: Cause,
+}
+
+/// What failed underneath.
+#[derive(Debug, thiserror::Error)]
+enum Cause {
+    /// SQLite.
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    /// The file system (moving an unreadable store aside).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl StoreError {
+    /// Whether the file itself is unreadable (corrupt, not a database, or of a newer
+    /// format), as opposed to the disk or permissions failing: such a file is moved aside.
+    pub fn is_unreadable_file(&self) -> bool {
+        match &self.source {
+            Cause::Sqlite(rusqlite::Error::SqliteFailure(error, _)) => matches!(
+                error.code,
+                rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// The store file's format, kept in SQLite's `user_version`. 0 is a store from before
+/// formats existed, with the same tables. A release that changes a table bumps this and
+/// migrates the older formats in [`Store::open`].
+pub const STORE_FORMAT: i32 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS checkpoint (
+    cluster_id TEXT PRIMARY KEY,
+    state      BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS offsets (
+    topic       TEXT NOT NULL,
+    partition   INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+);
+CREATE TABLE IF NOT EXISTS transitions (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    transition_id TEXT NOT NULL UNIQUE,
+    alert         BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checkpoint_set_aside (
+    cluster_id    TEXT NOT NULL,
+    state         BLOB NOT NULL,
+    reason        TEXT NOT NULL,
+    set_aside_at  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    topic     TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    offset    INTEGER NOT NULL,
+    error     TEXT NOT NULL,
+    payload   BLOB,
+    PRIMARY KEY (topic, partition, offset)
+);
+";
+
+/// One connection to the store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (or creates) the store, checking that SQLite can read the whole file and that
+    /// its format is one this build knows.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let err = |context| sqlite_error(path, context);
+        let conn = Connection::open(path).map_err(err("open"))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err("enable WAL"))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(err("set synchronous"))?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(err("set busy timeout"))?;
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(err("check integrity"))?;
+        if check != "ok" {
+            return Err(unreadable(path, "integrity check failed"));
+        }
+        let format: i32 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err("read format"))?;
+        if format > STORE_FORMAT {
+            return Err(unreadable(
+                path,
+                "written by a newer analyzer (store format)",
+            ));
+        }
+        conn.execute_batch(SCHEMA).map_err(err("create tables"))?;
+        // Format 0 has the same tables: only the number changes.
+        conn.pragma_update(None, "user_version", STORE_FORMAT)
+            .map_err(err("write format"))?;
+        Ok(Store {
+            conn,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Opens the store; a file that cannot be read ([`StoreError::is_unreadable_file`]) is
+    /// renamed to `<file>.unreadable-<unix seconds>` (with its WAL files), with a warning,
+    /// and a fresh store is created in its place. Returns where the old file went.
+    pub fn open_or_set_aside(path: &Path) -> Result<(Self, Option<PathBuf>), StoreError> {
+        let error = match Store::open(path) {
+            Ok(store) => return Ok((store, None)),
+            Err(error) if error.is_unreadable_file() => error,
+            Err(error) => return Err(error),
+        };
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let aside = PathBuf::from(format!("{}.unreadable-{seconds}", path.display()));
+        for suffix in ["", "-wal", "-shm"] {
+            let from = PathBuf::from(format!("{}{suffix}", path.display()));
+            let to = PathBuf::from(format!("{}{suffix}", aside.display()));
+            if from.exists() {
+                std::fs::rename(&from, &to).map_err(|e| StoreError {
+                    path: path.to_owned(),
+                    context: "move the unreadable store aside",
+                    source: e.into(),
+                })?;
+            }
+        }
+        tracing::warn!(
+            %error,
+            moved_to = %aside.display(),
+            "the store file is unreadable: moved aside; starting a fresh store and rebuilding the analysis"
+        );
+        Ok((Store::open(path)?, Some(aside)))
+    }
+
+    fn err(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        sqlite_error(&self.path, context)
+    }
+
+    /// The last checkpoint: each cluster's analysis, and the next offset per partition.
+    #[allow(clippy::type_complexity)]
+    pub fn load_checkpoint(
+        &self,
+        topic: &str,
+    ) -> Result<(Vec<(String, Vec<u8>)>, HashMap<i32, i64>), StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT cluster_id, state FROM checkpoint")
+            .map_err(self.err("read checkpoint"))?;
+        let states = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.err("read checkpoint"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.err("read checkpoint"))?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT partition, next_offset FROM offsets WHERE topic = ?1")
+            .map_err(self.err("read offsets"))?;
+        let offsets = stmt
+            .query_map([topic], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.err("read offsets"))?
+            .collect::<Result<HashMap<_, _>, _>>()
+            .map_err(self.err("read offsets"))?;
+        Ok((states, offsets))
+    }
+
+    /// Saves every cluster's analysis with the offsets it corresponds to, atomically.
+    pub fn checkpoint<'a>(
+        &mut self,
+        topic: &str,
+        states: impl IntoIterator<Item = (&'a str, Vec<u8>)>,
+        offsets: &HashMap<i32, i64>,
+    ) -> Result<(), StoreError> {
+        let err = |context| sqlite_error(&self.path, context);
+        let tx = self.conn.transaction().map_err(err("begin checkpoint"))?;
+        for (cluster, state) in states {
+            tx.execute(
+                "INSERT INTO checkpoint (cluster_id, state) VALUES (?1, ?2)
+                 ON CONFLICT (cluster_id) DO UPDATE SET state = excluded.state",
+                params![cluster, state],
+            )
+            .map_err(err("write checkpoint"))?;
+        }
+        for (partition, next) in offsets {
+            tx.execute(
+                "INSERT INTO offsets (topic, partition, next_offset) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
+                params![topic, partition, next],
+            )
+            .map_err(err("write offsets"))?;
+        }
+        tx.commit().map_err(err("commit checkpoint"))
+    }
+
+    /// Moves every cluster's checkpoint to `checkpoint_set_aside` (kept for a person to
+    /// look at), with `reason`, and forgets the offsets that went with them, in one
+    /// transaction: the next start rebuilds the analysis instead of failing on it again.
+    pub fn set_aside_checkpoint(&mut self, reason: &str) -> Result<usize, StoreError> {
+        let err = |context| sqlite_error(&self.path, context);
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let tx = self.conn.transaction().map_err(err("begin set aside"))?;
+        let moved = tx
+            .execute(
+                "INSERT INTO checkpoint_set_aside (cluster_id, state, reason, set_aside_at)
+                 SELECT cluster_id, state, ?1, ?2 FROM checkpoint",
+                params![reason, seconds],
+            )
+            .map_err(err("set the checkpoint aside"))?;
+        tx.execute_batch("DELETE FROM checkpoint; DELETE FROM offsets;")
+            .map_err(err("set the checkpoint aside"))?;
+        tx.commit().map_err(err("commit set aside"))?;
+        Ok(moved)
+    }
+
+    /// Adds transitions to deliver; one already there (a replay after a crash) is ignored.
+    /// Returns how many were new.
+    pub fn add_transitions(&mut self, alerts: &[Alert]) -> Result<usize, StoreError> {
+        let err = |context| sqlite_error(&self.path, context);
+        let tx = self.conn.transaction().map_err(err("begin"))?;
+        let mut added = 0;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO transitions (transition_id, alert) VALUES (?1, ?2)",
+                )
+                .map_err(err("add transition"))?;
+            for alert in alerts {
+                let json = serde_json::to_vec(alert).unwrap_or_default();
+                added += insert
+                    .execute(params![transition_id(alert), json])
+                    .map_err(err("add transition"))?;
+            }
+        }
+        tx.commit().map_err(err("commit transitions"))?;
+        Ok(added)
+    }
+
+    /// Keeps a message that could not be decoded.
+    pub fn dead_letter(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        error: &str,
+        payload: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT OR IGNORE INTO dead_letters (topic, partition, offset, error, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![topic, partition, offset, error, payload],
+            )
+            .map(drop)
+            .map_err(self.err("write dead letter"))
+    }
+}
+
+/// The error of a store file that opens but cannot be used.
+fn unreadable(path: &Path, context: &'static str) -> StoreError {
+    StoreError {
+        path: path.to_owned(),
+        context,
+        source: rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
+            None,
+        )
+        .into(),
+    }
+}
+
+/// Maps a SQLite error to this module's error, naming the file and what was being done.
+fn sqlite_error<'a>(
+    path: &'a Path,
+    context: &'static str,
+) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
+    move |source| StoreError {
+        path: path.to_owned(),
+        context,
+        source: source.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipaudit_schemas::AlertStatus;
+
+    fn alert(id: &str, status: AlertStatus, rv: &str) -> Alert {
+        crate::analysis::alerts::sample_alert(id, "ip-stuck-terminating", status, rv)
+    }
+
+    #[test]
+    fn a_corrupt_store_file_is_moved_aside_and_a_fresh_store_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("analyzer.db");
+        std::fs::write(&path, b"this was a database once".repeat(400)).unwrap();
+        assert!(Store::open(&path).is_err_and(|e| e.is_unreadable_file()));
+        let (mut store, aside) = Store::open_or_set_aside(&path).unwrap();
+        let aside = aside.expect("moved aside");
+        assert!(
+            aside.exists(),
+            "the old file is kept for a person to look at"
+        );
+        assert!(aside
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("analyzer.db.unreadable-"));
+        let (states, offsets) = store.load_checkpoint("t").unwrap();
+        assert!(states.is_empty() && offsets.is_empty());
+        store
+            .checkpoint("t", [("c", b"{}".to_vec())], &HashMap::from([(0, 1)]))
+            .unwrap();
+        let (again, aside) = Store::open_or_set_aside(&path).unwrap();
+        assert!(aside.is_none(), "the fresh store opens as it is");
+        assert_eq!(again.load_checkpoint("t").unwrap().0.len(), 1);
+    }
+
+    #[test]
+    fn a_store_of_a_newer_format_is_moved_aside_and_one_of_the_format_before_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("analyzer.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute(
+                "INSERT INTO offsets (topic, partition, next_offset) VALUES ('t', 0, 7)",
+                [],
+            )
+            .unwrap();
+        }
+        // Format 0 (before formats existed): same tables, kept.
+        let (store, aside) = Store::open_or_set_aside(&path).unwrap();
+        assert!(aside.is_none());
+        assert_eq!(
+            store.load_checkpoint("t").unwrap().1,
+            HashMap::from([(0, 7)])
+        );
+        store
+            .conn
+            .pragma_update(None, "user_version", STORE_FORMAT + 1)
+            .unwrap();
+        drop(store);
+        let (store, aside) = Store::open_or_set_aside(&path).unwrap();
+        assert!(aside.is_some(), "a newer release's store is not read");
+        assert!(store.load_checkpoint("t").unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_opened_for_another_reason_is_an_error_not_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing-dir").join("analyzer.db");
+        let error = Store::open_or_set_aside(&path)
+            .err()
+            .expect("no such directory");
+        assert!(!error.is_unreadable_file());
+    }
+
+    #[test]
+    fn a_transition_made_again_after_a_restart_is_stored_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("a.db")).unwrap();
+        let firing = alert("a", AlertStatus::Firing, "10");
+        assert_eq!(
+            store
+                .add_transitions(std::slice::from_ref(&firing))
+                .unwrap(),
+            1
+        );
+        assert_eq!(store.add_transitions(&[firing]).unwrap(), 0);
+        let ledger = crate::live::sinks::ledger::Ledger::open(&dir.path().join("a.db")).unwrap();
+        assert_eq!(ledger.undelivered("log", 10).unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,292 @@
+//! What the live analyzer tells its operator, one typed event per fact: each struct's
+//! [`InternalEvent::emit`] writes the log line (structured fields, inside the caller's span)
+//! and moves the metric in [`Metrics`] together, so that no site logs a failure and forgets
+//! to count it. Only the live path emits them: the pure core (engine, state, rules) and
+//! replay stay free of logging per event, as their speed is a benchmark target.
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use ipaudit_runtime::telemetry::InternalEvent;
+use ipaudit_schemas::{EventType, Stream};
+use tracing::{debug, info, trace, warn};
+
+use crate::live::group::Start;
+use crate::live::metrics::{EventLabels, KindLabels, Metrics, SinkFailureLabels};
+
+/// A watch event was read from the events topic and handed to its cluster's analysis.
+pub struct EventConsumed {
+    /// Its stream.
+    pub stream: Stream,
+    /// Its type.
+    pub event_type: EventType,
+}
+
+impl InternalEvent for EventConsumed {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        trace!(
+            stream = self.stream.as_str(),
+            event_type = self.event_type.as_str(),
+            "event consumed"
+        );
+        metrics
+            .events
+            .get_or_create(&EventLabels {
+                stream: self.stream.as_str().into(),
+                r#type: self.event_type.as_str().into(),
+            })
+            .inc();
+    }
+}
+
+/// A message of the events topic is no watch event (or empty): kept as a dead letter.
+pub struct MessageUndecodable<'a> {
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// Why it does not decode.
+    pub error: &'a dyn Display,
+}
+
+impl InternalEvent for MessageUndecodable<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        warn!(error = %self.error, partition = self.partition, offset = self.offset,
+            "undecodable message kept as a dead letter");
+        dead_letter(metrics, "message");
+        metrics
+            .input_problems
+            .get_or_create(&KindLabels {
+                kind: "undecodable".into(),
+            })
+            .inc();
+    }
+}
+
+/// A checkpointed offset lies outside the partition's log (retention deleted what it
+/// points to, or the topic was recreated): the partition is rebuilt from `start`.
+pub struct OffsetOutOfRange {
+    /// The partition.
+    pub partition: i32,
+    /// Where it starts again.
+    pub start: Start,
+}
+
+impl InternalEvent for OffsetOutOfRange {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        warn!(partition = self.partition, start = ?self.start,
+            "checkpointed offset is outside the log; rebuilding the partition");
+        metrics
+            .offset_out_of_range
+            .get_or_create(&crate::live::metrics::partition_labels(self.partition))
+            .inc();
+    }
+}
+
+/// A partition without local state starts at its latest snapshot.
+pub struct SnapshotRebuildStarted {
+    /// The partition.
+    pub partition: i32,
+    /// The offset of its latest snapshot's start.
+    pub offset: i64,
+}
+
+impl InternalEvent for SnapshotRebuildStarted {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        info!(
+            partition = self.partition,
+            offset = self.offset,
+            "no local state: rebuilding from the latest snapshot"
+        );
+        metrics
+            .rebuilds
+            .get_or_create(&crate::live::metrics::partition_labels(self.partition))
+            .inc();
+    }
+}
+
+/// The group gave this instance partitions.
+pub struct PartitionsAssigned<'a> {
+    /// Each partition and where it starts.
+    pub starts: &'a [(i32, Start)],
+}
+
+impl InternalEvent for PartitionsAssigned<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        info!(starts = ?self.starts, "partitions assigned");
+        metrics.assigned(self.starts.len());
+    }
+}
+
+/// The group took this instance's partitions away (a rebalance).
+pub struct PartitionsRevoked<'a> {
+    /// The partitions.
+    pub partitions: &'a [i32],
+}
+
+impl InternalEvent for PartitionsRevoked<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        info!(partitions = ?self.partitions, "partitions revoked");
+        metrics.assigned(0);
+    }
+}
+
+/// Every analysis and its offsets were written to the store.
+pub struct CheckpointWritten {
+    /// The clusters checkpointed.
+    pub clusters: usize,
+    /// How long it took.
+    pub took: Duration,
+}
+
+impl InternalEvent for CheckpointWritten {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        debug!(clusters = self.clusters, took = ?self.took, "checkpoint written");
+        metrics.checkpoint.observe(self.took.as_secs_f64());
+    }
+}
+
+/// A delivery to a sink failed in a way that may pass: it is retried.
+pub struct SinkDeliveryFailed<'a> {
+    /// The sink's redacted name.
+    pub sink: &'a str,
+    /// What failed.
+    pub error: &'a dyn Display,
+    /// When it is tried again (`None`: at the next periodic re-send of firing alerts).
+    pub retry_in: Option<Duration>,
+}
+
+impl InternalEvent for SinkDeliveryFailed<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        match self.retry_in {
+            Some(retry_in) => {
+                warn!(sink = %self.sink, error = %self.error, ?retry_in, "delivery failed; retrying")
+            }
+            None => {
+                warn!(sink = %self.sink, error = %self.error, "re-sending a firing alert failed")
+            }
+        }
+        sink_failure(metrics, self.sink, "transient");
+    }
+}
+
+/// A sink refused a transition for good (or it could not be read back from the store):
+/// it is dead-lettered and the next ones go on.
+pub struct TransitionDeadLettered<'a> {
+    /// The sink's redacted name.
+    pub sink: &'a str,
+    /// The transition's id (`seq N` when it could not be read).
+    pub transition: &'a str,
+    /// Why.
+    pub error: &'a dyn Display,
+}
+
+impl InternalEvent for TransitionDeadLettered<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        warn!(sink = %self.sink, transition = %self.transition, error = %self.error,
+            "the transition cannot be delivered; dead-lettered, the next ones go on");
+        sink_failure(metrics, self.sink, "permanent");
+        dead_letter(metrics, "transition");
+    }
+}
+
+fn sink_failure(metrics: &Metrics, sink: &str, kind: &str) {
+    metrics
+        .sink_failures
+        .get_or_create(&SinkFailureLabels {
+            sink: sink.into(),
+            kind: kind.into(),
+        })
+        .inc();
+}
+
+fn dead_letter(metrics: &Metrics, kind: &str) {
+    metrics
+        .dead_letters
+        .get_or_create(&KindLabels { kind: kind.into() })
+        .inc();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_event_moves_its_own_series() {
+        let metrics = Metrics::new();
+        EventConsumed {
+            stream: Stream::Ip,
+            event_type: EventType::Added,
+        }
+        .emit(&metrics);
+        MessageUndecodable {
+            partition: 0,
+            offset: 9,
+            error: &"not avro",
+        }
+        .emit(&metrics);
+        OffsetOutOfRange {
+            partition: 1,
+            start: Start::Beginning,
+        }
+        .emit(&metrics);
+        SnapshotRebuildStarted {
+            partition: 2,
+            offset: 40,
+        }
+        .emit(&metrics);
+        PartitionsAssigned {
+            starts: &[(0, Start::Beginning), (1, Start::Checkpoint(3))],
+        }
+        .emit(&metrics);
+        CheckpointWritten {
+            clusters: 1,
+            took: Duration::from_millis(3),
+        }
+        .emit(&metrics);
+        SinkDeliveryFailed {
+            sink: "log",
+            error: &"refused",
+            retry_in: Some(Duration::from_secs(1)),
+        }
+        .emit(&metrics);
+        TransitionDeadLettered {
+            sink: "webhook:http://h",
+            transition: "t1",
+            error: &"400",
+        }
+        .emit(&metrics);
+        let text = metrics.encode();
+        for expected in [
+            "ipaudit_analyzer_events_total{stream=\"ip\",type=\"ADDED\"} 1",
+            "ipaudit_analyzer_dead_letters_total{kind=\"message\"} 1",
+            "ipaudit_analyzer_dead_letters_total{kind=\"transition\"} 1",
+            "ipaudit_analyzer_input_problems_total{kind=\"undecodable\"} 1",
+            "ipaudit_analyzer_offset_out_of_range_total{partition=\"1\"} 1",
+            "ipaudit_analyzer_snapshot_rebuilds_total{partition=\"2\"} 1",
+            "ipaudit_analyzer_assigned_partitions 2",
+            "ipaudit_analyzer_checkpoint_duration_seconds_count 1",
+            "ipaudit_analyzer_sink_failures_total{sink=\"log\",kind=\"transient\"} 1",
+            "ipaudit_analyzer_sink_failures_total{sink=\"webhook:http://h\",kind=\"permanent\"} 1",
+        ] {
+            assert!(text.contains(expected), "{expected} missing in:\n{text}");
+        }
+        assert!(metrics.is_ready());
+        PartitionsRevoked {
+            partitions: &[0, 1],
+        }
+        .emit(&metrics);
+        assert!(metrics
+            .encode()
+            .contains("ipaudit_analyzer_assigned_partitions 0"));
+    }
+}

@@ -1,0 +1,340 @@
+//! What a replay found, for a person (an incident-review report) or a program (JSON lines).
+
+pub mod html;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use ipaudit_schemas::kubernetes::format_timestamp_ms;
+use ipaudit_schemas::{Actor, Alert, AlertStatus, Evidence};
+use serde_json::json;
+
+use crate::analysis::engine::Output;
+use crate::analysis::reorder::EpochChange;
+use crate::offline::replay::ReplayOutcome;
+
+/// One alert's story: how it fired and, if it did, how it resolved.
+#[derive(Debug, Clone)]
+pub struct AlertHistory {
+    /// The FIRING transition.
+    pub fired: Alert,
+    /// The RESOLVED transition.
+    pub resolved: Option<Alert>,
+}
+
+impl AlertHistory {
+    /// The latest transition.
+    pub fn latest(&self) -> &Alert {
+        self.resolved.as_ref().unwrap_or(&self.fired)
+    }
+}
+
+/// Alerts (in the order they fired) and epoch changes.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Alerts in firing order.
+    pub alerts: Vec<AlertHistory>,
+    /// Epoch changes.
+    pub epochs: Vec<EpochChange>,
+}
+
+impl Findings {
+    /// Folds outputs into per-alert histories. An alert that fires again after resolving
+    /// gets a second history.
+    pub fn from_outputs(outputs: &[Output]) -> Self {
+        let mut findings = Findings::default();
+        let mut open: HashMap<&str, usize> = HashMap::new();
+        for output in outputs {
+            match output {
+                Output::Alert(alert) if alert.status == AlertStatus::Firing => {
+                    open.insert(&alert.alert_id, findings.alerts.len());
+                    findings.alerts.push(AlertHistory {
+                        fired: alert.clone(),
+                        resolved: None,
+                    });
+                }
+                Output::Alert(alert) => {
+                    if let Some(i) = open.remove(alert.alert_id.as_str()) {
+                        findings.alerts[i].resolved = Some(alert.clone());
+                    }
+                }
+                Output::NewEpoch(change) => findings.epochs.push(change.clone()),
+            }
+        }
+        findings
+    }
+}
+
+/// One JSON object per alert, one per line (`"record": "alert"`); then, when any input
+/// was unusable, one `"record": "input"` line that says how much was skipped.
+pub fn render_jsonl(findings: &Findings, outcome: &ReplayOutcome) -> String {
+    let mut out = String::new();
+    for history in &findings.alerts {
+        let alert = history.latest();
+        let line = json!({
+            "record": "alert",
+            "alert_id": alert.alert_id,
+            "cluster_id": alert.cluster_id,
+            "rule": alert.rule,
+            "severity": alert.severity.as_str(),
+            "status": alert.status.as_str(),
+            "subject_kind": alert.subject_kind,
+            "subject_name": alert.subject_name,
+            "subject_uid": alert.subject_uid,
+            "subnet": alert.subnet,
+            "summary": alert.summary,
+            "fix": alert.fix,
+            "epoch": alert.epoch,
+            "fired_at": time_or_null(alert.fired_at_ms),
+            "fired_resource_version": alert.fired_resource_version,
+            "resolved_at": alert.resolved_at_ms.and_then(time_or_null),
+            "resolved_resource_version": alert.resolved_resource_version,
+            "evidence": alert.evidence.iter().map(|e| json!({
+                "stream": e.stream.as_str(),
+                "type": e.event_type.as_str(),
+                "name": e.name,
+                "resource_version": e.resource_version,
+                "time": e.time_ms.and_then(time_or_null),
+                "what": e.what,
+                "actor": e.actor.as_ref().map(actor_json),
+            })).collect::<Vec<_>>(),
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    if outcome.problem_count > 0 || outcome.nothing_read() {
+        let line = json!({
+            "record": "input",
+            "events": outcome.stats.events_in,
+            "problems": outcome.problem_count,
+            "skipped": outcome.skipped,
+            "skipped_bytes": outcome.skipped_bytes,
+            "problems_listed": outcome.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// An evidence entry's actor as JSON: the audit log's names for it.
+fn actor_json(actor: &Actor) -> serde_json::Value {
+    json!({
+        "user": actor.user,
+        "user_agent": actor.user_agent,
+        "source_ips": actor.source_ips,
+        "impersonated_user": actor.impersonated_user,
+    })
+}
+
+/// Who made a request, for a person: `user (as impersonated) from ips, agent`.
+pub fn actor_text(actor: &Actor) -> String {
+    let mut text = actor.user.clone();
+    if let Some(as_user) = &actor.impersonated_user {
+        let _ = write!(text, " (as {as_user})");
+    }
+    if !actor.source_ips.is_empty() {
+        let _ = write!(text, " from {}", actor.source_ips.join(", "));
+    }
+    if let Some(agent) = &actor.user_agent {
+        let _ = write!(text, ", {agent}");
+    }
+    text
+}
+
+/// What the audit logs gave, for the report's header; `None` without audit input.
+pub fn audit_text(outcome: &ReplayOutcome) -> Option<String> {
+    let audit = outcome.audit.as_ref()?;
+    let s = &audit.summary;
+    let mut text = format!(
+        "audit log: {} file(s), {} entries: {} write(s) of watched kinds used ({} with the object), skipped {} read(s), {} refused request(s), {} other stage(s), {} of other resources, {} other verb(s)",
+        s.files, s.entries, s.writes, s.with_object, s.reads, s.refused, s.other_stages, s.other_resources, s.other_verbs
+    );
+    if audit.gave_events {
+        if s.ordered_by_time > 0 {
+            let _ = write!(
+                text,
+                "\n  {} event(s) whose resourceVersion the audit log does not give are ordered by audit time after the latest known version V, shown as rv V+n",
+                s.ordered_by_time
+            );
+        }
+    } else {
+        text.push_str(
+            "\n  events from the recordings; the audit log only names who made each request",
+        );
+    }
+    let _ = write!(
+        text,
+        "\n  actors named for {} of {} evidence entries (matched by resourceVersion, else by kind, name and verb within {} ms)",
+        audit.named.named,
+        audit.named.evidence,
+        crate::analysis::actors::MATCH_WINDOW_MS
+    );
+    Some(text)
+}
+
+/// How much input was unusable, in one sentence; `None` when all of it was read.
+pub fn skipped_text(outcome: &ReplayOutcome) -> Option<String> {
+    if outcome.problem_count == 0 {
+        return None;
+    }
+    Some(format!(
+        "{} input problem(s): {} document(s)/record(s) skipped ({} bytes of input), {} kept without unusable fields",
+        outcome.problem_count,
+        outcome.skipped,
+        outcome.skipped_bytes,
+        outcome.problem_count - outcome.skipped,
+    ))
+}
+
+fn time_or_null(ms: i64) -> Option<String> {
+    (ms > 0).then(|| format_timestamp_ms(ms))
+}
+
+/// The incident-review report.
+pub fn render_text(findings: &Findings, outcome: &ReplayOutcome) -> String {
+    let mut out = String::new();
+    let firing = findings
+        .alerts
+        .iter()
+        .filter(|h| h.resolved.is_none())
+        .count();
+    let range = outcome.rv_range.map_or_else(String::new, |(lo, hi)| {
+        format!(", resourceVersions {lo}..{hi}")
+    });
+    let _ = writeln!(
+        out,
+        "ipaudit replay: {} events{range}; {} alert(s): {firing} firing, {} resolved",
+        outcome.stats.events_in,
+        findings.alerts.len(),
+        findings.alerts.len() - firing,
+    );
+    let stats = &outcome.stats;
+    if stats.duplicates + stats.stale + stats.reorder.late > 0 {
+        let _ = writeln!(
+            out,
+            "  {} duplicate(s) dropped, {} stale event(s) ignored, {} late event(s)",
+            stats.duplicates, stats.stale, stats.reorder.late
+        );
+    }
+    if stats.reorder.forced > 0 {
+        let _ = writeln!(
+            out,
+            "  {} event(s) released early: more than {} events were held waiting for a quiet stream",
+            stats.reorder.forced,
+            crate::analysis::reorder::MAX_HELD
+        );
+    }
+    if let Some(text) = audit_text(outcome) {
+        let _ = writeln!(out, "  {text}");
+    }
+    if let Some(text) = skipped_text(outcome) {
+        let _ = writeln!(out, "  SKIPPED INPUT: {text}");
+    }
+    if stats.unknown_kinds > 0 {
+        let _ = writeln!(
+            out,
+            "  {} event(s) of kinds this build does not know skipped (recorded by a newer collector: upgrade the analyzer to analyse them)",
+            stats.unknown_kinds
+        );
+    }
+    for problem in &outcome.problems {
+        let _ = writeln!(out, "  input: {problem}");
+    }
+    for more in &outcome.unlisted {
+        let _ = writeln!(
+            out,
+            "  input: {}: {} more problem(s) not listed ({} skipped, {} bytes)",
+            more.path.display(),
+            more.problems,
+            more.skipped,
+            more.skipped_bytes
+        );
+    }
+    if outcome.nothing_read() {
+        let _ = writeln!(out, "\nNo event could be read: nothing was analysed.");
+        return out;
+    }
+    for change in &findings.epochs {
+        let _ = writeln!(
+            out,
+            "\nEPOCH {}: {} stream of collector {:?} went back from resourceVersion {} to {} (etcd restore?); versions before and after are not compared: objects are tracked on, each from its first event in the new epoch",
+            change.epoch, change.stream, change.collector_id, change.previous_rv, change.rv
+        );
+    }
+    if findings.alerts.is_empty() {
+        let _ = writeln!(out, "\nNo leak found.");
+    }
+    for history in &findings.alerts {
+        write_alert(&mut out, history);
+    }
+    out
+}
+
+fn write_alert(out: &mut String, history: &AlertHistory) {
+    let alert = history.latest();
+    let status = match &history.resolved {
+        Some(r) => format!(
+            "RESOLVED at resourceVersion {}",
+            r.resolved_resource_version.as_deref().unwrap_or("?")
+        ),
+        None => "FIRING".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "\n[{}] {} ({status})",
+        alert.severity.as_str().to_uppercase(),
+        alert.rule
+    );
+    let _ = writeln!(
+        out,
+        "  subject: {} {}{}",
+        alert.subject_kind,
+        alert.subject_name,
+        alert
+            .subnet
+            .as_deref()
+            .map_or_else(String::new, |s| format!("    subnet: {s}"))
+    );
+    let _ = writeln!(
+        out,
+        "  fired at resourceVersion {} ({}), alert id {}",
+        history.fired.fired_resource_version,
+        time_or_null(history.fired.fired_at_ms).unwrap_or_else(|| "no time recorded".into()),
+        alert.alert_id
+    );
+    let _ = writeln!(out, "  {}", alert.summary);
+    let _ = writeln!(out, "  timeline:");
+    let stream_width = alert
+        .evidence
+        .iter()
+        .map(|e| e.stream.as_str().len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    for e in &alert.evidence {
+        write_evidence(out, e, stream_width);
+    }
+    if let (Some(fix), None) = (&alert.fix, &history.resolved) {
+        let _ = writeln!(out, "  fix:\n    {fix}");
+    }
+}
+
+/// One timeline line; `stream_width` aligns the stream column within one alert.
+fn write_evidence(out: &mut String, e: &Evidence, stream_width: usize) {
+    let time = e
+        .time_ms
+        .and_then(time_or_null)
+        .unwrap_or_else(|| "-".into());
+    let _ = writeln!(
+        out,
+        "    {time:<24} rv {:<10} {:<stream_width$} {:<17} {}",
+        e.resource_version,
+        e.stream.as_str(),
+        e.event_type.as_str(),
+        e.what
+    );
+    if let Some(actor) = &e.actor {
+        let _ = writeln!(out, "    {:<24}    by {}", "", actor_text(actor));
+    }
+}
