@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use clap::Args;
+use ipaudit_runtime::parse::{self, millis};
 
 use crate::analysis::rules::RuleConfig;
 
@@ -14,16 +15,16 @@ use crate::analysis::rules::RuleConfig;
 pub struct RuleArgs {
     /// How long a Subnet or pool (SpiderIPPool, IPPool) may be terminating before
     /// `subnet-stuck-terminating` fires.
-    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "IPAUDIT_SUBNET_GRACE")]
+    #[arg(long, default_value = "10m", value_parser = parse::duration, env = "IPAUDIT_SUBNET_GRACE")]
     pub subnet_grace: Duration,
     /// How long an allocation may outlive its pod before `ip-without-pod` fires, and a
     /// SpiderEndpoint stay terminating without its pod before `ip-stuck-terminating`.
-    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "IPAUDIT_OWNER_GRACE")]
+    #[arg(long, default_value = "10m", value_parser = parse::duration, env = "IPAUDIT_OWNER_GRACE")]
     pub owner_grace: Duration,
     /// How long the two records of one allocation (whereabouts pool allocation and
     /// reservation; spiderpool pool entry and SpiderEndpoint) may disagree before
     /// `allocation-records-disagree` fires.
-    #[arg(long, default_value = "5m", value_parser = parse_duration, env = "IPAUDIT_RECORDS_GRACE")]
+    #[arg(long, default_value = "5m", value_parser = parse::duration, env = "IPAUDIT_RECORDS_GRACE")]
     pub records_grace: Duration,
 }
 
@@ -36,14 +37,4 @@ impl RuleArgs {
             records_grace_ms: millis(self.records_grace),
         }
     }
-}
-
-/// A duration as the flags take it (`500ms`, `1s`, `10m`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 1s, 10m)"))
-}
-
-/// A duration in whole milliseconds (saturating).
-pub fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -7,11 +7,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ipaudit_analyzer::analysis::reorder::ReorderConfig;
-use ipaudit_analyzer::cli::{millis, parse_duration, RuleArgs};
+use ipaudit_analyzer::cli::RuleArgs;
 use ipaudit_analyzer::offline::replay::{replay, ReplayOptions};
 use ipaudit_analyzer::offline::report::html::render_html;
 use ipaudit_analyzer::offline::report::{render_jsonl, render_text, skipped_text, Findings};
 use ipaudit_analyzer::AnalyzerConfig;
+use ipaudit_runtime::parse::{self, millis};
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 
 ipaudit_analyzer::global_allocator!();
@@ -110,7 +111,7 @@ struct RunArgs {
     )]
     state_dir: PathBuf,
     /// How often the analysis and offsets are checkpointed.
-    #[arg(long, env = "IPAUDIT_CHECKPOINT_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "IPAUDIT_CHECKPOINT_INTERVAL", default_value = "5s", value_parser = parse::duration)]
     checkpoint_interval: Duration,
     /// POST every alert transition as JSON to this URL (its value is never shown in
     /// --help: chat webhooks carry their token in the URL).
@@ -149,7 +150,7 @@ struct RunArgs {
     #[arg(long = "ca-file", env = "IPAUDIT_CA_FILE")]
     http_ca_file: Option<PathBuf>,
     /// Timeout of one webhook or Alertmanager request.
-    #[arg(long, env = "IPAUDIT_HTTP_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "IPAUDIT_HTTP_TIMEOUT", default_value = "10s", value_parser = parse::duration)]
     http_timeout: Duration,
     /// A sink seen for the first time (new, or its URL changed) gets every stored
     /// transition; by default it starts with what happens after it was added.
@@ -211,7 +212,7 @@ struct RunArgs {
     #[arg(long, env = "IPAUDIT_NO_LOG_ALERTS")]
     no_log_alerts: bool,
     /// How long a quiet stream may hold back the others in the reorder buffer.
-    #[arg(long, default_value = "1s", value_parser = parse_duration, env = "IPAUDIT_IDLE_DELAY")]
+    #[arg(long, default_value = "1s", value_parser = parse::duration, env = "IPAUDIT_IDLE_DELAY")]
     idle_delay: Duration,
     #[command(flatten)]
     rules: RuleArgs,
@@ -259,7 +260,7 @@ struct ReplayArgs {
     now: Option<i64>,
 
     /// How long a quiet stream may hold back the others in the reorder buffer.
-    #[arg(long, default_value = "1s", value_parser = parse_duration, env = "IPAUDIT_IDLE_DELAY")]
+    #[arg(long, default_value = "1s", value_parser = parse::duration, env = "IPAUDIT_IDLE_DELAY")]
     idle_delay: Duration,
 
     #[command(flatten)]
@@ -415,25 +416,10 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
     runtime
         .block_on(ipaudit_analyzer::live::consume::run(
             config,
-            shutdown_signal(),
+            ipaudit_runtime::shutdown::signal(),
         ))
         .context("live analysis failed")?;
     Ok(ExitCode::SUCCESS)
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 fn run_dead_letters(command: DeadLettersCommand) -> anyhow::Result<ExitCode> {

@@ -747,7 +747,7 @@ mod event_time_tests {
     #[test]
     fn two_tick_schedules_over_the_same_input_give_identical_transitions_and_ids() {
         let events = history();
-        let wall = crate::live::clock::now_ms();
+        let wall = ipaudit_runtime::clock::now_ms();
         let (ids, alerts) = run(&events, |_| None);
         let rules: Vec<(&str, &str)> = alerts
             .iter()
@@ -795,7 +795,7 @@ mod event_time_tests {
         events.extend(bookmarks(6, T0 + 20 * MIN));
         // Live ticks at today's wall clock, years after this history, while the buffer is
         // empty between the deletion request and the deletion.
-        let wall = crate::live::clock::now_ms();
+        let wall = ipaudit_runtime::clock::now_ms();
         let (_, alerts) = run(&events, |_| Some(wall));
         assert!(alerts.is_empty(), "{alerts:?}");
     }

@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ipaudit_runtime::kafka::NoOffset;
 use ipaudit_runtime::telemetry::InternalEvent as _;
 use ipaudit_schemas::{decode, WatchEvent};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -235,7 +235,7 @@ pub async fn run(
                 Err(error) => warn!(%error, "consumer error"),
             },
             _ = tick.tick() => {
-                let now = crate::live::clock::now_ms();
+                let now = ipaudit_runtime::clock::now_ms();
                 for analyzer in analyzers.values_mut() {
                     analyzer.tick(now, &mut outputs);
                 }
@@ -297,31 +297,30 @@ fn consumer(
     config: &LiveConfig,
     context: GroupContext,
 ) -> Result<StreamConsumer<GroupContext>, KafkaError> {
-    let mut client = ClientConfig::new();
-    client
-        .set("group.id", &config.group_id)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "error")
-        .set("session.timeout.ms", "10000")
-        // Brokers that count a member's last contact from its join and heartbeats only
-        // (tansu) expire a member still syncing after one session with librdkafka's 3 s.
-        .set("heartbeat.interval.ms", "1000")
+    // The runtime's group-consumer policy (manual offsets, 10 s session, 1 s heartbeats,
+    // static membership with an instance id), then what only this consumer needs.
+    let consumer: StreamConsumer<GroupContext> = config
+        .connection
+        .group_consumer(
+            CLIENT_ID,
+            &config.group_id,
+            config.instance_id.as_deref(),
+            NoOffset::Error,
+        )
         .set("statistics.interval.ms", "1000")
         // Alerts within seconds: do not let the broker hold a fetch for librdkafka's 500 ms.
         .set("fetch.wait.max.ms", "100")
         .set(
             "enable.partition.eof",
             if config.exit_at_end { "true" } else { "false" },
-        );
-    if let Some(instance) = config.instance_id.as_ref().filter(|i| !i.is_empty()) {
-        client.set("group.instance.id", instance);
-    }
-    config.connection.apply(&mut client);
-    let consumer: StreamConsumer<GroupContext> = client.create_with_context(context)?;
+        )
+        .create_with_context(context)?;
     consumer.subscribe(&[&config.topic])?;
     Ok(consumer)
 }
+
+/// The analyzer's Kafka client id (broker logs and quotas name it).
+pub(crate) const CLIENT_ID: &str = "ipaudit-analyzer";
 
 /// What applying a group change touches.
 struct GroupState<'a> {

@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ipaudit_runtime::kafka::Delivery;
 use ipaudit_schemas::{decode, WatchEvent};
-use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rusqlite::{params, Connection};
@@ -86,8 +86,7 @@ fn open(path: &Path) -> Result<Connection, DeadLetterError> {
         path: path.to_owned(),
         source,
     };
-    let conn = Connection::open(path).map_err(err)?;
-    conn.busy_timeout(Duration::from_secs(10)).map_err(err)?;
+    let conn = ipaudit_runtime::sqlite::open(path).map_err(|e| err(e.source))?;
     // The table of the store (crate::live::store); created here too so that listing an empty
     // store works.
     conn.execute_batch(
@@ -183,13 +182,14 @@ async fn republish_messages(
     if rows.is_empty() {
         return Ok(());
     }
-    let mut config = ClientConfig::new();
-    config.set("enable.idempotence", "true").set("acks", "all");
-    target.connection.apply(&mut config);
-    let producer: FutureProducer = config.create().map_err(|source| DeadLetterError::Kafka {
-        topic: String::new(),
-        source,
-    })?;
+    let producer: FutureProducer = target
+        .connection
+        .producer(crate::live::consume::CLIENT_ID, Delivery::Awaited)
+        .create()
+        .map_err(|source| DeadLetterError::Kafka {
+            topic: String::new(),
+            source,
+        })?;
     for (topic, partition, offset, payload) in rows {
         let decoded = payload
             .as_deref()

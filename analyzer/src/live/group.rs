@@ -16,7 +16,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use ipaudit_runtime::telemetry::InternalEvent as _;
 use rdkafka::client::ClientContext;
@@ -254,8 +253,7 @@ impl PartitionMap {
             path: path.to_owned(),
             source,
         };
-        let conn = Connection::open(path).map_err(err)?;
-        conn.busy_timeout(Duration::from_secs(10)).map_err(err)?;
+        let conn = ipaudit_runtime::sqlite::open(path).map_err(|e| err(e.source))?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS cluster_partitions (
                 topic      TEXT NOT NULL,

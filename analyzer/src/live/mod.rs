@@ -1,7 +1,6 @@
 //! The live analyzer: the I/O around the [`crate::analysis`] core when it runs as a service,
 //! fed by a Kafka consumer group, checkpointing to SQLite and delivering alerts to sinks.
 
-pub mod clock;
 pub mod consume;
 pub mod deadletters;
 pub mod group;

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ipaudit_schemas::{decode, EventType, Stream, WatchEvent};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -69,12 +68,9 @@ pub fn latest_snapshot_offset(
     topic: &str,
     partition: i32,
 ) -> Result<i64, KafkaError> {
-    let mut config = ClientConfig::new();
-    config
-        .set("group.id", "ipaudit-snapshot-scan")
-        .set("enable.auto.commit", "false");
-    connection.apply(&mut config);
-    let consumer: BaseConsumer = config.create()?;
+    let consumer: BaseConsumer = connection
+        .reader(crate::live::consume::CLIENT_ID, "ipaudit-snapshot-scan")
+        .create()?;
     let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
     let mut window = 10_000i64;
     loop {

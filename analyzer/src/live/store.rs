@@ -15,7 +15,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use ipaudit_schemas::Alert;
 
@@ -105,13 +104,9 @@ impl Store {
     /// its format is one this build knows.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let err = |context| sqlite_error(path, context);
-        let conn = Connection::open(path).map_err(err("open"))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(err("enable WAL"))?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(err("set synchronous"))?;
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(err("set busy timeout"))?;
+        // WAL, synchronous=NORMAL, busy timeout: the runtime's policy for every file.
+        let conn = ipaudit_runtime::sqlite::open(path)
+            .map_err(|e| sqlite_error(&e.path, e.step)(e.source))?;
         let check: String = conn
             .query_row("PRAGMA quick_check", [], |r| r.get(0))
             .map_err(err("check integrity"))?;

@@ -71,7 +71,7 @@ impl CommandSink {
     }
 
     pub(super) async fn deliver(&self, alert: &Alert) -> Result<(), SinkError> {
-        let Some(mut command) = command_for(alert, crate::live::clock::now_ms()) else {
+        let Some(mut command) = command_for(alert, ipaudit_runtime::clock::now_ms()) else {
             return Ok(());
         };
         if let Some(key) = &self.key {

@@ -3,24 +3,21 @@
 
 use std::time::Duration;
 
+use ipaudit_runtime::kafka::Delivery;
 use ipaudit_schemas::{encode, Alert};
-use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::SinkError;
 
-/// An idempotent, acks=all producer with the operator's extra settings.
+/// The runtime's producer policy (idempotent, acks=all) with a short message timeout: the
+/// delivery loop awaits each send and retries it itself.
 pub(super) fn idempotent_producer(
     connection: &ipaudit_runtime::kafka::Connection,
 ) -> Result<FutureProducer, KafkaError> {
-    let mut config = ClientConfig::new();
-    config
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("message.timeout.ms", "30000");
-    connection.apply(&mut config);
-    config.create()
+    connection
+        .producer(crate::live::consume::CLIENT_ID, Delivery::Awaited)
+        .create()
 }
 
 /// Sends one record and waits for the broker's acknowledgement.

@@ -8,7 +8,6 @@
 //! history to it.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use ipaudit_schemas::{Alert, AlertStatus};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -82,11 +81,8 @@ impl Ledger {
     /// Opens the store file (creating the sink tables).
     pub fn open(path: &Path) -> Result<Self, LedgerError> {
         let err = |context| ledger_error(path, context);
-        let conn = Connection::open(path).map_err(err("open"))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(err("enable WAL"))?;
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(err("set busy timeout"))?;
+        let conn = ipaudit_runtime::sqlite::open(path)
+            .map_err(|e| ledger_error(&e.path, e.step)(e.source))?;
         conn.execute_batch(SCHEMA).map_err(err("create tables"))?;
         Ok(Ledger {
             conn,
@@ -239,7 +235,7 @@ impl Ledger {
                 "INSERT INTO sink_dead_letters (sink, seq, transition_id, error, at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (sink, seq) DO UPDATE SET error = excluded.error, at_ms = excluded.at_ms",
-                params![sink, seq, transition_id, error, crate::live::clock::now_ms()],
+                params![sink, seq, transition_id, error, ipaudit_runtime::clock::now_ms()],
             )
             .map(drop)
             .map_err(self.err("write a sink dead letter"))

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ipaudit_runtime::backoff::Backoff;
 use ipaudit_runtime::telemetry::InternalEvent as _;
 use ipaudit_schemas::Alert;
 use tokio::sync::{watch, Notify};
@@ -303,7 +304,9 @@ async fn deliver_one(
         transition = %id,
     );
     async {
-        let mut backoff = Duration::from_millis(250);
+        // 250 ms doubling to 30 s, jittered: a webhook that was down for everyone is not
+        // hit by every transition at the same instant when it comes back.
+        let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
         loop {
             match sink.deliver(&id, &alert).await {
                 Ok(()) => return Outcome::Delivered,
@@ -317,20 +320,20 @@ async fn deliver_one(
                     return Outcome::Refused((id.clone(), error.to_string()));
                 }
                 Err(error) => {
+                    let delay = backoff.next_delay();
                     SinkDeliveryFailed {
                         sink: name,
                         error: &error,
-                        retry_in: Some(backoff),
+                        retry_in: Some(delay),
                     }
                     .emit(metrics);
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(delay) => {}
                         _ = shutdown.changed() => {}
                     }
                     if *shutdown.borrow() {
                         return Outcome::Stopped;
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
                 }
             }
         }

@@ -83,7 +83,7 @@ impl WebhookSink {
             WebhookAuth::None => {}
             WebhookAuth::Bearer(token) => request = request.bearer_auth(token),
             WebhookAuth::Hmac(secret) => {
-                let timestamp = (crate::live::clock::now_ms() / 1000).to_string();
+                let timestamp = (ipaudit_runtime::clock::now_ms() / 1000).to_string();
                 request = request
                     .header("x-ipaudit-timestamp", &timestamp)
                     .header("x-ipaudit-signature", signature(secret, &timestamp, &bytes));
