@@ -11,8 +11,8 @@ use ipaudit_runtime::telemetry::InternalEvent;
 use ipaudit_schemas::{EventType, Stream};
 use tracing::{debug, info, trace, warn};
 
-use crate::live::group::Start;
 use crate::live::metrics::{EventLabels, KindLabels, Metrics, SinkFailureLabels};
+use crate::live::start_offset::Start;
 
 /// A watch event was read from the events topic and handed to its cluster's analysis.
 pub struct EventConsumed {

@@ -213,6 +213,14 @@ pub fn stream_labelled(label: &str) -> Option<Stream> {
     KINDS.iter().find(|k| k.label == label).map(|k| k.stream)
 }
 
+// The table owns the lookup so that the event types below it need not know the table.
+impl Stream {
+    /// The table entry of the stream's kind; `None` for [`Stream::Unknown`].
+    pub fn spec(self) -> Option<&'static KindSpec> {
+        KINDS.iter().find(|k| k.stream == self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,8 +97,8 @@ pub(super) fn endpoint(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPar
 
 #[cfg(test)]
 mod tests {
+    use crate::convert::from_object_of;
     use crate::event::{EventType, KindPart, Stream};
-    use crate::kubernetes::from_object_of;
     use serde_json::json;
 
     #[test]

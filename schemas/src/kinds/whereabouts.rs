@@ -105,8 +105,8 @@ fn address_in_name(name: &str) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::convert::from_object_of;
     use crate::event::{EventType, Stream};
-    use crate::kubernetes::from_object_of;
     use serde_json::json;
 
     #[test]
