@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use crate::event::{EventType, Stream, WatchEvent};
 use crate::kinds::{self, KindSpec};
-use crate::kubernetes::{FieldProblem, Fields, ObjectParts};
+use crate::kubernetes::{FieldProblem, FieldReader, ObjectParts};
 
 /// Why a document could not become an event at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -89,7 +89,7 @@ pub fn from_object_of(
     let obj = object.as_object().ok_or(ConvertError::NotAWatchEvent(
         "\"object\" is not a JSON object",
     ))?;
-    let mut fields = Fields::default();
+    let mut fields = FieldReader::default();
     let empty = Map::new();
     let meta = fields.object(obj, "metadata").unwrap_or(&empty);
     let resource_version = fields.string(meta, "metadata.resourceVersion", "resourceVersion");

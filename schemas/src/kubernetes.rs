@@ -43,11 +43,11 @@ impl ObjectParts<'_> {
 
 /// Picks typed fields out of JSON, noting each one of the wrong type.
 #[derive(Default)]
-pub struct Fields {
+pub struct FieldReader {
     problems: Vec<FieldProblem>,
 }
 
-impl Fields {
+impl FieldReader {
     /// The fields that were present but unusable, in the order they were met.
     pub(crate) fn into_problems(self) -> Vec<FieldProblem> {
         self.problems

@@ -15,7 +15,7 @@ mod whereabouts;
 use std::fmt;
 
 use crate::event::{KindPart, Stream};
-use crate::kubernetes::{Fields, ObjectParts};
+use crate::kubernetes::{FieldReader, ObjectParts};
 
 /// The IPAM a kind belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,7 +46,7 @@ impl fmt::Display for Ipam {
 }
 
 /// Reads the kind-specific part of one object.
-pub type Converter = fn(&mut Fields, &ObjectParts<'_>) -> KindPart;
+pub type Converter = fn(&mut FieldReader, &ObjectParts<'_>) -> KindPart;
 
 /// One watched kind.
 #[derive(Debug)]
