@@ -23,7 +23,7 @@ use tracing::{error, info, warn};
 use crate::admission::{AdmissionConfig, AdmissionError};
 use crate::discovery::{self, DiscoveryError};
 use crate::event::Stamp;
-use crate::guard::{Guarded, IndexingWriter, SharedIndex};
+use crate::guard::{Guarded, SharedIndex};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::observed::StreamState;
@@ -32,7 +32,7 @@ use crate::produce::{run_producer, KafkaConfig, ProduceError, ProducerTask};
 use crate::record::FileWriter;
 use crate::remediate::{run_remediator, RemediateConfig, RemediationMode};
 use crate::watch::{WatchConfig, WatchError, WatchOutputs, Watcher};
-use crate::writer::{self, EventWriter, WriterError};
+use crate::writer::{self, EventWriter, IndexingWriter, WriterError};
 
 /// How to reach the API server.
 #[derive(Debug, Clone)]

@@ -2,7 +2,8 @@
 //! lenient (see `ipaudit_schemas::kubernetes`): an object with unusable fields is kept
 //! with what could be read, its raw JSON attached, and counted.
 
-use ipaudit_schemas::kubernetes::{from_object_of, ConvertError, FieldProblem};
+use ipaudit_schemas::convert::{from_object_of, ConvertError};
+use ipaudit_schemas::kubernetes::FieldProblem;
 use ipaudit_schemas::{EventType, ObjectMeta, Stream, WatchEvent};
 use serde_json::Value;
 

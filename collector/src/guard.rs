@@ -14,9 +14,6 @@ use std::sync::{Arc, RwLock};
 
 use ipaudit_schemas::{EventType, KindPart, KindSpec, Stream, WatchEvent};
 
-use crate::observed::Observed;
-use crate::writer::{EventWriter, WriterError};
-
 /// At most this many holders are named in an answer; the count is always given.
 pub const MAX_NAMED: usize = 10;
 
@@ -572,38 +569,6 @@ pub fn decide(
 
 /// The index shared by the writer thread (which updates it) and the admission server (readers).
 pub type SharedIndex = Arc<RwLock<Index>>;
-
-/// A writer that feeds the index with every event before storing it, so the guard sees
-/// exactly what the collector records, in the order it records it.
-pub struct IndexingWriter {
-    inner: Box<dyn EventWriter>,
-    index: SharedIndex,
-}
-
-impl IndexingWriter {
-    /// Wraps `inner`.
-    pub fn new(inner: Box<dyn EventWriter>, index: SharedIndex) -> IndexingWriter {
-        IndexingWriter { inner, index }
-    }
-}
-
-impl EventWriter for IndexingWriter {
-    fn store(&mut self, batch: &[Observed]) -> Result<(), WriterError> {
-        {
-            // A poisoned lock means a reader panicked mid-read; the index itself is
-            // consistent (readers do not write), so go on with it.
-            let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
-            for observed in batch {
-                index.apply(&observed.event);
-            }
-        }
-        self.inner.store(batch)
-    }
-
-    fn finish(self: Box<Self>) -> Result<(), WriterError> {
-        self.inner.finish()
-    }
-}
 
 #[cfg(test)]
 mod tests {

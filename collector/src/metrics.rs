@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use ipaudit_runtime::telemetry::EventLabels;
 use ipaudit_schemas::Stream;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -16,15 +17,6 @@ use prometheus_client::registry::{Registry, Unit};
 pub struct StreamLabels {
     /// The stream's label (`pod`, `ip`, `ippool`...).
     pub stream: String,
-}
-
-/// `{stream, type}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EventLabels {
-    /// The stream's label (`pod`, `ip`, `ippool`...).
-    pub stream: String,
-    /// The event type.
-    pub r#type: String,
 }
 
 /// `{stream, reason}`.
@@ -202,10 +194,7 @@ impl Metrics {
 
     /// The text exposition format.
     pub fn encode(&self) -> String {
-        let mut text = String::new();
-        // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
-        text
+        ipaudit_runtime::telemetry::encode(&self.registry)
     }
 }
 

@@ -14,8 +14,6 @@ use std::path::{Path, PathBuf};
 use ipaudit_schemas::{encode, kinds, Stream};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use ipaudit_runtime::telemetry::InternalEvent as _;
-
 use crate::event::LiveObject;
 use crate::health::{Health, OutboxSize};
 use crate::metrics::Metrics;
@@ -531,26 +529,9 @@ impl Outbox {
 }
 
 impl Outbox {
-    /// Appends a batch for the writer thread, and reports the outbox's size to the health
-    /// and metrics it was given ([`Outbox::observed_by`]): a full outbox pauses the watches.
-    pub fn store_observed(&mut self, batch: &[Observed]) -> Result<(), OutboxError> {
-        // Debug level: one span per transaction, naming the cluster and how many rows.
-        let _span = tracing::debug_span!(
-            "outbox_append",
-            cluster = batch.first().map(|o| o.event.cluster_id.as_str()),
-            rows = batch.len()
-        )
-        .entered();
-        let _busy = self.observer.as_ref().map(|(h, _)| h.busy("writer"));
-        self.append(batch)?;
-        if let Some((health, metrics)) = &self.observer {
-            let size = self.size()?;
-            metrics.outbox_size(size);
-            if health.outbox_size(size) {
-                crate::telemetry::OutboxFull { size }.emit(metrics);
-            }
-        }
-        Ok(())
+    /// The health and metrics this outbox reports its size to ([`Outbox::observed_by`]).
+    pub fn observer(&self) -> Option<&(Health, Metrics)> {
+        self.observer.as_ref()
     }
 }
 

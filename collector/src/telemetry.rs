@@ -5,15 +5,13 @@
 
 use std::fmt::Display;
 
-use ipaudit_runtime::telemetry::InternalEvent;
+use ipaudit_runtime::telemetry::{EventLabels, InternalEvent};
 use ipaudit_schemas::{EventType, Stream};
 use tracing::{debug, error, info, trace, warn};
 
 use crate::guard::{Decision, Verdict};
 use crate::health::OutboxSize;
-use crate::metrics::{
-    AdmissionLabels, EventLabels, Metrics, OnlyReasonLabels, ReasonLabels, ResultLabels,
-};
+use crate::metrics::{AdmissionLabels, Metrics, OnlyReasonLabels, ReasonLabels, ResultLabels};
 use crate::outbox::Quarantine;
 
 /// An event was converted and handed to the outbox (or recording file).
@@ -30,10 +28,10 @@ impl InternalEvent for EventRecorded {
         trace!(stream = %self.stream, event_type = self.event_type.as_str(), "event recorded");
         metrics
             .events
-            .get_or_create(&EventLabels {
-                stream: self.stream.as_str().into(),
-                r#type: self.event_type.as_str().into(),
-            })
+            .get_or_create(&EventLabels::new(
+                self.stream.as_str(),
+                self.event_type.as_str(),
+            ))
             .inc();
     }
 }

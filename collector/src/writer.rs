@@ -7,8 +7,11 @@ use std::thread::JoinHandle;
 
 use tokio::sync::{mpsc, Notify};
 
+use crate::guard::SharedIndex;
 use crate::observed::Observed;
 use crate::outbox::{Outbox, OutboxError};
+use crate::telemetry::OutboxFull;
+use ipaudit_runtime::telemetry::InternalEvent;
 
 /// Most events stored in one transaction.
 pub const MAX_BATCH: usize = 2_048;
@@ -38,12 +41,62 @@ pub trait EventWriter: Send {
 // The outbox's writer impl lives here, not in `outbox`, so that the arrow runs one way:
 // the writer knows its stores, the stores do not know the writer.
 impl EventWriter for Outbox {
+    /// Appends the batch, and reports the outbox's size to the health and metrics it was
+    /// given ([`Outbox::observed_by`]): a full outbox pauses the watches.
     fn store(&mut self, batch: &[Observed]) -> Result<(), WriterError> {
-        Ok(self.store_observed(batch)?)
+        // Debug level: one span per transaction, naming the cluster and how many rows.
+        let _span = tracing::debug_span!(
+            "outbox_append",
+            cluster = batch.first().map(|o| o.event.cluster_id.as_str()),
+            rows = batch.len()
+        )
+        .entered();
+        let _busy = self.observer().map(|(h, _)| h.busy("writer"));
+        self.append(batch)?;
+        if let Some((health, metrics)) = self.observer() {
+            let size = self.size()?;
+            metrics.outbox_size(size);
+            if health.outbox_size(size) {
+                OutboxFull { size }.emit(metrics);
+            }
+        }
+        Ok(())
     }
 
     fn finish(self: Box<Self>) -> Result<(), WriterError> {
         Ok(())
+    }
+}
+
+/// A writer that feeds the index with every event before storing it, so the guard sees
+/// exactly what the collector records, in the order it records it.
+pub struct IndexingWriter {
+    inner: Box<dyn EventWriter>,
+    index: SharedIndex,
+}
+
+impl IndexingWriter {
+    /// Wraps `inner`.
+    pub fn new(inner: Box<dyn EventWriter>, index: SharedIndex) -> IndexingWriter {
+        IndexingWriter { inner, index }
+    }
+}
+
+impl EventWriter for IndexingWriter {
+    fn store(&mut self, batch: &[Observed]) -> Result<(), WriterError> {
+        {
+            // A poisoned lock means a reader panicked mid-read; the index itself is
+            // consistent (readers do not write), so go on with it.
+            let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
+            for observed in batch {
+                index.apply(&observed.event);
+            }
+        }
+        self.inner.store(batch)
+    }
+
+    fn finish(self: Box<Self>) -> Result<(), WriterError> {
+        self.inner.finish()
     }
 }
 

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use ipaudit_analyzer::analysis::fix::is_object_name;
 use ipaudit_collector::remediate::{execute, get, names_missing, Lookup, RemediationMode};
 use ipaudit_runtime::clock::now_ms;
-use ipaudit_schemas::kubernetes::{format_timestamp_ms, from_object_of};
+use ipaudit_schemas::convert::from_object_of;
+use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{
     is_kube_ovn_finalizer, CleanupAction, CleanupCommand, EventType, KindPart, RemediationOutcome,
     Stream,

@@ -99,6 +99,34 @@ pub fn init(format: LogFormat, filter: LogFilter<'_>) {
     };
 }
 
+/// `{stream, type}`: the labels of both programs' event counters
+/// (`ipaudit_collector_events_total`, `ipaudit_analyzer_events_total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct EventLabels {
+    /// The stream's label (`pod`, `ip`, `ippool`...).
+    pub stream: String,
+    /// The event type (`ADDED`, `DELETED`...).
+    pub r#type: String,
+}
+
+impl EventLabels {
+    /// The labels of one stream's events of one type.
+    pub fn new(stream: &str, event_type: &str) -> Self {
+        EventLabels {
+            stream: stream.into(),
+            r#type: event_type.into(),
+        }
+    }
+}
+
+/// A registry in the Prometheus text exposition format (what `/metrics` serves).
+pub fn encode(registry: &prometheus_client::registry::Registry) -> String {
+    let mut text = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

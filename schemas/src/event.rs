@@ -31,11 +31,6 @@ pub enum Stream {
 }
 
 impl Stream {
-    /// The table entry of the stream's kind; `None` for [`Stream::Unknown`].
-    pub fn spec(self) -> Option<&'static crate::kinds::KindSpec> {
-        crate::kinds::KINDS.iter().find(|k| k.stream == self)
-    }
-
     /// The Kubernetes kind of the stream's objects.
     pub fn kind(self) -> &'static str {
         self.spec().map_or("Unknown", |k| k.kind)

@@ -14,6 +14,7 @@ pub mod alert;
 pub mod builders;
 pub mod command;
 pub mod container;
+pub mod convert;
 pub mod datum;
 pub mod event;
 pub mod kinds;

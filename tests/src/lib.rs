@@ -13,7 +13,7 @@ pub mod world;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ipaudit_schemas::kubernetes::from_watch_document;
+use ipaudit_schemas::convert::from_watch_document;
 use std::collections::HashMap;
 
 use ipaudit_schemas::{ContainerWriter, EventType, Stream, WatchEvent};

@@ -24,11 +24,10 @@ use tokio::sync::{watch, Notify};
 use tracing::{info, warn};
 
 use crate::analysis::engine::{Analyzer, AnalyzerConfig, Output};
-use crate::live::group::{
-    GroupContext, GroupEvent, GroupShared, PartitionMap, SnapshotScan, Start,
-};
+use crate::live::group::{GroupContext, GroupEvent, GroupShared, PartitionMap, SnapshotScan};
 use crate::live::metrics::Metrics;
 use crate::live::sinks::{run_delivery, AlertSink, DeliveryConfig};
+use crate::live::start_offset::Start;
 use crate::live::store::{Store, StoreError};
 use crate::live::telemetry::{
     CheckpointWritten, EventConsumed, MessageUndecodable, OffsetOutOfRange, SnapshotRebuildStarted,

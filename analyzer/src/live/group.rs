@@ -27,18 +27,8 @@ use rusqlite::{params, Connection};
 use tracing::warn;
 
 use crate::live::metrics::Metrics;
+use crate::live::start_offset::Start;
 use crate::live::telemetry::{PartitionsAssigned, PartitionsRevoked, SnapshotRebuildStarted};
-
-/// Where an assigned partition starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Start {
-    /// At the offset checkpointed with this instance's state for it.
-    Checkpoint(i64),
-    /// At its latest snapshot: no state here.
-    Snapshot(i64),
-    /// At its beginning: no state here and no snapshot wanted (or found).
-    Beginning,
-}
 
 /// A change of this instance's partitions, for the consume loop.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ipaudit_runtime::telemetry::EventLabels;
 use ipaudit_schemas::{Alert, AlertStatus};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -15,15 +16,6 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::analysis::engine::AnalyzerStats;
-
-/// `{stream, type}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EventLabels {
-    /// The stream's label (`pod`, `ip`, `subnet`...).
-    pub stream: String,
-    /// The event type (`ADDED`, `DELETED`...).
-    pub r#type: String,
-}
 
 /// `{partition}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -300,10 +292,7 @@ impl Metrics {
 
     /// The text exposition format.
     pub fn encode(&self) -> String {
-        let mut text = String::new();
-        // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
-        text
+        ipaudit_runtime::telemetry::encode(&self.registry)
     }
 }
 

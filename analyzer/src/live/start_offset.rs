@@ -13,6 +13,17 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
+/// Where an assigned partition starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// At the offset checkpointed with this instance's state for it.
+    Checkpoint(i64),
+    /// At its latest snapshot: no state here.
+    Snapshot(i64),
+    /// At its beginning: no state here and no snapshot wanted (or found).
+    Beginning,
+}
+
 /// Offsets of the relist frames seen in a window, per (collector, stream).
 #[derive(Debug, Default)]
 struct Frames {

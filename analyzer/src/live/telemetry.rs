@@ -7,12 +7,12 @@
 use std::fmt::Display;
 use std::time::Duration;
 
-use ipaudit_runtime::telemetry::InternalEvent;
+use ipaudit_runtime::telemetry::{EventLabels, InternalEvent};
 use ipaudit_schemas::{EventType, Stream};
 use tracing::{debug, info, trace, warn};
 
-use crate::live::group::Start;
-use crate::live::metrics::{EventLabels, KindLabels, Metrics, SinkFailureLabels};
+use crate::live::metrics::{KindLabels, Metrics, SinkFailureLabels};
+use crate::live::start_offset::Start;
 
 /// A watch event was read from the events topic and handed to its cluster's analysis.
 pub struct EventConsumed {
@@ -32,10 +32,10 @@ impl InternalEvent for EventConsumed {
         );
         metrics
             .events
-            .get_or_create(&EventLabels {
-                stream: self.stream.as_str().into(),
-                r#type: self.event_type.as_str().into(),
-            })
+            .get_or_create(&EventLabels::new(
+                self.stream.as_str(),
+                self.event_type.as_str(),
+            ))
             .inc();
     }
 }

@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::event::{KindPart, NetworkStatus, PodAllocation, PodInfo};
-use crate::kubernetes::{Fields, ObjectParts};
+use crate::kubernetes::{FieldReader, ObjectParts};
 
 /// The annotation multus writes with the addresses a pod holds, per network.
 pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
 
 /// What ipaudit keeps of a Pod.
-pub(super) fn pod(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
+pub(super) fn pod(fields: &mut FieldReader, object: &ObjectParts<'_>) -> KindPart {
     let (spec, status) = (object.spec, object.status);
     let empty = Map::new();
     let annotations = fields.object(object.meta, "annotations").unwrap_or(&empty);
@@ -47,7 +47,10 @@ pub(super) fn pod(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
 
 /// multus' network-status: a JSON list, written as a string, of `{name, interface, ips,
 /// mac, default}`.
-fn network_status(fields: &mut Fields, annotations: &Map<String, Value>) -> Vec<NetworkStatus> {
+fn network_status(
+    fields: &mut FieldReader,
+    annotations: &Map<String, Value>,
+) -> Vec<NetworkStatus> {
     const PATH: &str = "metadata.annotations[k8s.v1.cni.cncf.io/network-status]";
     let Some(text) = annotations
         .get(NETWORK_STATUS_ANNOTATION)

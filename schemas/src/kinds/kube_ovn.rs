@@ -1,10 +1,10 @@
 //! kube-ovn's IP and Subnet (kubeovn.io/v1).
 
 use crate::event::{IpInfo, KindPart, SubnetInfo};
-use crate::kubernetes::{Fields, ObjectParts};
+use crate::kubernetes::{FieldReader, ObjectParts};
 
 /// spec of an IP.
-pub(super) fn ip(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
+pub(super) fn ip(fields: &mut FieldReader, object: &ObjectParts<'_>) -> KindPart {
     let spec = object.spec;
     KindPart::Ip(Box::new(IpInfo {
         subnet: fields.string(spec, "spec.subnet", "subnet"),
@@ -22,7 +22,7 @@ pub(super) fn ip(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
 }
 
 /// spec and status counts of a Subnet; counts stay decimal text (IPv6 counts exceed u64).
-pub(super) fn subnet(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
+pub(super) fn subnet(fields: &mut FieldReader, object: &ObjectParts<'_>) -> KindPart {
     let (spec, status) = (object.spec, object.status);
     KindPart::Subnet(Box::new(SubnetInfo {
         cidr_block: fields.string(spec, "spec.cidrBlock", "cidrBlock"),

@@ -15,7 +15,7 @@ mod whereabouts;
 use std::fmt;
 
 use crate::event::{KindPart, Stream};
-use crate::kubernetes::{Fields, ObjectParts};
+use crate::kubernetes::{FieldReader, ObjectParts};
 
 /// The IPAM a kind belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,7 +46,7 @@ impl fmt::Display for Ipam {
 }
 
 /// Reads the kind-specific part of one object.
-pub type Converter = fn(&mut Fields, &ObjectParts<'_>) -> KindPart;
+pub type Converter = fn(&mut FieldReader, &ObjectParts<'_>) -> KindPart;
 
 /// One watched kind.
 #[derive(Debug)]
@@ -211,6 +211,14 @@ pub fn streams() -> impl Iterator<Item = Stream> {
 /// The stream whose label is `label` (as stored by the collector's outbox).
 pub fn stream_labelled(label: &str) -> Option<Stream> {
     KINDS.iter().find(|k| k.label == label).map(|k| k.stream)
+}
+
+// The table owns the lookup so that the event types below it need not know the table.
+impl Stream {
+    /// The table entry of the stream's kind; `None` for [`Stream::Unknown`].
+    pub fn spec(self) -> Option<&'static KindSpec> {
+        KINDS.iter().find(|k| k.stream == self)
+    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,11 @@ use serde_json::{Map, Value};
 use crate::event::{
     KindPart, SpiderAllocation, SpiderEndpointAddress, SpiderEndpointInfo, SpiderIpPoolInfo,
 };
-use crate::kubernetes::{Fields, ObjectParts};
+use crate::kubernetes::{FieldReader, ObjectParts};
 
 /// spec and allocations of a pool. `status.allocatedIPs` is a JSON string encoding a map
 /// `IP -> {pod, podUid}`; unknown keys of older releases are ignored.
-pub(super) fn ip_pool(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
+pub(super) fn ip_pool(fields: &mut FieldReader, object: &ObjectParts<'_>) -> KindPart {
     const PATH: &str = "status.allocatedIPs";
     let (spec, status) = (object.spec, object.status);
     let parsed;
@@ -56,7 +56,7 @@ pub(super) fn ip_pool(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart
 }
 
 /// The pod an endpoint stands for (`status.current`) and its owner controller.
-pub(super) fn endpoint(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
+pub(super) fn endpoint(fields: &mut FieldReader, object: &ObjectParts<'_>) -> KindPart {
     let status = object.status;
     let empty = Map::new();
     let current = fields.object(status, "current").unwrap_or(&empty);
@@ -97,8 +97,8 @@ pub(super) fn endpoint(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPar
 
 #[cfg(test)]
 mod tests {
+    use crate::convert::from_object_of;
     use crate::event::{EventType, KindPart, Stream};
-    use crate::kubernetes::from_object_of;
     use serde_json::json;
 
     #[test]

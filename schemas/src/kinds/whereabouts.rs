@@ -5,11 +5,11 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 use crate::event::{IpPoolAllocation, IpPoolInfo, IpReservationInfo, KindPart};
-use crate::kubernetes::{Fields, ObjectParts};
+use crate::kubernetes::{FieldReader, ObjectParts};
 
 /// spec of an IPPool: its range and its allocations, each with the address its offset
 /// stands for.
-pub(super) fn ip_pool(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
+pub(super) fn ip_pool(fields: &mut FieldReader, object: &ObjectParts<'_>) -> KindPart {
     let spec = object.spec;
     let range = fields.string(spec, "spec.range", "range");
     let network = network_address(&range);
@@ -48,7 +48,7 @@ pub(super) fn ip_pool(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart
 }
 
 /// spec of a reservation, and its address, which only its name holds.
-pub(super) fn reservation(fields: &mut Fields, object: &ObjectParts<'_>) -> KindPart {
+pub(super) fn reservation(fields: &mut FieldReader, object: &ObjectParts<'_>) -> KindPart {
     let spec = object.spec;
     KindPart::IpReservation(Box::new(IpReservationInfo {
         address: address_in_name(object.name())
@@ -105,8 +105,8 @@ fn address_in_name(name: &str) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::convert::from_object_of;
     use crate::event::{EventType, Stream};
-    use crate::kubernetes::from_object_of;
     use serde_json::json;
 
     #[test]

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ipaudit_schemas::kubernetes::from_object;
+use ipaudit_schemas::convert::from_object;
 use ipaudit_schemas::{encode, EventType};
 use ipaudit_tests::broker::{create_topic, free_port, shared_broker, Broker};
 use ipaudit_tests::collector::{http_get, workspace_binary};

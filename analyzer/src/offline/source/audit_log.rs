@@ -31,8 +31,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use ipaudit_schemas::convert::from_object_of;
 use ipaudit_schemas::kinds::KindSpec;
-use ipaudit_schemas::kubernetes::{from_object_of, parse_timestamp_ms};
+use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 use ipaudit_schemas::{Actor, EventType, KindPart, ObjectMeta, Stream, WatchEvent, KINDS};
 use serde::Deserialize;
 use serde_json::value::RawValue;

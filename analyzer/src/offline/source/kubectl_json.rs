@@ -27,8 +27,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use ipaudit_schemas::convert::from_watch_document;
 use ipaudit_schemas::kinds;
-use ipaudit_schemas::kubernetes::{from_watch_document, FieldProblem};
+use ipaudit_schemas::kubernetes::FieldProblem;
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
 use serde::Deserialize;
 

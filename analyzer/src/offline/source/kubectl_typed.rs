@@ -4,7 +4,7 @@
 //! value).
 //!
 //! It vouches only for documents it reads whole and exactly as the generic conversion
-//! (`ipaudit_schemas::kubernetes::from_watch_document`) would: any field of an unexpected
+//! (`ipaudit_schemas::convert::from_watch_document`) would: any field of an unexpected
 //! type, a duplicated field, a time that does not parse, makes it give up (`None`), and
 //! the caller takes the generic path, which keeps the event without the bad field and
 //! says which field it was. A property test holds the two paths to the same events.
@@ -754,7 +754,7 @@ fn pod_part(
 
 #[cfg(test)]
 mod tests {
-    use ipaudit_schemas::kubernetes::from_watch_document;
+    use ipaudit_schemas::convert::from_watch_document;
     use proptest::prelude::*;
     use serde_json::{json, Map, Value};
 
