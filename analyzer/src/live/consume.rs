@@ -32,6 +32,7 @@ use crate::live::store::{Store, StoreError};
 use crate::live::telemetry::{
     CheckpointWritten, EventConsumed, MessageUndecodable, OffsetOutOfRange, SnapshotRebuildStarted,
 };
+use crate::live::CLIENT_ID;
 
 /// How the live analyzer runs.
 pub struct LiveConfig {
@@ -317,9 +318,6 @@ fn consumer(
     consumer.subscribe(&[&config.topic])?;
     Ok(consumer)
 }
-
-/// The analyzer's Kafka client id (broker logs and quotas name it).
-pub(crate) const CLIENT_ID: &str = "ipaudit-analyzer";
 
 /// What applying a group change touches.
 struct GroupState<'a> {

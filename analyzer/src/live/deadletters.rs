@@ -184,7 +184,7 @@ async fn republish_messages(
     }
     let producer: FutureProducer = target
         .connection
-        .producer(crate::live::consume::CLIENT_ID, Delivery::Awaited)
+        .producer(crate::live::CLIENT_ID, Delivery::Awaited)
         .create()
         .map_err(|source| DeadLetterError::Kafka {
             topic: String::new(),

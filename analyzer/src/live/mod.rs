@@ -10,3 +10,6 @@ pub mod sinks;
 pub mod start_offset;
 pub mod store;
 pub mod telemetry;
+
+/// The analyzer's Kafka client id (broker logs and quotas name it).
+pub(crate) const CLIENT_ID: &str = "ipaudit-analyzer";

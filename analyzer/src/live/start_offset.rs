@@ -80,7 +80,7 @@ pub fn latest_snapshot_offset(
     partition: i32,
 ) -> Result<i64, KafkaError> {
     let consumer: BaseConsumer = connection
-        .reader(crate::live::consume::CLIENT_ID, "ipaudit-snapshot-scan")
+        .reader(crate::live::CLIENT_ID, "ipaudit-snapshot-scan")
         .create()?;
     let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
     let mut window = 10_000i64;

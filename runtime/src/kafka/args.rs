@@ -8,8 +8,6 @@ use std::str::FromStr;
 
 use clap::{Args, ValueEnum};
 
-use crate::kafka::connection::is_secret_key;
-
 /// How ipaudit reaches Kafka: bootstrap servers, TLS, SASL, extra librdkafka settings.
 #[derive(Clone, Args)]
 pub struct KafkaArgs {
@@ -278,6 +276,16 @@ impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<redacted>")
     }
+}
+
+/// librdkafka properties whose values are secrets.
+pub(crate) fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key.contains("password")
+        || key.contains("secret")
+        || key == "ssl.key.pem"
+        || key == "ssl_key"
+        || key == "sasl.oauthbearer.config"
 }
 
 #[cfg(test)]

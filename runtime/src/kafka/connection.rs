@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rdkafka::config::ClientConfig;
 
-use crate::kafka::args::{KafkaArgs, SecurityProtocol};
+use crate::kafka::args::{is_secret_key, KafkaArgs, SecurityProtocol};
 
 /// Bootstrap servers plus every security and operator setting, checked at start. `Debug`
 /// shows secret values as `<redacted>`.
@@ -49,16 +49,6 @@ impl ConnectionError {
     pub fn is_retryable(&self) -> bool {
         false
     }
-}
-
-/// librdkafka properties whose values are secrets.
-pub(crate) fn is_secret_key(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    key.contains("password")
-        || key.contains("secret")
-        || key == "ssl.key.pem"
-        || key == "ssl_key"
-        || key == "sasl.oauthbearer.config"
 }
 
 impl KafkaArgs {

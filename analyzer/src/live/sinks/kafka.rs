@@ -16,7 +16,7 @@ pub(super) fn idempotent_producer(
     connection: &ipaudit_runtime::kafka::Connection,
 ) -> Result<FutureProducer, KafkaError> {
     connection
-        .producer(crate::live::consume::CLIENT_ID, Delivery::Awaited)
+        .producer(crate::live::CLIENT_ID, Delivery::Awaited)
         .create()
 }
 
