@@ -89,12 +89,24 @@ impl Rule for IpWithoutPod {
             let key = change.key();
             if let Some(removed) = change.removed() {
                 for holding in change.held_before() {
-                    self.forget(ctx, &key, &removed.uid, holding.address, change.event);
+                    self.forget(
+                        ctx,
+                        &key,
+                        &removed.uid.text(),
+                        holding.address,
+                        change.event,
+                    );
                 }
             }
             if let (Some(after), None) = (change.after, change.removed()) {
                 for released in change.released {
-                    self.forget(ctx, &key, &after.uid, &released.address, change.event);
+                    self.forget(
+                        ctx,
+                        &key,
+                        &after.uid.text(),
+                        &released.address,
+                        change.event,
+                    );
                 }
             }
             if let Some(after) = change.after {
@@ -247,7 +259,7 @@ impl IpWithoutPod {
         let held = state.holdings_of(key);
         match held.iter().find(|h| h.address == address) {
             Some(holding) => self.evaluate_holding(ctx, key, record, holding, cause),
-            None => self.forget(ctx, key, &record.uid, address, cause),
+            None => self.forget(ctx, key, &record.uid.text(), address, cause),
         }
     }
 
@@ -276,7 +288,8 @@ impl IpWithoutPod {
         let Some(gone) = gone else {
             // The common case: its pod is there.
             self.cancel(key, address);
-            let subject_uid = subject_uid(key, &record.uid, address);
+            let record_uid = record.uid.text();
+            let subject_uid = subject_uid(key, &record_uid, address);
             if !ctx.firing_about(NAME, &subject_uid).is_empty() {
                 let what = if excluded {
                     format!("{address} of {} is kept on purpose", holding.owner)
@@ -307,7 +320,8 @@ fn finding(
     owner_uid: Option<&str>,
     gone: &EventRef,
 ) -> Finding {
-    let (subject_kind, subject_name, subject_uid) = subject(key, &record.uid, holding.address);
+    let (subject_kind, subject_name, subject_uid) =
+        subject(key, &record.uid.text(), holding.address);
     let address = &holding.address;
     let owner = &holding.owner;
     let pod = match owner_uid {

@@ -81,7 +81,8 @@ impl Rule for SubnetDeletedBeforeIp {
             }
             Stream::Pod => {
                 if let Some(removed) = change.removed() {
-                    let uid = removed.uid.as_str();
+                    let uid = removed.uid.text();
+                    let uid: &str = &uid;
                     let ids = self
                         .by_owner
                         .get(&*change.event.name)
@@ -283,7 +284,7 @@ fn on_subnet_deleted(
             severity: Severity::Critical,
             subject_kind: "IP",
             subject_name: name.to_string(),
-            subject_uid: ip.uid.clone(),
+            subject_uid: ip.uid.to_string(),
             scope: Some(subnet.to_owned()),
             subnet: Some(subnet.to_owned()),
             summary: format!(
@@ -350,7 +351,7 @@ fn recheck_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
     let Some(ip) = ctx.state.get(Stream::Ip, name) else {
         return;
     };
-    let alerts = ctx.firing_about(NAME, &ip.uid);
+    let alerts = ctx.firing_about(NAME, &ip.uid.text());
     if alerts.is_empty() {
         return;
     }
@@ -374,7 +375,7 @@ fn recheck_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
 /// The IP is gone: its leak is over.
 fn on_ip_gone(ctx: &mut Context<'_>, ip: &ObjectRecord, by: &EventRef) {
     let healed = gone_evidence(by, &format!("IP {}", by.name));
-    ctx.resolve_all_about(NAME, &ip.uid, &healed);
+    ctx.resolve_all_about(NAME, &ip.uid.text(), &healed);
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ impl Rule for SubnetStuckTerminating {
         if let Some(removed) = change.removed() {
             self.deadlines.cancel(&timer_key(&pool));
             let what = format!("{} {}", pool.stream.kind(), pool.name);
-            let id = ctx.alert_id(NAME, &removed.uid, Some(&pool.name));
+            let id = ctx.alert_id(NAME, &removed.uid.text(), Some(&pool.name));
             ctx.resolve(&id, gone_evidence(change.event, &what));
         }
         if let Some(deleting_since) = change.after.and_then(|p| p.deletion_ms) {
@@ -172,7 +172,7 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
         severity: Severity::Warning,
         subject_kind: kind,
         subject_name: name.to_owned(),
-        subject_uid: record.uid.clone(),
+        subject_uid: record.uid.to_string(),
         scope: Some(name.to_owned()),
         subnet: Some(name.to_owned()),
         summary: format!(

@@ -4,9 +4,11 @@
 //! owner, and who holds each address. Each object only moves forward: an event older
 //! than what is held is ignored.
 
+mod finalizers;
 pub mod holdings;
 mod indexes;
 mod records;
+mod uid;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,8 +19,10 @@ use smol_str::SmolStr;
 
 use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, KindPart, Stream, WatchEvent};
 
+pub use finalizers::Finalizers;
 pub use holdings::{Holding, Holdings, PoolRef, Scope};
 pub use indexes::Released;
+pub use uid::{Uid, UidText};
 
 use indexes::{binds_owner_uid, Indexes};
 use records::Records;
@@ -62,9 +66,9 @@ impl EventRef {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ObjectRecord {
     /// metadata.uid.
-    pub uid: String,
+    pub uid: Uid,
     /// metadata.finalizers.
-    pub finalizers: Vec<String>,
+    pub finalizers: Finalizers,
     /// metadata.deletionTimestamp.
     pub deletion_ms: Option<i64>,
     /// Labelled `ovn.kubernetes.io/ip_reserved: "true"` (reserved by hand).
@@ -111,7 +115,7 @@ impl ObjectRecord {
             .iter()
             .enumerate()
             .find(|(_, f)| matches(f))
-            .map(|(i, f)| (i, f.as_str()))
+            .map(|(i, f)| (i, &**f))
     }
 
     /// Whether deletion was requested.
@@ -412,7 +416,7 @@ impl ClusterState {
         let held = self.get(event.stream, &name).map(|r| Previous {
             same_object: r.uid == uid,
             // Needed only when a new uid replaced it (a pod then counts as gone).
-            replaced_uid: (r.uid != uid).then(|| r.uid.clone()),
+            replaced_uid: (r.uid != uid).then(|| r.uid.to_string()),
             rv: r.rv(),
             first_rv: r.first_rv,
             first_ms: r.first_ms,
@@ -569,7 +573,8 @@ impl ClusterState {
                 let pods = self.objects.get(&Stream::Pod);
                 for holding in &new_holdings {
                     if let Some(pod) = pods.and_then(|p| p.get(holding.owner.as_ref())) {
-                        self.indexes.bind(key, holding.address, &pod.uid, false);
+                        self.indexes
+                            .bind(key, holding.address, &pod.uid.text(), false);
                     }
                 }
             }
@@ -610,7 +615,7 @@ impl ClusterState {
                 if holding.owner == pod_name {
                     let shows_it = shown.iter().any(|h| h.address == holding.address);
                     self.indexes
-                        .bind(&record, holding.address, &pod.uid, shows_it);
+                        .bind(&record, holding.address, &pod.uid.text(), shows_it);
                 }
             }
         }
@@ -639,8 +644,8 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
         .unwrap_or(KindPart::Pod(Default::default()));
     drop_unread(&mut part);
     ObjectRecord {
-        uid: meta.uid,
-        finalizers: meta.finalizers,
+        uid: Uid::new(&meta.uid),
+        finalizers: Finalizers::new(meta.finalizers),
         deletion_ms: meta.deletion_timestamp_ms,
         reserved: meta
             .labels
@@ -793,9 +798,15 @@ mod tests {
         let mut state = ClusterState::new();
         state.apply(EventBuilder::ip("a", "s1").uid("old").rv(5).added());
         let applied = state.apply(EventBuilder::ip("a", "s1").uid("new").rv(9).added());
-        assert_eq!(applied.before.map(|r| r.uid), Some("old".to_owned()));
         assert_eq!(
-            state.get(Stream::Ip, "a").map(|r| r.uid.as_str()),
+            applied.before.map(|r| r.uid.to_string()),
+            Some("old".to_owned())
+        );
+        assert_eq!(
+            state
+                .get(Stream::Ip, "a")
+                .map(|r| r.uid.to_string())
+                .as_deref(),
             Some("new")
         );
     }
