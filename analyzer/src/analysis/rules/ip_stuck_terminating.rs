@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use ipaudit_schemas::{Cleanup, CleanupAction, KindPart, Severity, Stream, SPIDERPOOL_FINALIZER};
+use ipaudit_schemas::{Cleanup, CleanupAction, Severity, Stream, SPIDERPOOL_FINALIZER};
 use serde::{Deserialize, Serialize};
 
 use super::subnet_deleted_before_ip::describe_ip;
@@ -19,7 +19,7 @@ use super::{
 };
 use crate::analysis::alerts::Finding;
 use crate::analysis::state::holdings::PoolRef;
-use crate::analysis::state::{EventRef, ObjectRecord};
+use crate::analysis::state::{EventRef, ObjectRecord, Part};
 
 const NAME: &str = "ip-stuck-terminating";
 
@@ -160,7 +160,7 @@ impl IpStuckTerminating {
         let Some(endpoint) = ctx.state.get(Stream::SpiderEndpoint, key) else {
             return;
         };
-        let KindPart::SpiderEndpoint(info) = endpoint.part() else {
+        let Part::SpiderEndpoint(info) = endpoint.part() else {
             return;
         };
         let Some((index, finalizer)) = endpoint.finalizer_where(|f| f == SPIDERPOOL_FINALIZER)
@@ -236,7 +236,7 @@ fn check_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
     let Some(ip) = ctx.state.get(Stream::Ip, name) else {
         return;
     };
-    let KindPart::Ip(spec) = ip.part() else {
+    let Part::Ip(spec) = ip.part() else {
         return;
     };
     let stuck = ip.is_terminating()

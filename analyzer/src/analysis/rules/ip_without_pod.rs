@@ -11,13 +11,13 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use ipaudit_schemas::{KindPart, NetworkStatus, Severity, Stream};
+use ipaudit_schemas::{NetworkStatus, Severity, Stream};
 use serde::{Deserialize, Serialize};
 
 use super::{duration_text, evidence, Change, Context, Deadlines, Rule};
 use crate::analysis::alerts::Finding;
 use crate::analysis::state::holdings::{self, Holding};
-use crate::analysis::state::{EventRef, ObjectRecord, RecordKey};
+use crate::analysis::state::{EventRef, ObjectRecord, Part, RecordKey};
 
 const NAME: &str = "ip-without-pod";
 
@@ -165,7 +165,7 @@ impl Rule for IpWithoutPod {
 fn shown_addresses_changed(change: &Change<'_>) -> bool {
     fn shown(record: Option<&ObjectRecord>) -> Option<&[NetworkStatus]> {
         match record.map(ObjectRecord::part) {
-            Some(KindPart::Pod(pod)) => Some(&pod.network_status),
+            Some(Part::Pod(pod)) => Some(&pod.network_status),
             _ => None,
         }
     }
@@ -355,11 +355,11 @@ fn finding(
 fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String {
     let resource = key.0.spec().map_or_else(String::new, |k| k.resource());
     match record.part() {
-        KindPart::Ip(_) => format!(
+        Part::Ip(_) => format!(
             "Delete the IP so that kube-ovn releases the address: {}",
             crate::analysis::fix::delete("ip", &key.1)
         ),
-        KindPart::IpPool(pool) => {
+        Part::IpPool(pool) => {
             let offset = pool
                 .allocations
                 .iter()
@@ -378,7 +378,7 @@ fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String 
                 "whereabouts' ip-reconciler releases it on its next run; to release it now: {command}"
             )
         }
-        KindPart::SpiderIpPool(_) => format!(
+        Part::SpiderIpPool(_) => format!(
             "spiderpool's garbage collector releases entries of gone pods (every 10 min by default); if it does not, check spiderpool-controller's logs for pool {}",
             key.1
         ),

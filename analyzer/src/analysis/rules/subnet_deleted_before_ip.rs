@@ -17,7 +17,7 @@ use super::{evidence, gone_evidence, remove_finalizer_command};
 use super::{Change, Context, Rule};
 use crate::analysis::alerts::Finding;
 use crate::analysis::state::holdings::{self, PoolRef};
-use crate::analysis::state::{EventRef, ObjectRecord, Released};
+use crate::analysis::state::{EventRef, ObjectRecord, Part, Released};
 
 const NAME: &str = "subnet-deleted-before-ip";
 
@@ -300,18 +300,18 @@ fn on_subnet_deleted(
 
 /// How a kube-ovn IP is described in evidence and summaries: ` (address, pod ns/name, type)`.
 pub(super) fn describe_ip(ip: &ObjectRecord) -> String {
-    let ipaudit_schemas::KindPart::Ip(spec) = ip.part() else {
+    let Part::Ip(spec) = ip.part() else {
         return String::new();
     };
     let mut parts = Vec::new();
     if !spec.ip_address.is_empty() {
-        parts.push(spec.ip_address.clone());
+        parts.push(spec.ip_address.to_string());
     }
     if !spec.pod_name.is_empty() {
         parts.push(format!("pod {}/{}", spec.pod_namespace, spec.pod_name));
     }
     if !spec.pod_type.is_empty() {
-        parts.push(spec.pod_type.clone());
+        parts.push(spec.pod_type.to_string());
     }
     if parts.is_empty() {
         String::new()
@@ -335,7 +335,7 @@ fn fix_for(ip: &ObjectRecord, name: &str, subnet: &str) -> String {
         None => String::new(),
     };
     let pod = match ip.part() {
-        ipaudit_schemas::KindPart::Ip(spec) if !spec.pod_name.is_empty() => {
+        Part::Ip(spec) if !spec.pod_name.is_empty() => {
             format!("{}/{}", spec.pod_namespace, spec.pod_name)
         }
         _ => "(none)".to_owned(),

@@ -7,6 +7,7 @@
 mod finalizers;
 pub mod holdings;
 mod indexes;
+mod part;
 mod records;
 mod uid;
 
@@ -22,6 +23,7 @@ use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, KindPart, Stream, WatchE
 pub use finalizers::Finalizers;
 pub use holdings::{Holding, Holdings, PoolRef, Scope};
 pub use indexes::Released;
+pub use part::{IpPart, Part, PodPart};
 pub use uid::{Uid, UidText};
 
 use indexes::{binds_owner_uid, Indexes};
@@ -84,13 +86,13 @@ pub struct ObjectRecord {
     pub deletion_requested: Option<Box<EventRef>>,
     /// The latest event: the object's current version.
     pub last: EventRef,
-    /// What the kind's converter read.
-    part: KindPart,
+    /// What the rules read of the kind's part.
+    part: Part,
 }
 
 impl ObjectRecord {
-    /// What the kind's converter read.
-    pub fn part(&self) -> &KindPart {
+    /// What the rules read of the kind's part.
+    pub fn part(&self) -> &Part {
         &self.part
     }
 
@@ -126,7 +128,7 @@ impl ObjectRecord {
     /// The pod's phase, for Pod records.
     pub fn phase(&self) -> Option<&str> {
         match self.part() {
-            KindPart::Pod(pod) => Some(pod.phase.as_str()),
+            Part::Pod(pod) => Some(pod.phase.as_str()),
             _ => None,
         }
     }
@@ -330,9 +332,7 @@ impl ClusterState {
             || self
                 .get(Stream::SpiderEndpoint, &holding.owner)
                 .is_some_and(|endpoint| match endpoint.part() {
-                    KindPart::SpiderEndpoint(e) => {
-                        holdings::spiderpool_kept(&e.owner_controller_type)
-                    }
+                    Part::SpiderEndpoint(e) => holdings::spiderpool_kept(&e.owner_controller_type),
                     _ => false,
                 })
     }
@@ -643,6 +643,7 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
         .or_else(|| KindPart::empty(event.stream))
         .unwrap_or(KindPart::Pod(Default::default()));
     drop_unread(&mut part);
+    let part = Part::from(part);
     ObjectRecord {
         uid: Uid::new(&meta.uid),
         finalizers: Finalizers::new(meta.finalizers),
@@ -666,18 +667,7 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
 /// needs (the event keeps everything; the record is not the audit log).
 fn drop_unread(part: &mut KindPart) {
     match part {
-        KindPart::Ip(ip) => {
-            // `ip_address` carries both families; the split fields repeat it.
-            ip.v4_ip_address = String::new();
-            ip.v6_ip_address = String::new();
-            ip.mac_address = String::new();
-            ip.node_name = String::new();
-        }
-        KindPart::Pod(pod) => {
-            pod.node_name = String::new();
-            pod.pod_ips = Vec::new();
-            pod.allocations = Vec::new();
-        }
+        // IPs and pods keep only what rules read: see `part`.
         KindPart::Subnet(subnet) => {
             subnet.cidr_block = String::new();
             subnet.provider = String::new();
@@ -990,7 +980,7 @@ mod tests {
         }
         state.apply(event);
         let record = state.get(Stream::Ip, "a.default").unwrap();
-        let KindPart::Ip(ip) = record.part() else {
+        let Part::Ip(ip) = record.part() else {
             panic!("an IP record");
         };
         assert_eq!(
@@ -1001,8 +991,7 @@ mod tests {
             ),
             ("s1", "10.0.0.5", "a")
         );
-        assert!(ip.mac_address.is_empty() && ip.node_name.is_empty());
-        assert!(ip.v4_ip_address.is_empty());
+        // What no rule reads (node, MAC) is not kept at all: `IpPart` has no field for it.
         assert_eq!(record.pod_owner.as_deref(), Some("default/a"));
         assert_eq!(state.holders_of("10.0.0.5").len(), 1);
     }
