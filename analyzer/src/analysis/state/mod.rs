@@ -666,18 +666,15 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
 /// Frees what no rule reads of a part, so that a live object costs only what the analysis
 /// needs (the event keeps everything; the record is not the audit log).
 fn drop_unread(part: &mut KindPart) {
-    match part {
-        // IPs and pods keep only what rules read: see `part`.
-        KindPart::Subnet(subnet) => {
-            subnet.cidr_block = String::new();
-            subnet.provider = String::new();
-            subnet.protocol = String::new();
-            subnet.gateway = String::new();
-            subnet.v4_available_ips = None;
-            subnet.v6_using_ips = None;
-            subnet.v6_available_ips = None;
-        }
-        _ => {}
+    // IPs and pods keep only what rules read: see `part`.
+    if let KindPart::Subnet(subnet) = part {
+        subnet.cidr_block = String::new();
+        subnet.provider = String::new();
+        subnet.protocol = String::new();
+        subnet.gateway = String::new();
+        subnet.v4_available_ips = None;
+        subnet.v6_using_ips = None;
+        subnet.v6_available_ips = None;
     }
 }
 
