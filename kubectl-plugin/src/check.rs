@@ -72,7 +72,7 @@ fn target(state: &ClusterState, alert: &Alert) -> Option<Target> {
             stream,
             namespace,
             name,
-            uid: record.uid.clone(),
+            uid: record.uid.to_string(),
             resource_version: record.resource_version().to_owned(),
             address: address.map(str::to_owned),
         })

@@ -38,7 +38,7 @@ impl Rule for IpOrphaned {
                     change.event,
                     &format!("{} {}", stream.kind(), change.event.name),
                 );
-                ctx.resolve_all_about(NAME, &removed.uid, &healed);
+                ctx.resolve_all_about(NAME, &removed.uid.text(), &healed);
             }
             if let Some(after) = change.after {
                 let termination_changed =
@@ -78,7 +78,7 @@ fn check(ctx: &mut Context<'_>, key: &RecordKey, cause: &EventRef) {
         return;
     };
     let named = holdings::pool_names(record.part());
-    let has_alert = !ctx.firing_about(NAME, &record.uid).is_empty();
+    let has_alert = !ctx.firing_about(NAME, &record.uid.text()).is_empty();
     // The common case: every pool it names exists and nothing fires about it.
     if !has_alert
         && named
@@ -150,7 +150,7 @@ fn check(ctx: &mut Context<'_>, key: &RecordKey, cause: &EventRef) {
                 "SpiderEndpoint"
             },
             subject_name: key.1.to_string(),
-            subject_uid: record.uid.clone(),
+            subject_uid: record.uid.to_string(),
             scope: Some((*pool_name).to_owned()),
             subnet: Some((*pool_name).to_owned()),
             summary: format!("{what} {how}: no IPAM can release this address"),
@@ -168,7 +168,7 @@ fn check(ctx: &mut Context<'_>, key: &RecordKey, cause: &EventRef) {
     if !has_alert {
         return;
     }
-    for alert in ctx.firing_about(NAME, &record.uid) {
+    for alert in ctx.firing_about(NAME, &record.uid.text()) {
         let pool_name = alert.subnet.clone().unwrap_or_default();
         if orphaned_by.iter().any(|(_, p)| *p == pool_name) {
             continue;

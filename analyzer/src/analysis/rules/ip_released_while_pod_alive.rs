@@ -26,7 +26,7 @@ impl Rule for IpReleasedWhilePodAlive {
         if stream == Stream::Pod {
             if let Some(removed) = change.removed() {
                 let healed = gone_evidence(change.event, &format!("Pod {}", change.event.name));
-                ctx.resolve_all_about(NAME, &removed.uid, &healed);
+                ctx.resolve_all_about(NAME, &removed.uid.text(), &healed);
             }
             return;
         }
@@ -126,8 +126,8 @@ fn resolve_reallocated(ctx: &mut Context<'_>, change: &Change<'_>) {
         let Some(pod) = state.pod(&holding.owner) else {
             continue;
         };
-        if state.owner_uid(key, holding) != Some(pod.uid.as_str())
-            || ctx.firing_about(NAME, &pod.uid).is_empty()
+        if state.owner_uid(key, holding) != Some(&*pod.uid.text())
+            || ctx.firing_about(NAME, &pod.uid.text()).is_empty()
         {
             continue;
         }
@@ -138,7 +138,7 @@ fn resolve_reallocated(ctx: &mut Context<'_>, change: &Change<'_>) {
             holding.address,
             holding.owner
         );
-        ctx.resolve_all_about(NAME, &pod.uid, &evidence(change.event, what));
+        ctx.resolve_all_about(NAME, &pod.uid.text(), &evidence(change.event, what));
     }
 }
 

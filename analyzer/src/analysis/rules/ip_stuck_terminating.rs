@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use ipaudit_schemas::{Cleanup, CleanupAction, KindPart, Severity, Stream, SPIDERPOOL_FINALIZER};
+use ipaudit_schemas::{Cleanup, CleanupAction, Severity, Stream, SPIDERPOOL_FINALIZER};
 use serde::{Deserialize, Serialize};
 
 use super::subnet_deleted_before_ip::describe_ip;
@@ -19,7 +19,7 @@ use super::{
 };
 use crate::analysis::alerts::Finding;
 use crate::analysis::state::holdings::PoolRef;
-use crate::analysis::state::{EventRef, ObjectRecord};
+use crate::analysis::state::{EventRef, ObjectRecord, Part};
 
 const NAME: &str = "ip-stuck-terminating";
 
@@ -43,7 +43,7 @@ impl Rule for IpStuckTerminating {
             Stream::Ip => {
                 if let Some(removed) = change.removed() {
                     let healed = gone_evidence(change.event, &format!("IP {}", change.event.name));
-                    ctx.resolve_all_about(NAME, &removed.uid, &healed);
+                    ctx.resolve_all_about(NAME, &removed.uid.text(), &healed);
                 }
                 if change.after.is_some() {
                     check_ip(ctx, &change.event.name, change.event);
@@ -78,7 +78,7 @@ impl Rule for IpStuckTerminating {
                 if let Some(removed) = change.removed() {
                     self.forget(&key);
                     let healed = gone_evidence(change.event, &format!("SpiderEndpoint {key}"));
-                    ctx.resolve_all_about(NAME, &removed.uid, &healed);
+                    ctx.resolve_all_about(NAME, &removed.uid.text(), &healed);
                 }
                 if let Some(endpoint) = change.after {
                     match endpoint
@@ -98,7 +98,7 @@ impl Rule for IpStuckTerminating {
                                 change.event,
                                 format!("SpiderEndpoint {key} no longer terminating with spiderpool's finalizer"),
                             );
-                            ctx.resolve_all_about(NAME, &endpoint.uid, &healed);
+                            ctx.resolve_all_about(NAME, &endpoint.uid.text(), &healed);
                         }
                     }
                 }
@@ -160,7 +160,7 @@ impl IpStuckTerminating {
         let Some(endpoint) = ctx.state.get(Stream::SpiderEndpoint, key) else {
             return;
         };
-        let KindPart::SpiderEndpoint(info) = endpoint.part() else {
+        let Part::SpiderEndpoint(info) = endpoint.part() else {
             return;
         };
         let Some((index, finalizer)) = endpoint.finalizer_where(|f| f == SPIDERPOOL_FINALIZER)
@@ -201,7 +201,7 @@ impl IpStuckTerminating {
             severity: Severity::Critical,
             subject_kind: "SpiderEndpoint",
             subject_name: key.to_owned(),
-            subject_uid: endpoint.uid.clone(),
+            subject_uid: endpoint.uid.to_string(),
             scope: None,
             subnet: info.addresses.first().map(|a| a.ipv4_pool.clone()),
             summary: format!(
@@ -218,7 +218,7 @@ impl IpStuckTerminating {
                 target_stream: Stream::SpiderEndpoint,
                 target_name: name.to_owned(),
                 target_namespace: Some(namespace.to_owned()),
-                target_uid: endpoint.uid.clone(),
+                target_uid: endpoint.uid.to_string(),
                 resource_version: endpoint.resource_version().to_owned(),
                 finalizer: finalizer.to_owned(),
                 pool: String::new(),
@@ -236,14 +236,14 @@ fn check_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
     let Some(ip) = ctx.state.get(Stream::Ip, name) else {
         return;
     };
-    let KindPart::Ip(spec) = ip.part() else {
+    let Part::Ip(spec) = ip.part() else {
         return;
     };
     let stuck = ip.is_terminating()
         && ip.kube_ovn_finalizer().is_some()
         && !spec.subnet.is_empty()
         && ctx.state.pool_known_gone(Stream::Subnet, &spec.subnet);
-    let firing = ctx.firing_about(NAME, &ip.uid);
+    let firing = ctx.firing_about(NAME, &ip.uid.text());
     if stuck && firing.is_empty() {
         let finding = ip_finding(ctx, ip, name, &spec.subnet);
         ctx.fire(finding);
@@ -281,7 +281,7 @@ fn ip_finding(ctx: &Context<'_>, ip: &ObjectRecord, name: &str, subnet: &str) ->
         severity: Severity::Critical,
         subject_kind: "IP",
         subject_name: name.to_owned(),
-        subject_uid: ip.uid.clone(),
+        subject_uid: ip.uid.to_string(),
         scope: Some(subnet.to_owned()),
         subnet: Some(subnet.to_owned()),
         summary: format!(
@@ -294,7 +294,7 @@ fn ip_finding(ctx: &Context<'_>, ip: &ObjectRecord, name: &str, subnet: &str) ->
             target_stream: Stream::Ip,
             target_name: name.to_owned(),
             target_namespace: None,
-            target_uid: ip.uid.clone(),
+            target_uid: ip.uid.to_string(),
             resource_version: ip.resource_version().to_owned(),
             finalizer: finalizer.to_owned(),
             pool: subnet.to_owned(),

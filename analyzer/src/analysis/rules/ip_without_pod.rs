@@ -11,13 +11,13 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use ipaudit_schemas::{KindPart, NetworkStatus, Severity, Stream};
+use ipaudit_schemas::{NetworkStatus, Severity, Stream};
 use serde::{Deserialize, Serialize};
 
 use super::{duration_text, evidence, Change, Context, Deadlines, Rule};
 use crate::analysis::alerts::Finding;
 use crate::analysis::state::holdings::{self, Holding};
-use crate::analysis::state::{EventRef, ObjectRecord, RecordKey};
+use crate::analysis::state::{EventRef, ObjectRecord, Part, RecordKey};
 
 const NAME: &str = "ip-without-pod";
 
@@ -89,12 +89,24 @@ impl Rule for IpWithoutPod {
             let key = change.key();
             if let Some(removed) = change.removed() {
                 for holding in change.held_before() {
-                    self.forget(ctx, &key, &removed.uid, holding.address, change.event);
+                    self.forget(
+                        ctx,
+                        &key,
+                        &removed.uid.text(),
+                        holding.address,
+                        change.event,
+                    );
                 }
             }
             if let (Some(after), None) = (change.after, change.removed()) {
                 for released in change.released {
-                    self.forget(ctx, &key, &after.uid, &released.address, change.event);
+                    self.forget(
+                        ctx,
+                        &key,
+                        &after.uid.text(),
+                        &released.address,
+                        change.event,
+                    );
                 }
             }
             if let Some(after) = change.after {
@@ -153,7 +165,7 @@ impl Rule for IpWithoutPod {
 fn shown_addresses_changed(change: &Change<'_>) -> bool {
     fn shown(record: Option<&ObjectRecord>) -> Option<&[NetworkStatus]> {
         match record.map(ObjectRecord::part) {
-            Some(KindPart::Pod(pod)) => Some(&pod.network_status),
+            Some(Part::Pod(pod)) => Some(&pod.network_status),
             _ => None,
         }
     }
@@ -247,7 +259,7 @@ impl IpWithoutPod {
         let held = state.holdings_of(key);
         match held.iter().find(|h| h.address == address) {
             Some(holding) => self.evaluate_holding(ctx, key, record, holding, cause),
-            None => self.forget(ctx, key, &record.uid, address, cause),
+            None => self.forget(ctx, key, &record.uid.text(), address, cause),
         }
     }
 
@@ -276,7 +288,8 @@ impl IpWithoutPod {
         let Some(gone) = gone else {
             // The common case: its pod is there.
             self.cancel(key, address);
-            let subject_uid = subject_uid(key, &record.uid, address);
+            let record_uid = record.uid.text();
+            let subject_uid = subject_uid(key, &record_uid, address);
             if !ctx.firing_about(NAME, &subject_uid).is_empty() {
                 let what = if excluded {
                     format!("{address} of {} is kept on purpose", holding.owner)
@@ -307,7 +320,8 @@ fn finding(
     owner_uid: Option<&str>,
     gone: &EventRef,
 ) -> Finding {
-    let (subject_kind, subject_name, subject_uid) = subject(key, &record.uid, holding.address);
+    let (subject_kind, subject_name, subject_uid) =
+        subject(key, &record.uid.text(), holding.address);
     let address = &holding.address;
     let owner = &holding.owner;
     let pod = match owner_uid {
@@ -341,11 +355,11 @@ fn finding(
 fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String {
     let resource = key.0.spec().map_or_else(String::new, |k| k.resource());
     match record.part() {
-        KindPart::Ip(_) => format!(
+        Part::Ip(_) => format!(
             "Delete the IP so that kube-ovn releases the address: {}",
             crate::analysis::fix::delete("ip", &key.1)
         ),
-        KindPart::IpPool(pool) => {
+        Part::IpPool(pool) => {
             let offset = pool
                 .allocations
                 .iter()
@@ -364,7 +378,7 @@ fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String 
                 "whereabouts' ip-reconciler releases it on its next run; to release it now: {command}"
             )
         }
-        KindPart::SpiderIpPool(_) => format!(
+        Part::SpiderIpPool(_) => format!(
             "spiderpool's garbage collector releases entries of gone pods (every 10 min by default); if it does not, check spiderpool-controller's logs for pool {}",
             key.1
         ),

@@ -17,7 +17,7 @@ use super::{evidence, gone_evidence, remove_finalizer_command};
 use super::{Change, Context, Rule};
 use crate::analysis::alerts::Finding;
 use crate::analysis::state::holdings::{self, PoolRef};
-use crate::analysis::state::{EventRef, ObjectRecord, Released};
+use crate::analysis::state::{EventRef, ObjectRecord, Part, Released};
 
 const NAME: &str = "subnet-deleted-before-ip";
 
@@ -81,7 +81,8 @@ impl Rule for SubnetDeletedBeforeIp {
             }
             Stream::Pod => {
                 if let Some(removed) = change.removed() {
-                    let uid = removed.uid.as_str();
+                    let uid = removed.uid.text();
+                    let uid: &str = &uid;
                     let ids = self
                         .by_owner
                         .get(&*change.event.name)
@@ -283,7 +284,7 @@ fn on_subnet_deleted(
             severity: Severity::Critical,
             subject_kind: "IP",
             subject_name: name.to_string(),
-            subject_uid: ip.uid.clone(),
+            subject_uid: ip.uid.to_string(),
             scope: Some(subnet.to_owned()),
             subnet: Some(subnet.to_owned()),
             summary: format!(
@@ -299,18 +300,18 @@ fn on_subnet_deleted(
 
 /// How a kube-ovn IP is described in evidence and summaries: ` (address, pod ns/name, type)`.
 pub(super) fn describe_ip(ip: &ObjectRecord) -> String {
-    let ipaudit_schemas::KindPart::Ip(spec) = ip.part() else {
+    let Part::Ip(spec) = ip.part() else {
         return String::new();
     };
     let mut parts = Vec::new();
     if !spec.ip_address.is_empty() {
-        parts.push(spec.ip_address.clone());
+        parts.push(spec.ip_address.to_string());
     }
     if !spec.pod_name.is_empty() {
         parts.push(format!("pod {}/{}", spec.pod_namespace, spec.pod_name));
     }
     if !spec.pod_type.is_empty() {
-        parts.push(spec.pod_type.clone());
+        parts.push(spec.pod_type.to_string());
     }
     if parts.is_empty() {
         String::new()
@@ -334,7 +335,7 @@ fn fix_for(ip: &ObjectRecord, name: &str, subnet: &str) -> String {
         None => String::new(),
     };
     let pod = match ip.part() {
-        ipaudit_schemas::KindPart::Ip(spec) if !spec.pod_name.is_empty() => {
+        Part::Ip(spec) if !spec.pod_name.is_empty() => {
             format!("{}/{}", spec.pod_namespace, spec.pod_name)
         }
         _ => "(none)".to_owned(),
@@ -350,7 +351,7 @@ fn recheck_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
     let Some(ip) = ctx.state.get(Stream::Ip, name) else {
         return;
     };
-    let alerts = ctx.firing_about(NAME, &ip.uid);
+    let alerts = ctx.firing_about(NAME, &ip.uid.text());
     if alerts.is_empty() {
         return;
     }
@@ -374,7 +375,7 @@ fn recheck_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
 /// The IP is gone: its leak is over.
 fn on_ip_gone(ctx: &mut Context<'_>, ip: &ObjectRecord, by: &EventRef) {
     let healed = gone_evidence(by, &format!("IP {}", by.name));
-    ctx.resolve_all_about(NAME, &ip.uid, &healed);
+    ctx.resolve_all_about(NAME, &ip.uid.text(), &healed);
 }
 
 #[cfg(test)]

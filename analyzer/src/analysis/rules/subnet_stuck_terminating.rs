@@ -4,7 +4,7 @@
 //! finalizer is never removed), or with allocations that keep it (a SpiderIPPool deleted
 //! with entries stays terminating on its finalizer). Resolved when the pool is gone.
 
-use ipaudit_schemas::{is_kube_ovn_finalizer, KindPart, Severity, Stream, SPIDERPOOL_FINALIZER};
+use ipaudit_schemas::{is_kube_ovn_finalizer, Severity, Stream, SPIDERPOOL_FINALIZER};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -13,7 +13,7 @@ use super::{
 };
 use crate::analysis::alerts::Finding;
 use crate::analysis::state::holdings::{self, PoolRef};
-use crate::analysis::state::{ClusterState, ObjectRecord};
+use crate::analysis::state::{ClusterState, ObjectRecord, Part};
 
 const NAME: &str = "subnet-stuck-terminating";
 
@@ -47,7 +47,7 @@ impl Rule for SubnetStuckTerminating {
         if let Some(removed) = change.removed() {
             self.deadlines.cancel(&timer_key(&pool));
             let what = format!("{} {}", pool.stream.kind(), pool.name);
-            let id = ctx.alert_id(NAME, &removed.uid, Some(&pool.name));
+            let id = ctx.alert_id(NAME, &removed.uid.text(), Some(&pool.name));
             ctx.resolve(&id, gone_evidence(change.event, &what));
         }
         if let Some(deleting_since) = change.after.and_then(|p| p.deletion_ms) {
@@ -88,7 +88,7 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
     // Who still uses it: records naming it (kube-ovn IPs, SpiderEndpoints), or its own
     // allocations (pool entries).
     let users: Vec<String> = match record.part() {
-        KindPart::SpiderIpPool(_) | KindPart::IpPool(_) => holdings::holdings(name, record)
+        Part::SpiderIpPool(_) | Part::IpPool(_) => holdings::holdings(name, record)
             .into_iter()
             .map(|h| format!("{} ({})", h.address, h.owner))
             .collect(),
@@ -99,11 +99,11 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
             .collect(),
     };
     let used = match record.part() {
-        KindPart::Subnet(s) => format!(
+        Part::Subnet(s) => format!(
             "v4usingIPs={}",
             s.v4_using_ips.as_deref().unwrap_or("unknown")
         ),
-        KindPart::SpiderIpPool(p) => format!(
+        Part::SpiderIpPool(p) => format!(
             "allocatedIPCount={}",
             p.allocated_ip_count
                 .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
@@ -172,7 +172,7 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
         severity: Severity::Warning,
         subject_kind: kind,
         subject_name: name.to_owned(),
-        subject_uid: record.uid.clone(),
+        subject_uid: record.uid.to_string(),
         scope: Some(name.to_owned()),
         subnet: Some(name.to_owned()),
         summary: format!(

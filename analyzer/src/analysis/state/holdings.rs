@@ -11,7 +11,9 @@ use std::borrow::Cow;
 
 use smol_str::SmolStr;
 
-use ipaudit_schemas::{IpInfo, KindPart, Stream};
+use ipaudit_schemas::Stream;
+
+use super::part::{IpPart, Part};
 
 use super::ObjectRecord;
 use serde::{Deserialize, Serialize};
@@ -102,17 +104,19 @@ pub type Holdings<'a> = SmallVec<[Holding<'a>; 2]>;
 
 /// The pools a record names, as (kind, name): a kube-ovn IP's subnet and attachment
 /// subnets, a SpiderEndpoint's pools. (Pool entries live inside their pool.)
-pub fn pool_names(part: &KindPart) -> SmallVec<[(Stream, &str); 2]> {
+pub fn pool_names(part: &Part) -> SmallVec<[(Stream, &str); 2]> {
     let mut names: SmallVec<[(Stream, &str); 2]> = SmallVec::new();
     match part {
-        KindPart::Ip(ip) => {
-            for subnet in std::iter::once(&ip.subnet).chain(&ip.attach_subnets) {
+        Part::Ip(ip) => {
+            for subnet in std::iter::once(ip.subnet.as_str())
+                .chain(ip.attach_subnets.iter().map(String::as_str))
+            {
                 if !subnet.is_empty() {
-                    names.push((Stream::Subnet, subnet.as_str()));
+                    names.push((Stream::Subnet, subnet));
                 }
             }
         }
-        KindPart::SpiderEndpoint(endpoint) => {
+        Part::SpiderEndpoint(endpoint) => {
             for address in &endpoint.addresses {
                 for pool in [&address.ipv4_pool, &address.ipv6_pool] {
                     if !pool.is_empty() && !names.iter().any(|(_, n)| *n == pool.as_str()) {
@@ -127,7 +131,7 @@ pub fn pool_names(part: &KindPart) -> SmallVec<[(Stream, &str); 2]> {
 }
 
 /// The pools a record names, owned.
-pub fn pools_named(part: &KindPart) -> Vec<PoolRef> {
+pub fn pools_named(part: &Part) -> Vec<PoolRef> {
     pool_names(part)
         .into_iter()
         .map(|(stream, name)| PoolRef::new(stream, name))
@@ -136,7 +140,7 @@ pub fn pools_named(part: &KindPart) -> Vec<PoolRef> {
 
 /// Whether a kube-ovn IP belongs to a pod: not a node's, U2O's or multicast querier's
 /// address, not reserved by hand, and naming a pod.
-pub fn kube_ovn_ip_is_pod_owned(name: &str, ip: &IpInfo, reserved: bool) -> bool {
+pub fn kube_ovn_ip_is_pod_owned(name: &str, ip: &IpPart, reserved: bool) -> bool {
     let node_ip = name.starts_with("node-") && ip.pod_namespace.is_empty();
     let subnet_owned =
         name.starts_with("u2o-interconnection.") || name.starts_with("mcast-querier.");
@@ -178,9 +182,9 @@ pub fn holdings<'a>(key: &'a str, record: &'a ObjectRecord) -> Holdings<'a> {
 
 /// The pod a record belongs to as a whole (`namespace/name`), when its kind names one:
 /// a kube-ovn IP's pod. Computed once per version (see [`ObjectRecord::pod_owner`]).
-pub fn pod_owner(part: &KindPart) -> Option<SmolStr> {
+pub fn pod_owner(part: &Part) -> Option<SmolStr> {
     match part {
-        KindPart::Ip(ip) if !ip.pod_name.is_empty() => Some(smol_str::format_smolstr!(
+        Part::Ip(ip) if !ip.pod_name.is_empty() => Some(smol_str::format_smolstr!(
             "{}/{}",
             ip.pod_namespace,
             ip.pod_name
@@ -193,13 +197,13 @@ pub fn pod_owner(part: &KindPart) -> Option<SmolStr> {
 /// label; `owner`: its [`pod_owner`], when already computed.
 pub fn part_holdings<'a>(
     key: &'a str,
-    part: &'a KindPart,
+    part: &'a Part,
     reserved: bool,
     owner: Option<&'a str>,
 ) -> Holdings<'a> {
     let mut held = Holdings::new();
     match part {
-        KindPart::Ip(ip) => {
+        Part::Ip(ip) => {
             if !kube_ovn_ip_is_pod_owned(key, ip, reserved) {
                 return held;
             }
@@ -226,7 +230,7 @@ pub fn part_holdings<'a>(
                 }
             }
         }
-        KindPart::IpPool(pool) => {
+        Part::IpPool(pool) => {
             for a in &pool.allocations {
                 if !a.address.is_empty() && !a.podref.is_empty() {
                     held.push(Holding {
@@ -239,7 +243,7 @@ pub fn part_holdings<'a>(
                 }
             }
         }
-        KindPart::IpReservation(reservation) => {
+        Part::IpReservation(reservation) => {
             if !reservation.address.is_empty() && !reservation.podref.is_empty() {
                 held.push(Holding {
                     address: &reservation.address,
@@ -250,7 +254,7 @@ pub fn part_holdings<'a>(
                 });
             }
         }
-        KindPart::SpiderIpPool(pool) => {
+        Part::SpiderIpPool(pool) => {
             for a in &pool.allocations {
                 if !a.address.is_empty() && !a.pod.is_empty() {
                     held.push(Holding {
@@ -263,7 +267,7 @@ pub fn part_holdings<'a>(
                 }
             }
         }
-        KindPart::SpiderEndpoint(endpoint) => {
+        Part::SpiderEndpoint(endpoint) => {
             let kept = spiderpool_kept(&endpoint.owner_controller_type);
             let uid = (!endpoint.pod_uid.is_empty()).then_some(endpoint.pod_uid.as_str());
             for a in &endpoint.addresses {
@@ -280,7 +284,7 @@ pub fn part_holdings<'a>(
                 }
             }
         }
-        KindPart::Pod(pod) => {
+        Part::Pod(pod) => {
             // The default network's address is the primary CNI's (kube-ovn's IP records
             // hold it, in its subnet); its network name is the same in every VPC, so it
             // says nothing about duplicates.
@@ -296,7 +300,7 @@ pub fn part_holdings<'a>(
                 }
             }
         }
-        KindPart::Subnet(_) => {}
+        Part::Subnet(_) => {}
     }
     held
 }
@@ -311,8 +315,8 @@ mod tests {
     use super::*;
     use ipaudit_schemas::builders::EventBuilder;
 
-    fn part(event: ipaudit_schemas::WatchEvent) -> KindPart {
-        event.part.expect("a part")
+    fn part(event: ipaudit_schemas::WatchEvent) -> Part {
+        Part::from(event.part.expect("a part"))
     }
 
     #[test]
@@ -321,7 +325,7 @@ mod tests {
             .ip_of("default", "web-0", "10.16.0.9,fd00::9", "")
             .attach_subnets(&["net1"])
             .added();
-        if let Some(KindPart::Ip(ip)) = event.part.as_mut() {
+        if let Some(ipaudit_schemas::KindPart::Ip(ip)) = event.part.as_mut() {
             ip.attach_ips = vec!["192.168.1.5".into()];
         }
         let part = part(event);

@@ -4,9 +4,12 @@
 //! owner, and who holds each address. Each object only moves forward: an event older
 //! than what is held is ignored.
 
+mod finalizers;
 pub mod holdings;
 mod indexes;
+mod part;
 mod records;
+mod uid;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,8 +20,11 @@ use smol_str::SmolStr;
 
 use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, KindPart, Stream, WatchEvent};
 
+pub use finalizers::Finalizers;
 pub use holdings::{Holding, Holdings, PoolRef, Scope};
 pub use indexes::Released;
+pub use part::{IpPart, Part, PodPart};
+pub use uid::{Uid, UidText};
 
 use indexes::{binds_owner_uid, Indexes};
 use records::Records;
@@ -62,9 +68,9 @@ impl EventRef {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ObjectRecord {
     /// metadata.uid.
-    pub uid: String,
+    pub uid: Uid,
     /// metadata.finalizers.
-    pub finalizers: Vec<String>,
+    pub finalizers: Finalizers,
     /// metadata.deletionTimestamp.
     pub deletion_ms: Option<i64>,
     /// Labelled `ovn.kubernetes.io/ip_reserved: "true"` (reserved by hand).
@@ -80,13 +86,13 @@ pub struct ObjectRecord {
     pub deletion_requested: Option<Box<EventRef>>,
     /// The latest event: the object's current version.
     pub last: EventRef,
-    /// What the kind's converter read.
-    part: KindPart,
+    /// What the rules read of the kind's part.
+    part: Part,
 }
 
 impl ObjectRecord {
-    /// What the kind's converter read.
-    pub fn part(&self) -> &KindPart {
+    /// What the rules read of the kind's part.
+    pub fn part(&self) -> &Part {
         &self.part
     }
 
@@ -111,7 +117,7 @@ impl ObjectRecord {
             .iter()
             .enumerate()
             .find(|(_, f)| matches(f))
-            .map(|(i, f)| (i, f.as_str()))
+            .map(|(i, f)| (i, &**f))
     }
 
     /// Whether deletion was requested.
@@ -122,7 +128,7 @@ impl ObjectRecord {
     /// The pod's phase, for Pod records.
     pub fn phase(&self) -> Option<&str> {
         match self.part() {
-            KindPart::Pod(pod) => Some(pod.phase.as_str()),
+            Part::Pod(pod) => Some(pod.phase.as_str()),
             _ => None,
         }
     }
@@ -326,9 +332,7 @@ impl ClusterState {
             || self
                 .get(Stream::SpiderEndpoint, &holding.owner)
                 .is_some_and(|endpoint| match endpoint.part() {
-                    KindPart::SpiderEndpoint(e) => {
-                        holdings::spiderpool_kept(&e.owner_controller_type)
-                    }
+                    Part::SpiderEndpoint(e) => holdings::spiderpool_kept(&e.owner_controller_type),
                     _ => false,
                 })
     }
@@ -412,7 +416,7 @@ impl ClusterState {
         let held = self.get(event.stream, &name).map(|r| Previous {
             same_object: r.uid == uid,
             // Needed only when a new uid replaced it (a pod then counts as gone).
-            replaced_uid: (r.uid != uid).then(|| r.uid.clone()),
+            replaced_uid: (r.uid != uid).then(|| r.uid.to_string()),
             rv: r.rv(),
             first_rv: r.first_rv,
             first_ms: r.first_ms,
@@ -569,7 +573,8 @@ impl ClusterState {
                 let pods = self.objects.get(&Stream::Pod);
                 for holding in &new_holdings {
                     if let Some(pod) = pods.and_then(|p| p.get(holding.owner.as_ref())) {
-                        self.indexes.bind(key, holding.address, &pod.uid, false);
+                        self.indexes
+                            .bind(key, holding.address, &pod.uid.text(), false);
                     }
                 }
             }
@@ -610,7 +615,7 @@ impl ClusterState {
                 if holding.owner == pod_name {
                     let shows_it = shown.iter().any(|h| h.address == holding.address);
                     self.indexes
-                        .bind(&record, holding.address, &pod.uid, shows_it);
+                        .bind(&record, holding.address, &pod.uid.text(), shows_it);
                 }
             }
         }
@@ -638,9 +643,10 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
         .or_else(|| KindPart::empty(event.stream))
         .unwrap_or(KindPart::Pod(Default::default()));
     drop_unread(&mut part);
+    let part = Part::from(part);
     ObjectRecord {
-        uid: meta.uid,
-        finalizers: meta.finalizers,
+        uid: Uid::new(&meta.uid),
+        finalizers: Finalizers::new(meta.finalizers),
         deletion_ms: meta.deletion_timestamp_ms,
         reserved: meta
             .labels
@@ -660,29 +666,15 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
 /// Frees what no rule reads of a part, so that a live object costs only what the analysis
 /// needs (the event keeps everything; the record is not the audit log).
 fn drop_unread(part: &mut KindPart) {
-    match part {
-        KindPart::Ip(ip) => {
-            // `ip_address` carries both families; the split fields repeat it.
-            ip.v4_ip_address = String::new();
-            ip.v6_ip_address = String::new();
-            ip.mac_address = String::new();
-            ip.node_name = String::new();
-        }
-        KindPart::Pod(pod) => {
-            pod.node_name = String::new();
-            pod.pod_ips = Vec::new();
-            pod.allocations = Vec::new();
-        }
-        KindPart::Subnet(subnet) => {
-            subnet.cidr_block = String::new();
-            subnet.provider = String::new();
-            subnet.protocol = String::new();
-            subnet.gateway = String::new();
-            subnet.v4_available_ips = None;
-            subnet.v6_using_ips = None;
-            subnet.v6_available_ips = None;
-        }
-        _ => {}
+    // IPs and pods keep only what rules read: see `part`.
+    if let KindPart::Subnet(subnet) = part {
+        subnet.cidr_block = String::new();
+        subnet.provider = String::new();
+        subnet.protocol = String::new();
+        subnet.gateway = String::new();
+        subnet.v4_available_ips = None;
+        subnet.v6_using_ips = None;
+        subnet.v6_available_ips = None;
     }
 }
 
@@ -793,9 +785,15 @@ mod tests {
         let mut state = ClusterState::new();
         state.apply(EventBuilder::ip("a", "s1").uid("old").rv(5).added());
         let applied = state.apply(EventBuilder::ip("a", "s1").uid("new").rv(9).added());
-        assert_eq!(applied.before.map(|r| r.uid), Some("old".to_owned()));
         assert_eq!(
-            state.get(Stream::Ip, "a").map(|r| r.uid.as_str()),
+            applied.before.map(|r| r.uid.to_string()),
+            Some("old".to_owned())
+        );
+        assert_eq!(
+            state
+                .get(Stream::Ip, "a")
+                .map(|r| r.uid.to_string())
+                .as_deref(),
             Some("new")
         );
     }
@@ -979,7 +977,7 @@ mod tests {
         }
         state.apply(event);
         let record = state.get(Stream::Ip, "a.default").unwrap();
-        let KindPart::Ip(ip) = record.part() else {
+        let Part::Ip(ip) = record.part() else {
             panic!("an IP record");
         };
         assert_eq!(
@@ -990,8 +988,7 @@ mod tests {
             ),
             ("s1", "10.0.0.5", "a")
         );
-        assert!(ip.mac_address.is_empty() && ip.node_name.is_empty());
-        assert!(ip.v4_ip_address.is_empty());
+        // What no rule reads (node, MAC) is not kept at all: `IpPart` has no field for it.
         assert_eq!(record.pod_owner.as_deref(), Some("default/a"));
         assert_eq!(state.holders_of("10.0.0.5").len(), 1);
     }

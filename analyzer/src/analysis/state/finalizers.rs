@@ -1,0 +1,93 @@
+//! An object's finalizers, shared: a cluster has a handful of distinct finalizer lists
+//! (kube-ovn's, a controller's or two), so every record with the same list points at one
+//! copy of it (16 bytes a record, no allocation) instead of owning a vector of strings.
+
+use std::collections::HashSet;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// How many distinct lists are kept to share. Past it (hostile or unusual input: a new
+/// finalizer per object), a list is held by its record alone, so the table stays bounded.
+const SHARED_LISTS: usize = 4_096;
+
+type List = Arc<[Box<str>]>;
+
+/// The lists handed out so far, process-wide: records of every cluster share them.
+fn lists() -> &'static Mutex<HashSet<List>> {
+    static LISTS: OnceLock<Mutex<HashSet<List>>> = OnceLock::new();
+    LISTS.get_or_init(Mutex::default)
+}
+
+/// An object's `metadata.finalizers`, in order. Saved as a list of strings.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Finalizers(Option<List>);
+
+impl Finalizers {
+    /// The finalizers `names`, sharing the copy of an equal list seen before.
+    pub fn new(names: Vec<String>) -> Self {
+        if names.is_empty() {
+            return Finalizers(None);
+        }
+        let mut lists = lists()
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Looked up by a borrowed slice would need the list built first anyway.
+        let list: List = names.into_iter().map(String::into_boxed_str).collect();
+        if let Some(shared) = lists.get(&list) {
+            return Finalizers(Some(Arc::clone(shared)));
+        }
+        if lists.len() < SHARED_LISTS {
+            lists.insert(Arc::clone(&list));
+        }
+        Finalizers(Some(list))
+    }
+}
+
+impl Deref for Finalizers {
+    type Target = [Box<str>];
+
+    fn deref(&self) -> &[Box<str>] {
+        self.0.as_deref().unwrap_or(&[])
+    }
+}
+
+impl std::fmt::Debug for Finalizers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for Finalizers {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Finalizers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Finalizers::new(Vec::<String>::deserialize(deserializer)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_finalizer_lists_share_one_copy_and_keep_their_order() {
+        let a = Finalizers::new(vec!["x.io/one".into(), "x.io/two".into()]);
+        let b = Finalizers::new(vec!["x.io/one".into(), "x.io/two".into()]);
+        let c = Finalizers::new(vec!["x.io/two".into(), "x.io/one".into()]);
+        assert!(Arc::ptr_eq(a.0.as_ref().unwrap(), b.0.as_ref().unwrap()));
+        assert_eq!(&*a, ["x.io/one".into(), "x.io/two".into()] as [Box<str>; 2]);
+        assert_ne!(a, c);
+        assert_eq!(c.join(", "), "x.io/two, x.io/one");
+        assert!(Finalizers::new(Vec::new()).is_empty());
+        assert_eq!(std::mem::size_of::<Finalizers>(), 16);
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(json, r#"["x.io/one","x.io/two"]"#);
+        assert_eq!(serde_json::from_str::<Finalizers>(&json).unwrap(), a);
+    }
+}

@@ -1,0 +1,219 @@
+//! An object's uid, stored in 24 bytes with no allocation for the uids a cluster really
+//! has: a canonical lower-case UUID (what the API server issues) is kept as its 16 bytes,
+//! a short uid (up to 22 bytes, what tests and hand-made objects carry) inline, anything
+//! else in a box. Every uid reads back exactly as sent: only the canonical text form of a
+//! UUID is packed, so that printing it again gives the same string.
+
+use std::fmt;
+use std::ops::Deref;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+const INLINE: usize = 22;
+const UUID_LEN: usize = 36;
+const HYPHENS: [usize; 4] = [8, 13, 18, 23];
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// An object's `metadata.uid`. Saved as its text.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Uid(Repr);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Repr {
+    Uuid([u8; 16]),
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Boxed(Box<str>),
+}
+
+impl Uid {
+    /// The uid `text`.
+    pub fn new(text: &str) -> Self {
+        if let Some(uuid) = parse_uuid(text) {
+            return Uid(Repr::Uuid(uuid));
+        }
+        if text.len() <= INLINE {
+            let mut bytes = [0; INLINE];
+            bytes[..text.len()].copy_from_slice(text.as_bytes());
+            // `len` fits: it is at most INLINE.
+            return Uid(Repr::Inline {
+                len: text.len() as u8,
+                bytes,
+            });
+        }
+        Uid(Repr::Boxed(text.into()))
+    }
+
+    /// The uid as text, without allocating.
+    pub fn text(&self) -> UidText<'_> {
+        match &self.0 {
+            Repr::Uuid(uuid) => {
+                let mut buf = [b'-'; UUID_LEN];
+                let mut at = 0;
+                for byte in uuid {
+                    if HYPHENS.contains(&at) {
+                        at += 1;
+                    }
+                    buf[at] = HEX[usize::from(byte >> 4)];
+                    buf[at + 1] = HEX[usize::from(byte & 0xf)];
+                    at += 2;
+                }
+                UidText::Uuid(buf)
+            }
+            Repr::Inline { len, bytes } => {
+                // Always valid: copied from a `str` whole.
+                UidText::Borrowed(std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or(""))
+            }
+            Repr::Boxed(text) => UidText::Borrowed(text),
+        }
+    }
+
+    /// Whether the uid is empty (an event without metadata).
+    pub fn is_empty(&self) -> bool {
+        matches!(&self.0, Repr::Inline { len: 0, .. })
+    }
+}
+
+impl Default for Uid {
+    fn default() -> Self {
+        Uid::new("")
+    }
+}
+
+impl From<&str> for Uid {
+    fn from(text: &str) -> Self {
+        Uid::new(text)
+    }
+}
+
+impl PartialEq<str> for Uid {
+    fn eq(&self, other: &str) -> bool {
+        *self.text() == *other
+    }
+}
+
+impl PartialEq<&str> for Uid {
+    fn eq(&self, other: &&str) -> bool {
+        *self.text() == **other
+    }
+}
+
+impl PartialEq<Uid> for &str {
+    fn eq(&self, other: &Uid) -> bool {
+        other == self
+    }
+}
+
+impl PartialEq<Uid> for str {
+    fn eq(&self, other: &Uid) -> bool {
+        other == self
+    }
+}
+
+impl fmt::Display for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+impl fmt::Debug for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.text(), f)
+    }
+}
+
+impl Serialize for Uid {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text())
+    }
+}
+
+impl<'de> Deserialize<'de> for Uid {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Owned: checkpoints are read from readers that cannot lend their strings.
+        let text = String::deserialize(deserializer)?;
+        Ok(Uid::new(&text))
+    }
+}
+
+/// A uid's text, on the stack when the uid is packed.
+pub enum UidText<'a> {
+    /// A packed UUID, printed.
+    Uuid([u8; UUID_LEN]),
+    /// Text held as such.
+    Borrowed(&'a str),
+}
+
+impl Deref for UidText<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            // Always valid: ASCII hex digits and hyphens.
+            UidText::Uuid(buf) => std::str::from_utf8(buf).unwrap_or(""),
+            UidText::Borrowed(text) => text,
+        }
+    }
+}
+
+/// The 16 bytes of a canonical (lower-case, hyphenated) UUID; `None` for any other text.
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let text = text.as_bytes();
+    if text.len() != UUID_LEN {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    let mut nibbles = 0;
+    for (i, c) in text.iter().enumerate() {
+        if HYPHENS.contains(&i) {
+            if *c != b'-' {
+                return None;
+            }
+            continue;
+        }
+        let value = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => return None,
+        };
+        out[nibbles / 2] |= if nibbles % 2 == 0 { value << 4 } else { value };
+        nibbles += 1;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uid_takes_24_bytes_and_reads_back_as_sent_in_every_form() {
+        assert_eq!(std::mem::size_of::<Uid>(), 24);
+        for text in [
+            "",
+            "ip-uid-12",
+            "0123456789abcdef012345",
+            "0123456789abcdef0123456",
+            "3f2b8c1e-9a4d-4e7b-8c2a-1f0e9d8c7b6a",
+            // Not canonical: upper case, no hyphens, hyphen moved, non-hex.
+            "3F2B8C1E-9A4D-4E7B-8C2A-1F0E9D8C7B6A",
+            "3f2b8c1e9a4d4e7b8c2a1f0e9d8c7b6a0000",
+            "3f2b8c1e9-a4d-4e7b-8c2a-1f0e9d8c7b6a",
+            "3f2b8c1e-9a4d-4e7b-8c2a-1f0e9d8c7b6g",
+            "ünïcödé-uid-that-is-longer-than-inline",
+        ] {
+            let uid = Uid::new(text);
+            assert_eq!(&*uid.text(), text);
+            assert_eq!(uid.to_string(), text);
+            assert!(uid == text);
+            let json = serde_json::to_string(&uid).unwrap();
+            assert_eq!(json, serde_json::to_string(text).unwrap());
+            assert_eq!(serde_json::from_str::<Uid>(&json).unwrap(), uid);
+        }
+        assert!(matches!(
+            Uid::new("3f2b8c1e-9a4d-4e7b-8c2a-1f0e9d8c7b6a").0,
+            Repr::Uuid(_)
+        ));
+        assert!(Uid::new("").is_empty() && !Uid::new("a").is_empty());
+        assert!(Uid::new("a") != Uid::new("b"));
+    }
+}
