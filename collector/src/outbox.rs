@@ -208,13 +208,15 @@ impl Outbox {
     pub fn connect(path: &Path) -> Result<Self, OutboxError> {
         // WAL, synchronous=NORMAL (a power cut may lose the last transactions, which the
         // relist diff then recovers), busy timeout: the runtime's policy for every file.
-        let conn = ipaudit_runtime::sqlite::open(path).map_err(
-            |ipaudit_runtime::sqlite::OpenError { path, step, source }| OutboxError::Sqlite {
-                path,
-                context: step,
-                source,
-            },
-        )?;
+        let conn =
+            ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Recoverable)
+                .map_err(
+                |ipaudit_runtime::sqlite::OpenError { path, step, source }| OutboxError::Sqlite {
+                    path,
+                    context: step,
+                    source,
+                },
+            )?;
         Ok(Outbox {
             conn,
             path: path.to_owned(),

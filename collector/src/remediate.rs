@@ -138,7 +138,7 @@ struct Ledger {
 
 impl Ledger {
     fn open(path: &Path) -> Result<Ledger, RemediateError> {
-        let db = ipaudit_runtime::sqlite::open(path)?;
+        let db = ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Full)?;
         db.execute_batch(
             "CREATE TABLE IF NOT EXISTS remediation_commands (
                 command_id TEXT PRIMARY KEY,

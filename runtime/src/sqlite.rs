@@ -6,9 +6,11 @@
 //!   beside the watcher, a `dead-letters` command beside the running analyzer) waits for
 //!   a lock instead of failing at once.
 //! - `journal_mode=WAL`: readers do not block the writer; the mode is stored in the file.
-//! - `synchronous=NORMAL`: in WAL mode a killed process loses nothing committed; only a
-//!   power cut may lose the last transactions, which each program recovers from its
-//!   source (the relist diff, the topic's offsets).
+//! - `synchronous` by what the file holds ([`Durability`]): `NORMAL` for files whose last
+//!   transactions a program rebuilds from its source after a power cut (the outbox from the
+//!   relist diff, the analyzer's store from the topic's offsets); `FULL` for records of
+//!   what was done outside (alerts delivered, cleanup commands executed), which nothing
+//!   can rebuild. In WAL mode a killed process loses nothing committed either way.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -50,8 +52,27 @@ pub fn is_retryable(error: &rusqlite::Error) -> bool {
     )
 }
 
+/// What a power cut may cost a file's last committed transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous=NORMAL`: the program rebuilds what a power cut loses from its source.
+    Recoverable,
+    /// `synchronous=FULL`: every commit is on disk before it returns; for records of
+    /// actions taken outside the process, which no source can give back.
+    Full,
+}
+
+impl Durability {
+    fn pragma(self) -> &'static str {
+        match self {
+            Durability::Recoverable => "NORMAL",
+            Durability::Full => "FULL",
+        }
+    }
+}
+
 /// Opens (creating it if absent) the database at `path` with the policy above.
-pub fn open(path: &Path) -> Result<Connection, OpenError> {
+pub fn open(path: &Path, durability: Durability) -> Result<Connection, OpenError> {
     let failed = |step| {
         move |source| OpenError {
             path: path.to_owned(),
@@ -66,7 +87,7 @@ pub fn open(path: &Path) -> Result<Connection, OpenError> {
     // answers a row.
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(failed("enable WAL"))?;
-    conn.pragma_update(None, "synchronous", "NORMAL")
+    conn.pragma_update(None, "synchronous", durability.pragma())
         .map_err(failed("set synchronous"))?;
     Ok(conn)
 }
@@ -91,7 +112,7 @@ mod tests {
     fn a_new_file_is_created_in_wal_mode_with_normal_sync_and_a_busy_timeout() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let conn = open(&path).unwrap();
+        let conn = open(&path, Durability::Recoverable).unwrap();
         assert!(path.exists());
         assert_eq!(pragma(&conn, "journal_mode"), "wal");
         // NORMAL is 1.
@@ -100,14 +121,23 @@ mod tests {
     }
 
     #[test]
+    fn a_record_of_actions_taken_outside_is_opened_with_full_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("ledger.db"), Durability::Full).unwrap();
+        assert_eq!(pragma(&conn, "journal_mode"), "wal");
+        // FULL is 2.
+        assert_eq!(pragma(&conn, "synchronous"), "2");
+    }
+
+    #[test]
     fn a_second_connection_sees_the_first_ones_commits() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let writer = open(&path).unwrap();
+        let writer = open(&path, Durability::Recoverable).unwrap();
         writer
             .execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (7);")
             .unwrap();
-        let reader = open(&path).unwrap();
+        let reader = open(&path, Durability::Recoverable).unwrap();
         let x: i64 = reader
             .query_row("SELECT x FROM t", [], |r| r.get(0))
             .unwrap();
@@ -116,7 +146,11 @@ mod tests {
 
     #[test]
     fn a_missing_directory_is_an_error_naming_the_path_and_not_retryable() {
-        let error = open(Path::new("/nonexistent/dir/state.db")).unwrap_err();
+        let error = open(
+            Path::new("/nonexistent/dir/state.db"),
+            Durability::Recoverable,
+        )
+        .unwrap_err();
         assert_eq!(error.step, "open");
         assert!(
             error.to_string().contains("/nonexistent/dir/state.db"),
@@ -130,7 +164,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         std::fs::write(&path, vec![b'x'; 4096]).unwrap();
-        let error = open(&path).unwrap_err();
+        let error = open(&path, Durability::Recoverable).unwrap_err();
         assert!(!error.is_retryable(), "{error:?}");
     }
 
@@ -138,7 +172,7 @@ mod tests {
     fn a_lock_held_elsewhere_is_retryable() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let holder = open(&path).unwrap();
+        let holder = open(&path, Durability::Recoverable).unwrap();
         holder
             .execute_batch("CREATE TABLE t (x INTEGER); BEGIN EXCLUSIVE;")
             .unwrap();

@@ -342,6 +342,12 @@ impl Analyzer {
         self.released = released;
     }
 
+    /// The input stopped being in version order: [`Analyzer::input_passed`] no longer
+    /// bounds what may come (see [`ReorderBuffer::input_unordered`]).
+    pub fn input_unordered(&mut self) {
+        self.reorder.input_unordered();
+    }
+
     /// A wall-clock tick (live analysis): releases held events whose idle delay has passed
     /// and nothing else. History's clock, hence every grace period, moves only with the
     /// events released, so the same input gives the same transitions at any tick rate.

@@ -427,6 +427,12 @@ impl ReorderBuffer {
         self.release_up_to(rv, out);
     }
 
+    /// The input is no longer merged in version order (it went backwards): what
+    /// [`ReorderBuffer::pass`] said no longer bounds what may come, so it stops counting.
+    pub fn input_unordered(&mut self) {
+        self.passed_by_input = None;
+    }
+
     /// Moves event time forward (a live clock tick, or the end of a replay).
     pub fn advance_time(&mut self, now_ms: i64, out: &mut Vec<Released>) {
         self.now_ms = Some(self.now_ms.map_or(now_ms, |now| now.max(now_ms)));

@@ -86,7 +86,8 @@ fn open(path: &Path) -> Result<Connection, DeadLetterError> {
         path: path.to_owned(),
         source,
     };
-    let conn = ipaudit_runtime::sqlite::open(path).map_err(|e| err(e.source))?;
+    let conn = ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Full)
+        .map_err(|e| err(e.source))?;
     // The table of the store (crate::live::store); created here too so that listing an empty
     // store works.
     conn.execute_batch(

@@ -243,7 +243,8 @@ impl PartitionMap {
             path: path.to_owned(),
             source,
         };
-        let conn = ipaudit_runtime::sqlite::open(path).map_err(|e| err(e.source))?;
+        let conn = ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Full)
+            .map_err(|e| err(e.source))?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS cluster_partitions (
                 topic      TEXT NOT NULL,

@@ -105,8 +105,9 @@ impl Store {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let err = |context| sqlite_error(path, context);
         // WAL, synchronous=NORMAL, busy timeout: the runtime's policy for every file.
-        let conn = ipaudit_runtime::sqlite::open(path)
-            .map_err(|e| sqlite_error(&e.path, e.step)(e.source))?;
+        let conn =
+            ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Recoverable)
+                .map_err(|e| sqlite_error(&e.path, e.step)(e.source))?;
         let check: String = conn
             .query_row("PRAGMA quick_check", [], |r| r.get(0))
             .map_err(err("check integrity"))?;

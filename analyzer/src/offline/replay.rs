@@ -122,7 +122,10 @@ pub fn replay(paths: &[PathBuf], options: &ReplayOptions) -> Result<ReplayOutcom
         };
         heads[index] = next_event(&mut sources[index], &mut outcome);
         if let (Some(next), Some(rv)) = (&heads[index], event.resource_version_num) {
-            in_order &= next.resource_version_num.is_some_and(|n| n >= rv);
+            if in_order && next.resource_version_num.is_none_or(|n| n < rv) {
+                in_order = false;
+                analyzer.input_unordered();
+            }
         }
         // The version as sent: an audit log's ordering version (`V+n`) is not one.
         if let Some(rv) = ipaudit_schemas::event::parse_resource_version(&event.resource_version) {

@@ -81,7 +81,7 @@ impl Ledger {
     /// Opens the store file (creating the sink tables).
     pub fn open(path: &Path) -> Result<Self, LedgerError> {
         let err = |context| ledger_error(path, context);
-        let conn = ipaudit_runtime::sqlite::open(path)
+        let conn = ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Full)
             .map_err(|e| ledger_error(&e.path, e.step)(e.source))?;
         conn.execute_batch(SCHEMA).map_err(err("create tables"))?;
         Ok(Ledger {
