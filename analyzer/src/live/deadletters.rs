@@ -88,19 +88,9 @@ fn open(path: &Path) -> Result<Connection, DeadLetterError> {
     };
     let conn = ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Full)
         .map_err(|e| err(e.source))?;
-    // The table of the store (crate::live::store); created here too so that listing an empty
-    // store works.
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS dead_letters (
-            topic     TEXT NOT NULL,
-            partition INTEGER NOT NULL,
-            offset    INTEGER NOT NULL,
-            error     TEXT NOT NULL,
-            payload   BLOB,
-            PRIMARY KEY (topic, partition, offset)
-        );",
-    )
-    .map_err(err)?;
+    // The store's table, created here too so that listing an empty store works.
+    conn.execute_batch(crate::live::store::DEAD_LETTERS_TABLE)
+        .map_err(err)?;
     Ok(conn)
 }
 

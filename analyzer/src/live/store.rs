@@ -83,6 +83,11 @@ CREATE TABLE IF NOT EXISTS checkpoint_set_aside (
     reason        TEXT NOT NULL,
     set_aside_at  INTEGER NOT NULL
 );
+";
+
+/// The dead letters' table, apart so that `analyzer dead-letters` can create it in a store
+/// file no analyzer has opened yet (listing an empty store works).
+pub(crate) const DEAD_LETTERS_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS dead_letters (
     topic     TEXT NOT NULL,
     partition INTEGER NOT NULL,
@@ -124,6 +129,8 @@ impl Store {
             ));
         }
         conn.execute_batch(SCHEMA).map_err(err("create tables"))?;
+        conn.execute_batch(DEAD_LETTERS_TABLE)
+            .map_err(err("create tables"))?;
         // Format 0 has the same tables: only the number changes.
         conn.pragma_update(None, "user_version", STORE_FORMAT)
             .map_err(err("write format"))?;
@@ -356,6 +363,7 @@ mod tests {
         {
             let conn = Connection::open(&path).unwrap();
             conn.execute_batch(SCHEMA).unwrap();
+            conn.execute_batch(DEAD_LETTERS_TABLE).unwrap();
             conn.execute(
                 "INSERT INTO offsets (topic, partition, next_offset) VALUES ('t', 0, 7)",
                 [],
