@@ -427,12 +427,13 @@ impl Analyzer {
     }
 
     fn apply(&mut self, event: WatchEvent, out: &mut Vec<Output>) {
-        let event_ref = self.state.event_ref(&event);
+        let located = self.state.locate(&event);
+        let event_ref = located.at.clone();
         self.last_rv.clone_from(&event_ref.resource_version);
         if let Some(t) = event_ref.time_ms {
             self.history_now_ms = Some(self.history_now_ms.map_or(t, |now| now.max(t)));
         }
-        let applied = self.state.apply_at(event, event_ref.clone());
+        let applied = self.state.apply_located(event, located);
         if applied.stale {
             self.stats.stale += 1;
             return;
@@ -456,7 +457,7 @@ impl Analyzer {
                 event: &event_ref,
                 record: applied.key.as_ref(),
                 before: applied.before.as_ref(),
-                after: ctx.state.get(event_ref.stream, &event_ref.name),
+                after: ctx.state.applied_record(&applied),
                 released: &applied.released,
                 reindexed: applied.reindexed,
                 held_before: Default::default(),

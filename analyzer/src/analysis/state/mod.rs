@@ -27,7 +27,8 @@ pub use part::{IpPart, Part, PodPart};
 pub use uid::{Uid, UidText};
 
 use indexes::{binds_owner_uid, Indexes};
-use records::Records;
+use records::Objects;
+pub use records::Slot;
 
 /// The label by which a person reserves a kube-ovn IP by hand.
 pub(crate) const IP_RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
@@ -144,11 +145,21 @@ impl ObjectRecord {
 /// points at one allocation.
 pub type RecordKey = (Stream, Arc<str>);
 
+/// An event pointed at, and where the record it is about sits, if one is held.
+#[derive(Debug, Clone)]
+pub struct Located {
+    /// The event, for evidence.
+    pub at: EventRef,
+    slot: Option<Slot>,
+}
+
 /// What applying one event did.
 #[derive(Debug, Clone, Default)]
 pub struct Applied {
     /// The record the event was about (`None` for markers and stale events).
     pub key: Option<RecordKey>,
+    /// Where the record now sits (`None` when the event removed it).
+    slot: Option<Slot>,
     /// The record held under this name before the event: the previous version, the
     /// deleted object, or the object a new uid replaced.
     pub before: Option<ObjectRecord>,
@@ -176,7 +187,7 @@ const POOL_DELETIONS: usize = 16_384;
 /// The cluster's live objects and the indexes over them.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ClusterState {
-    objects: HashMap<Stream, Records>,
+    objects: Objects,
     indexes: Indexes,
     /// The last deletion of each pool name, by kind (bounded: auto-created pools get new
     /// names all the time).
@@ -209,15 +220,12 @@ impl ClusterState {
 
     /// The live record `name` of `stream`.
     pub fn get(&self, stream: Stream, name: &str) -> Option<&ObjectRecord> {
-        self.objects.get(&stream)?.get(name)
+        self.objects.of(stream).get(name)
     }
 
     /// The live records of `stream`, in no order.
     pub fn records(&self, stream: Stream) -> impl Iterator<Item = (&Arc<str>, &ObjectRecord)> {
-        self.objects
-            .get(&stream)
-            .into_iter()
-            .flat_map(Records::iter)
+        self.objects.of(stream).iter()
     }
 
     /// The live pool.
@@ -284,12 +292,8 @@ impl ClusterState {
 
     /// What the record holds now.
     pub fn holdings_of(&self, key: &RecordKey) -> Holdings<'_> {
-        match self
-            .objects
-            .get(&key.0)
-            .and_then(|m| m.get_key_value(&key.1))
-        {
-            Some((name, record)) => holdings::holdings(name, record),
+        match self.objects.of(key.0).get(&key.1) {
+            Some(record) => holdings::holdings(&record.last.name, record),
             None => Holdings::new(),
         }
     }
@@ -346,20 +350,23 @@ impl ClusterState {
         self.from_earlier_epoch = self
             .objects
             .iter()
-            .flat_map(|(stream, records)| records.keys().map(|name| (*stream, Arc::clone(name))))
+            .flat_map(|(stream, records)| {
+                records.keys().map(move |name| (stream, Arc::clone(name)))
+            })
             .collect();
     }
 
     /// Applies one event, in resourceVersion order.
     pub fn apply(&mut self, event: WatchEvent) -> Applied {
-        let at = self.event_ref(&event);
-        self.apply_at(event, at)
+        let located = self.locate(&event);
+        self.apply_located(event, located)
     }
 
-    /// Points at `event` like [`EventRef::of`], sharing the name of the record already
-    /// held under it: only an object seen for the first time allocates its name.
-    pub fn event_ref(&mut self, event: &WatchEvent) -> EventRef {
-        let name = match &event.metadata {
+    /// Points at `event` like [`EventRef::of`] and finds the record held under its name:
+    /// the name is then shared with that record (only an object seen for the first time
+    /// allocates its name), and applying the event looks nothing up again.
+    pub fn locate(&mut self, event: &WatchEvent) -> Located {
+        let (name, slot) = match &event.metadata {
             Some(meta) => {
                 let key = match &meta.namespace {
                     Some(ns) if !ns.is_empty() => {
@@ -371,30 +378,38 @@ impl ClusterState {
                     }
                     _ => meta.name.as_str(),
                 };
-                match self
-                    .objects
-                    .get(&event.stream)
-                    .and_then(|m| m.get_key_value(key))
-                {
-                    Some((name, _)) => Arc::clone(name),
-                    None => Arc::from(key),
+                let records = self.objects.of(event.stream);
+                let slot = records.find(key);
+                match slot.and_then(|s| records.at(s)) {
+                    Some(held) => (Arc::clone(&held.last.name), slot),
+                    None => (Arc::from(key), None),
                 }
             }
-            None => Arc::from(""),
+            None => (Arc::from(""), None),
         };
-        EventRef {
-            stream: event.stream,
-            event_type: event.event_type,
-            name,
-            resource_version: SmolStr::new(&event.resource_version),
-            rv: event.resource_version_num.unwrap_or(-1),
-            time_ms: event.event_time_ms(),
+        Located {
+            at: EventRef {
+                stream: event.stream,
+                event_type: event.event_type,
+                name,
+                resource_version: SmolStr::new(&event.resource_version),
+                rv: event.resource_version_num.unwrap_or(-1),
+                time_ms: event.event_time_ms(),
+            },
+            slot,
         }
     }
 
-    /// [`ClusterState::apply`], with the event's [`EventRef`] already made (the engine
-    /// makes one for the rules; the record shares its name).
-    pub fn apply_at(&mut self, event: WatchEvent, at: EventRef) -> Applied {
+    /// The record an applied event left (`None` when it removed one, or changed nothing).
+    pub fn applied_record(&self, applied: &Applied) -> Option<&ObjectRecord> {
+        let (stream, _) = applied.key.as_ref()?;
+        self.objects.of(*stream).at(applied.slot?)
+    }
+
+    /// [`ClusterState::apply`], with the event already located (the engine keeps its
+    /// [`EventRef`] for the rules; the record shares its name).
+    pub fn apply_located(&mut self, event: WatchEvent, located: Located) -> Applied {
+        let Located { at, slot } = located;
         if event.event_type == EventType::SyncEnd {
             self.listed
                 .entry(event.stream)
@@ -413,15 +428,17 @@ impl ClusterState {
             && self
                 .from_earlier_epoch
                 .remove(&(event.stream, Arc::clone(&name)));
-        let held = self.get(event.stream, &name).map(|r| Previous {
-            same_object: r.uid == uid,
-            // Needed only when a new uid replaced it (a pod then counts as gone).
-            replaced_uid: (r.uid != uid).then(|| r.uid.to_string()),
-            rv: r.rv(),
-            first_rv: r.first_rv,
-            first_ms: r.first_ms,
-            deletion_requested: r.deletion_requested.clone(),
-        });
+        let held = slot
+            .and_then(|s| self.objects.of(event.stream).at(s))
+            .map(|r| Previous {
+                same_object: r.uid == uid,
+                // Needed only when a new uid replaced it (a pod then counts as gone).
+                replaced_uid: (r.uid != uid).then(|| r.uid.to_string()),
+                rv: r.rv(),
+                first_rv: r.first_rv,
+                first_ms: r.first_ms,
+                deletion_requested: r.deletion_requested.clone(),
+            });
         let same_object = held.as_ref().is_some_and(|p| p.same_object);
         if same_object && !of_earlier_epoch && held.as_ref().is_some_and(|p| rv <= p.rv) {
             return stale();
@@ -439,7 +456,7 @@ impl ClusterState {
             if stream == Stream::Pod {
                 self.remember_gone_pod(uid, at);
             }
-            let before = self.objects.entry(stream).or_default().remove(&name);
+            let before = slot.and_then(|s| self.objects.of_mut(stream).remove_at(s));
             let key: RecordKey = (stream, name);
             let released = match &before {
                 Some(record) => {
@@ -473,14 +490,15 @@ impl ClusterState {
             }
         }
         let key: RecordKey = (stream, Arc::clone(&record.last.name));
-        let before = self
-            .objects
-            .entry(stream)
-            .or_default()
-            .insert(Arc::clone(&key.1), record);
-        let (reindexed, released) = self.reindex(&key, before.as_ref());
+        let records = self.objects.of_mut(stream);
+        let (slot, before) = match slot {
+            Some(slot) => (slot, records.replace(slot, record)),
+            None => (records.insert_new(record), None),
+        };
+        let (reindexed, released) = self.reindex(&key, slot, before.as_ref());
         Applied {
             key: Some(key),
+            slot: Some(slot),
             before,
             released,
             reindexed,
@@ -542,9 +560,14 @@ impl ClusterState {
 
     /// Updates the indexes from `before` to the record now under `key`; returns whether
     /// anything indexed may have changed, and what the record no longer holds.
-    fn reindex(&mut self, key: &RecordKey, before: Option<&ObjectRecord>) -> (bool, Vec<Released>) {
+    fn reindex(
+        &mut self,
+        key: &RecordKey,
+        slot: Slot,
+        before: Option<&ObjectRecord>,
+    ) -> (bool, Vec<Released>) {
         let released = {
-            let Some(after) = self.objects.get(&key.0).and_then(|m| m.get(&key.1)) else {
+            let Some(after) = self.objects.of(key.0).at(slot) else {
                 return (false, Vec::new());
             };
             let unchanged = before.is_some_and(|b| {
@@ -570,9 +593,9 @@ impl ClusterState {
             if binds_owner_uid(key.0) {
                 // whereabouts holdings that just appeared belong to the live pod of their
                 // podref.
-                let pods = self.objects.get(&Stream::Pod);
+                let pods = self.objects.of(Stream::Pod);
                 for holding in &new_holdings {
-                    if let Some(pod) = pods.and_then(|p| p.get(holding.owner.as_ref())) {
+                    if let Some(pod) = pods.get(holding.owner.as_ref()) {
                         self.indexes
                             .bind(key, holding.address, &pod.uid.text(), false);
                     }
@@ -603,12 +626,12 @@ impl ClusterState {
         if records.is_empty() {
             return;
         }
-        let Some(pod) = self.objects.get(&Stream::Pod).and_then(|p| p.get(pod_name)) else {
+        let Some(pod) = self.objects.of(Stream::Pod).get(pod_name) else {
             return;
         };
         let shown = holdings::holdings(pod_name, pod);
         for record in records {
-            let Some(held) = self.objects.get(&record.0).and_then(|m| m.get(&record.1)) else {
+            let Some(held) = self.objects.of(record.0).get(&record.1) else {
                 continue;
             };
             for holding in holdings::holdings(&record.1, held) {
