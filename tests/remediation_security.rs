@@ -130,7 +130,7 @@ fn remediations(
         events
             .iter()
             .filter(|e| e.event_type == EventType::Remediation)
-            .filter_map(|e| e.remediation.clone())
+            .filter_map(|e| e.remediation.as_deref().cloned())
             .collect()
     };
     of(&world.events_until(timeout, |events| done(&of(events))))

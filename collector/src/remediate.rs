@@ -598,14 +598,14 @@ fn outcome_event(stamp: &Stamp, command: &CleanupCommand, outcome: Outcome) -> W
         name: command.target_name.clone(),
         ..ObjectMeta::default()
     });
-    event.remediation = Some(Remediation {
+    event.remediation = Some(Box::new(Remediation {
         command_id: command.command_id.clone(),
         reason_alert_id: command.reason_alert_id.clone(),
         action: command.action.as_str().to_owned(),
         outcome: outcome.outcome,
         reason: outcome.reason,
         finalizer: outcome.finalizer,
-    });
+    }));
     event
 }
 

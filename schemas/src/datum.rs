@@ -948,15 +948,15 @@ impl<'a, const V: u8> Cursor<'a, V> {
         })
     }
 
-    fn remediation(&mut self) -> Result<Remediation> {
-        Ok(Remediation {
+    fn remediation(&mut self) -> Result<Box<Remediation>> {
+        Ok(Box::new(Remediation {
             command_id: self.string("remediation.command_id")?,
             reason_alert_id: self.string("remediation.reason_alert_id")?,
             action: self.string("remediation.action")?,
             outcome: self.symbol("remediation.outcome", &OUTCOMES)?,
             reason: self.string("remediation.reason")?,
             finalizer: self.optional_string("remediation.finalizer")?,
-        })
+        }))
     }
 
     fn ip_pool(&mut self) -> Result<IpPoolInfo> {

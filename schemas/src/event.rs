@@ -456,7 +456,7 @@ pub struct WatchEvent {
     /// The object as JSON, when raw capture is on (schema v2).
     pub raw_object: Option<String>,
     /// Set on REMEDIATION events (schema v3).
-    pub remediation: Option<Remediation>,
+    pub remediation: Option<Box<Remediation>>,
 }
 
 impl WatchEvent {
@@ -588,7 +588,7 @@ impl Serialize for WatchEvent {
             subnet: None,
             pod: None,
             raw_object: self.raw_object.as_deref(),
-            remediation: self.remediation.as_ref(),
+            remediation: self.remediation.as_deref(),
             ip_pool: None,
             ip_reservation: None,
             spider_ip_pool: None,
@@ -639,7 +639,7 @@ impl<'de> Deserialize<'de> for WatchEvent {
             metadata: wire.metadata,
             part,
             raw_object: wire.raw_object,
-            remediation: wire.remediation,
+            remediation: wire.remediation.map(Box::new),
         })
     }
 }

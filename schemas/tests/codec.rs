@@ -329,14 +329,14 @@ fn a_remediation_event_round_trips() {
     let mut event = EventBuilder::ip("vm-1.ns", "s")
         .rv(9)
         .build(EventType::Remediation);
-    event.remediation = Some(ipaudit_schemas::Remediation {
+    event.remediation = Some(Box::new(ipaudit_schemas::Remediation {
         command_id: "c1".into(),
         reason_alert_id: "a1".into(),
         action: "REMOVE_FINALIZER".into(),
         outcome: ipaudit_schemas::RemediationOutcome::Skipped,
         reason: "uid changed".into(),
         finalizer: None,
-    });
+    }));
     assert_eq!(
         decode::<WatchEvent>(&encode(&event).unwrap()).unwrap(),
         event

@@ -426,7 +426,7 @@ fn watch_event() -> BoxedStrategy<WatchEvent> {
                 metadata,
                 part,
                 raw_object,
-                remediation,
+                remediation: remediation.map(Box::new),
             },
         )
         .boxed()

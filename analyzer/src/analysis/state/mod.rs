@@ -430,14 +430,18 @@ impl ClusterState {
                 .remove(&(event.stream, Arc::clone(&name)));
         let held = slot
             .and_then(|s| self.objects.of(event.stream).at(s))
-            .map(|r| Previous {
-                same_object: r.uid == uid,
-                // Needed only when a new uid replaced it (a pod then counts as gone).
-                replaced_uid: (r.uid != uid).then(|| r.uid.to_string()),
-                rv: r.rv(),
-                first_rv: r.first_rv,
-                first_ms: r.first_ms,
-                deletion_requested: r.deletion_requested.clone(),
+            .map(|r| {
+                let same_object = r.uid == *uid;
+                Previous {
+                    same_object,
+                    uid: r.uid.clone(),
+                    // Needed only when a new uid replaced it (a pod then counts as gone).
+                    replaced_uid: (!same_object).then(|| r.uid.to_string()),
+                    rv: r.rv(),
+                    first_rv: r.first_rv,
+                    first_ms: r.first_ms,
+                    deletion_requested: r.deletion_requested.clone(),
+                }
             });
         let same_object = held.as_ref().is_some_and(|p| p.same_object);
         if same_object && !of_earlier_epoch && held.as_ref().is_some_and(|p| rv <= p.rv) {
@@ -648,6 +652,8 @@ impl ClusterState {
 /// What a new version of an object keeps of the version before it.
 struct Previous {
     same_object: bool,
+    /// The held object's uid (the new version's, when it is the same object).
+    uid: Uid,
     replaced_uid: Option<String>,
     rv: i64,
     first_rv: i64,
@@ -668,7 +674,10 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
     drop_unread(&mut part);
     let part = Part::from(part);
     ObjectRecord {
-        uid: Uid::new(&meta.uid),
+        uid: match previous {
+            Some(p) => p.uid.clone(),
+            None => Uid::new(&meta.uid),
+        },
         finalizers: Finalizers::new(meta.finalizers),
         deletion_ms: meta.deletion_timestamp_ms,
         reserved: meta

@@ -13,6 +13,8 @@ const INLINE: usize = 22;
 const UUID_LEN: usize = 36;
 const HYPHENS: [usize; 4] = [8, 13, 18, 23];
 const HEX: &[u8; 16] = b"0123456789abcdef";
+/// Where each byte's two hex digits start in the text of a UUID.
+const HEX_AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
 
 /// An object's `metadata.uid`. Saved as its text.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -48,14 +50,9 @@ impl Uid {
         match &self.0 {
             Repr::Uuid(uuid) => {
                 let mut buf = [b'-'; UUID_LEN];
-                let mut at = 0;
-                for byte in uuid {
-                    if HYPHENS.contains(&at) {
-                        at += 1;
-                    }
+                for (byte, at) in uuid.iter().zip(HEX_AT) {
                     buf[at] = HEX[usize::from(byte >> 4)];
                     buf[at + 1] = HEX[usize::from(byte & 0xf)];
-                    at += 2;
                 }
                 UidText::Uuid(buf)
             }
@@ -87,7 +84,11 @@ impl From<&str> for Uid {
 
 impl PartialEq<str> for Uid {
     fn eq(&self, other: &str) -> bool {
-        *self.text() == *other
+        match &self.0 {
+            // Every event of an object is compared with its record: no printing for that.
+            Repr::Uuid(uuid) => parse_uuid(other).is_some_and(|o| o == *uuid),
+            _ => *self.text() == *other,
+        }
     }
 }
 
@@ -161,24 +162,23 @@ fn parse_uuid(text: &str) -> Option<[u8; 16]> {
     if text.len() != UUID_LEN {
         return None;
     }
+    if HYPHENS.iter().any(|&i| text[i] != b'-') {
+        return None;
+    }
     let mut out = [0u8; 16];
-    let mut nibbles = 0;
-    for (i, c) in text.iter().enumerate() {
-        if HYPHENS.contains(&i) {
-            if *c != b'-' {
-                return None;
-            }
-            continue;
-        }
-        let value = match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            _ => return None,
-        };
-        out[nibbles / 2] |= if nibbles % 2 == 0 { value << 4 } else { value };
-        nibbles += 1;
+    for (byte, at) in out.iter_mut().zip(HEX_AT) {
+        *byte = (hex_value(text[at])? << 4) | hex_value(text[at + 1])?;
     }
     Some(out)
+}
+
+/// A lower-case hex digit's value.
+fn hex_value(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -205,6 +205,7 @@ mod tests {
             assert_eq!(&*uid.text(), text);
             assert_eq!(uid.to_string(), text);
             assert!(uid == text);
+            assert!(uid != *"3f2b8c1e-9a4d-4e7b-8c2a-1f0e9d8c7b6b");
             let json = serde_json::to_string(&uid).unwrap();
             assert_eq!(json, serde_json::to_string(text).unwrap());
             assert_eq!(serde_json::from_str::<Uid>(&json).unwrap(), uid);
