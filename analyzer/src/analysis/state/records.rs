@@ -1,9 +1,11 @@
-//! The live records of one kind: a name index over a slab. Records sit in one vector and
-//! the index holds only each record's slot number (4 bytes an object; the name it is
-//! found by is the record's own, `last.name`), so that the index stays small however large
-//! a record is: a new version of an object is written into its slot, and a deleted
-//! object's slot is reused by the next one. A caller that found a slot once (the engine,
-//! once per event) reads and writes the record through it without hashing the name again.
+//! The live records of one kind: a name index over a slab. Records sit in fixed-size
+//! chunks (growing never moves a record, and leaves at most one chunk unused) and the
+//! index holds only each record's slot number with 32 bits of its name's hash (8 bytes an
+//! object; the name is the record's own, `last.name`), so that the index stays small
+//! however large a record is and grows without reading a single name: a new version of an
+//! object is written into its slot, and a deleted object's slot is reused by the next
+//! one. A caller that found a slot once (the engine, once per event) reads and writes the
+//! record through it without hashing the name again.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -20,11 +22,24 @@ use super::ObjectRecord;
 /// Where a record sits in its kind's [`Records`]: valid until that record is removed.
 pub type Slot = u32;
 
+/// Records a chunk holds (a power of two: a slot splits into chunk and place by shifts).
+const CHUNK: usize = 1 << CHUNK_BITS;
+const CHUNK_BITS: u32 = 12;
+
+/// An index entry: a slot and the high half of its name's hash.
+#[derive(Clone, Copy)]
+struct Entry {
+    slot: Slot,
+    hash: u32,
+}
+
 /// The live records of one kind, by name. Saved as a map from name to record.
 #[derive(Default)]
 pub struct Records {
-    index: HashTable<Slot>,
-    slots: Vec<Option<ObjectRecord>>,
+    index: HashTable<Entry>,
+    chunks: Vec<Box<[Option<ObjectRecord>]>>,
+    /// Slots handed out so far (the next new slot).
+    used: u32,
     free: Vec<Slot>,
 }
 
@@ -34,29 +49,42 @@ impl std::fmt::Debug for Records {
     }
 }
 
-fn hash(name: &str) -> u64 {
-    FxBuildHasher.hash_one(name)
+/// 32 bits of a name's hash: what an index entry keeps.
+fn name_hash(name: &str) -> u32 {
+    // The high half: FxHash mixes its last word into the top bits best.
+    (FxBuildHasher.hash_one(name) >> 32) as u32
 }
 
-/// The name of the record in `slot` (empty for a free slot, which the index never holds).
-fn name_in(slots: &[Option<ObjectRecord>], slot: Slot) -> &str {
-    slots
-        .get(slot as usize)
-        .and_then(Option::as_ref)
-        .map_or("", |r| &r.last.name)
+/// The table's hash of an entry, made from its 32 bits alone so that growing the table
+/// reads no name (the multiplication spreads them over the bits the table uses).
+fn table_hash(hash: u32) -> u64 {
+    u64::from(hash).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 impl Records {
+    fn cell(&self, slot: Slot) -> Option<&Option<ObjectRecord>> {
+        let chunk = self.chunks.get((slot >> CHUNK_BITS) as usize)?;
+        chunk.get(slot as usize & (CHUNK - 1))
+    }
+
+    fn cell_mut(&mut self, slot: Slot) -> Option<&mut Option<ObjectRecord>> {
+        let chunk = self.chunks.get_mut((slot >> CHUNK_BITS) as usize)?;
+        chunk.get_mut(slot as usize & (CHUNK - 1))
+    }
+
     /// The slot of the record `name`.
     pub fn find(&self, name: &str) -> Option<Slot> {
+        let hash = name_hash(name);
         self.index
-            .find(hash(name), |&slot| name_in(&self.slots, slot) == name)
-            .copied()
+            .find(table_hash(hash), |e| {
+                e.hash == hash && self.at(e.slot).is_some_and(|r| &*r.last.name == name)
+            })
+            .map(|e| e.slot)
     }
 
     /// The record in `slot`.
     pub fn at(&self, slot: Slot) -> Option<&ObjectRecord> {
-        self.slots.get(slot as usize)?.as_ref()
+        self.cell(slot)?.as_ref()
     }
 
     /// The record `name`.
@@ -76,44 +104,55 @@ impl Records {
     /// Writes `record` into `slot`, which [`Records::find`] gave for the record's name;
     /// returns the record it replaced.
     pub fn replace(&mut self, slot: Slot, record: ObjectRecord) -> Option<ObjectRecord> {
-        debug_assert_eq!(name_in(&self.slots, slot), &*record.last.name);
-        self.slots.get_mut(slot as usize)?.replace(record)
+        debug_assert_eq!(
+            self.at(slot).map(|r| &*r.last.name),
+            Some(&*record.last.name)
+        );
+        self.cell_mut(slot)?.replace(record)
     }
 
     /// Puts `record`, whose name [`Records::find`] did not find, into a free slot.
     pub fn insert_new(&mut self, record: ObjectRecord) -> Slot {
-        let hash = hash(&record.last.name);
+        let hash = name_hash(&record.last.name);
         let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = Some(record);
-                slot
-            }
+            Some(slot) => slot,
             None => {
-                self.slots.push(Some(record));
-                // More than 4 billion live objects of one kind do not fit in memory anyway.
-                Slot::try_from(self.slots.len() - 1).unwrap_or(Slot::MAX)
+                if self.used as usize == self.chunks.len() * CHUNK {
+                    self.chunks
+                        .push(std::iter::repeat_with(|| None).take(CHUNK).collect());
+                }
+                self.used += 1;
+                self.used - 1
             }
         };
-        let slots = &self.slots;
+        if let Some(cell) = self.cell_mut(slot) {
+            *cell = Some(record);
+        }
         self.index
-            .insert_unique(hash, slot, |&s| self::hash(name_in(slots, s)));
+            .insert_unique(table_hash(hash), Entry { slot, hash }, |e| {
+                table_hash(e.hash)
+            });
         slot
     }
 
     /// Takes the record in `slot` out.
     pub fn remove_at(&mut self, slot: Slot) -> Option<ObjectRecord> {
-        let name_hash = hash(name_in(&self.slots, slot));
-        let entry = self.index.find_entry(name_hash, |&s| s == slot).ok()?;
+        let hash = name_hash(&self.at(slot)?.last.name);
+        let entry = self
+            .index
+            .find_entry(table_hash(hash), |e| e.slot == slot)
+            .ok()?;
         entry.remove();
-        let record = self.slots.get_mut(slot as usize)?.take();
+        let record = self.cell_mut(slot)?.take();
         self.free.push(slot);
         record
     }
 
     /// The records with their names, in no order.
     pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &ObjectRecord)> {
-        self.slots
+        self.chunks
             .iter()
+            .flat_map(|chunk| chunk.iter())
             .filter_map(Option::as_ref)
             .map(|r| (&r.last.name, r))
     }
@@ -229,7 +268,7 @@ mod tests {
         assert!(records.insert(record("b", 2)).1.is_none());
         let (_, old) = records.insert(record("a", 3));
         assert_eq!(old.map(|r| r.rv()), Some(1));
-        assert_eq!(records.slots.len(), 2);
+        assert_eq!(records.used, 2);
         assert_eq!(
             records
                 .find("b")
@@ -239,7 +278,7 @@ mod tests {
         );
         assert!(records.get("b").is_none());
         records.insert(record("c", 4));
-        assert_eq!(records.slots.len(), 2, "c took b's slot");
+        assert_eq!(records.used, 2, "c took b's slot");
         let mut names: Vec<&str> = records.iter().map(|(n, _)| &**n).collect();
         names.sort();
         assert_eq!(names, ["a", "c"]);
@@ -264,6 +303,36 @@ mod tests {
     fn every_stream_has_its_own_records_in_index_order() {
         for (i, stream) in STREAM_ORDER.iter().enumerate() {
             assert_eq!(*stream as usize, i, "{stream:?}");
+        }
+    }
+
+    #[test]
+    fn records_past_one_chunk_are_found_by_name_after_growth_and_reuse() {
+        let template = record("x", 1);
+        let named = |i: usize| {
+            let mut r = template.clone();
+            r.last.name = Arc::from(format!("ns/pod-{i}"));
+            r.last.rv = i as i64;
+            r
+        };
+        let mut records = Records::default();
+        let n = CHUNK * 2 + 17;
+        for i in 0..n {
+            records.insert_new(named(i));
+        }
+        for i in (0..n).step_by(3) {
+            let slot = records.find(&format!("ns/pod-{i}")).unwrap();
+            assert_eq!(records.remove_at(slot).map(|r| r.rv()), Some(i as i64));
+        }
+        for i in (0..n).step_by(3) {
+            records.insert_new(named(i + n));
+        }
+        assert_eq!(records.used as usize, n, "removed slots were reused");
+        assert_eq!(records.len(), n);
+        for i in 0..2 * n {
+            let held = i % 3 != 0 && i < n || i >= n && (i - n) % 3 == 0;
+            let found = records.get(&format!("ns/pod-{i}")).map(ObjectRecord::rv);
+            assert_eq!(found, held.then_some(i as i64), "ns/pod-{i}");
         }
     }
 }
