@@ -330,7 +330,7 @@ mod tests {
         assert_eq!(records.used as usize, n, "removed slots were reused");
         assert_eq!(records.len(), n);
         for i in 0..2 * n {
-            let held = i % 3 != 0 && i < n || i >= n && (i - n) % 3 == 0;
+            let held = !i.is_multiple_of(3) && i < n || i >= n && (i - n).is_multiple_of(3);
             let found = records.get(&format!("ns/pod-{i}")).map(ObjectRecord::rv);
             assert_eq!(found, held.then_some(i as i64), "ns/pod-{i}");
         }
