@@ -109,7 +109,11 @@ const CLOCK_MARKS: usize = 4_096;
 /// this number and keeps a reader of the previous format beside the new one. The fixture
 /// `analyzer/tests/fixtures/checkpoint-v1.json`, written by the release that introduced
 /// format 1, must keep restoring (its test is `a_checkpoint_of_format_1_restores_and_continues`).
-pub const CHECKPOINT_FORMAT: u32 = 1;
+///
+/// Format 2 saves the state's indexes as their bindings alone (the rest is rebuilt from
+/// the records, which is how format 1's are read too): a build of format 1 would not find
+/// the indexes it expects, and refuses it as newer.
+pub const CHECKPOINT_FORMAT: u32 = 2;
 
 /// The analysis as a checkpoint writes it; each rule's state under its name.
 #[derive(Serialize)]
@@ -135,7 +139,7 @@ struct Format {
     format: u32,
 }
 
-/// The analysis as a checkpoint of format 1 (or the unversioned one before it) reads back.
+/// The analysis as a checkpoint of format 2, 1 (or the unversioned one before it) reads back.
 #[derive(Deserialize)]
 struct Checkpoint {
     dedupe: Dedupe,

@@ -12,11 +12,20 @@ use smol_str::SmolStr;
 use ipaudit_schemas::Stream;
 
 use super::holdings::{self, Holding};
+use super::records::Slot;
 use super::{pairs, RecordKey};
 
-/// The records behind one index entry: nearly always one (an address has one holder, an
-/// owner one record per kind), so they live inline.
-pub(super) type Holders = SmallVec<[RecordKey; 1]>;
+/// A live record by where it sits, as the indexes hold it: 8 bytes, no name to hash or
+/// share. Valid while the record lives: removing a record takes it out of every index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct RecordId {
+    pub stream: Stream,
+    pub slot: Slot,
+}
+
+/// The records behind one index entry: nearly always one or two (an address has one
+/// holder, or an IP and its pod; an owner one record per kind), so they live inline.
+pub(super) type Holders = SmallVec<[RecordId; 2]>;
 
 /// A holding that a record no longer holds, with the owner uid it belonged to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,18 +42,27 @@ pub struct Released {
     pub owner_uid: Option<String>,
 }
 
-/// The shared indexes.
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// The shared indexes. Only the bindings are saved: the rest is rebuilt from the records
+/// (see [`super::ClusterState`]'s saved form).
+#[derive(Debug, Default)]
 pub(super) struct Indexes {
     /// Records (IPs, SpiderEndpoints) by the pools they name: kind, then pool name.
-    pub naming: HashMap<Stream, HashMap<SmolStr, HashSet<RecordKey>>>,
+    pub naming: HashMap<Stream, HashMap<SmolStr, HashSet<RecordId>>>,
     /// IPAM records by the owners they hold addresses for.
     pub by_owner: HashMap<SmolStr, Holders>,
     /// Records and pods by the addresses they hold.
     pub by_address: HashMap<SmolStr, Holders>,
     /// whereabouts holdings carry no uid: the owner uid each of a record's addresses was
     /// bound to when it appeared.
-    #[serde(with = "pairs")]
+    pub bindings: HashMap<RecordKey, AddressUids>,
+}
+
+/// The saved form of the indexes: the bindings (history: which pod each whereabouts
+/// holding belonged to when it appeared). A checkpoint of an earlier release also holds
+/// the other indexes by name; they are rebuilt from the records instead.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct SavedIndexes {
+    #[serde(with = "pairs", default)]
     pub bindings: HashMap<RecordKey, AddressUids>,
 }
 
@@ -134,6 +152,22 @@ pub(super) fn binds_owner_uid(stream: Stream) -> bool {
     )
 }
 
+/// Saves the indexes as [`SavedIndexes`]: their bindings.
+pub(super) fn save<S: serde::Serializer>(
+    indexes: &Indexes,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct SavedRef<'a> {
+        #[serde(with = "pairs")]
+        bindings: &'a HashMap<RecordKey, AddressUids>,
+    }
+    SavedRef {
+        bindings: &indexes.bindings,
+    }
+    .serialize(serializer)
+}
+
 impl Indexes {
     /// The uid bound to `record`'s holding of `address`.
     pub fn bound_uid(&self, record: &RecordKey, address: &str) -> Option<&str> {
@@ -160,23 +194,23 @@ impl Indexes {
     }
 
     /// Adds what a record names and holds.
-    pub fn add(&mut self, key: &RecordKey, pools: &[(Stream, &str)], held: &[Holding<'_>]) {
+    pub fn add(&mut self, id: RecordId, pools: &[(Stream, &str)], held: &[Holding<'_>]) {
         for (stream, pool) in pools {
             let by_name = self.naming.entry(*stream).or_default();
             match by_name.get_mut(*pool) {
                 Some(set) => {
-                    set.insert(key.clone());
+                    set.insert(id);
                 }
                 None => {
-                    by_name.insert(SmolStr::new(pool), HashSet::from_iter([key.clone()]));
+                    by_name.insert(SmolStr::new(pool), HashSet::from_iter([id]));
                 }
             }
         }
-        let record_holds = holdings::is_record_holding(key.0);
+        let record_holds = holdings::is_record_holding(id.stream);
         for holding in held {
-            add_to(&mut self.by_address, holding.address, key);
+            add_to(&mut self.by_address, holding.address, id);
             if record_holds {
-                add_to(&mut self.by_owner, &holding.owner, key);
+                add_to(&mut self.by_owner, &holding.owner, id);
             }
         }
     }
@@ -185,7 +219,7 @@ impl Indexes {
     /// next version still has); returns the holdings it let go.
     pub fn remove(
         &mut self,
-        key: &RecordKey,
+        (id, key): (RecordId, &RecordKey),
         pools: &[(Stream, &str)],
         held: &[Holding<'_>],
         keep: &[Holding<'_>],
@@ -193,7 +227,7 @@ impl Indexes {
         for (stream, pool) in pools {
             if let Some(by_name) = self.naming.get_mut(stream) {
                 if let Some(set) = by_name.get_mut(*pool) {
-                    set.remove(key);
+                    set.remove(&id);
                     if set.is_empty() {
                         by_name.remove(*pool);
                     }
@@ -206,8 +240,8 @@ impl Indexes {
         let kept: Option<HashSet<(&str, &str)>> = (keep.len() > BINDINGS_LISTED)
             .then(|| keep.iter().map(|h| (h.address, h.owner.as_ref())).collect());
         for holding in held {
-            remove_from(&mut self.by_address, holding.address, key);
-            remove_from(&mut self.by_owner, &holding.owner, key);
+            remove_from(&mut self.by_address, holding.address, id);
+            remove_from(&mut self.by_owner, &holding.owner, id);
             let still_held = match &kept {
                 Some(kept) => kept.contains(&(holding.address, holding.owner.as_ref())),
                 None => keep
@@ -232,19 +266,19 @@ impl Indexes {
     }
 }
 
-fn add_to(index: &mut HashMap<SmolStr, Holders>, entry: &str, key: &RecordKey) {
+fn add_to(index: &mut HashMap<SmolStr, Holders>, entry: &str, id: RecordId) {
     match index.get_mut(entry) {
-        Some(holders) if holders.contains(key) => {}
-        Some(holders) => holders.push(key.clone()),
+        Some(holders) if holders.contains(&id) => {}
+        Some(holders) => holders.push(id),
         None => {
-            index.insert(SmolStr::new(entry), SmallVec::from_elem(key.clone(), 1));
+            index.insert(SmolStr::new(entry), SmallVec::from_elem(id, 1));
         }
     }
 }
 
-fn remove_from(index: &mut HashMap<SmolStr, Holders>, entry: &str, key: &RecordKey) {
+fn remove_from(index: &mut HashMap<SmolStr, Holders>, entry: &str, id: RecordId) {
     if let Some(holders) = index.get_mut(entry) {
-        holders.retain(|k| k != key);
+        holders.retain(|k| *k != id);
         if holders.is_empty() {
             index.remove(entry);
         }

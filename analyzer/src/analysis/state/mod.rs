@@ -26,7 +26,7 @@ pub use indexes::Released;
 pub use part::{IpPart, Part, PodPart};
 pub use uid::{Uid, UidText};
 
-use indexes::{binds_owner_uid, Indexes};
+use indexes::{binds_owner_uid, Indexes, RecordId, SavedIndexes};
 use records::Objects;
 pub use records::Slot;
 
@@ -184,10 +184,13 @@ const TOMBSTONES: usize = 65_536;
 const GONE_PODS: usize = 65_536;
 const POOL_DELETIONS: usize = 16_384;
 
-/// The cluster's live objects and the indexes over them.
+/// The cluster's live objects and the indexes over them. Saved without the indexes but
+/// their bindings: the rest is rebuilt from the records when read back.
 #[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(from = "Saved")]
 pub struct ClusterState {
     objects: Objects,
+    #[serde(serialize_with = "indexes::save")]
     indexes: Indexes,
     /// The last deletion of each pool name, by kind (bounded: auto-created pools get new
     /// names all the time).
@@ -210,6 +213,55 @@ pub struct ClusterState {
     /// Where a `namespace/name` is put together to look a record up without allocating.
     #[serde(skip)]
     scratch: String,
+}
+
+/// [`ClusterState`] as saved (see there).
+#[derive(Deserialize)]
+struct Saved {
+    objects: Objects,
+    indexes: SavedIndexes,
+    pool_deletions: HashMap<Stream, HashMap<String, EventRef>>,
+    #[serde(default)]
+    pool_deletion_order: VecDeque<(Stream, String, i64)>,
+    listed: HashMap<Stream, EventRef>,
+    gone_pods: HashMap<Arc<str>, Gone>,
+    gone_order: VecDeque<(Arc<str>, i64)>,
+    tombstones: HashMap<String, i64>,
+    tombstone_order: VecDeque<String>,
+    #[serde(default)]
+    from_earlier_epoch: rustc_hash::FxHashSet<RecordKey>,
+}
+
+impl From<Saved> for ClusterState {
+    fn from(saved: Saved) -> Self {
+        let mut state = ClusterState {
+            objects: saved.objects,
+            indexes: Indexes {
+                bindings: saved.indexes.bindings,
+                ..Indexes::default()
+            },
+            pool_deletions: saved.pool_deletions,
+            pool_deletion_order: saved.pool_deletion_order,
+            listed: saved.listed,
+            gone_pods: saved.gone_pods,
+            gone_order: saved.gone_order,
+            tombstones: saved.tombstones,
+            tombstone_order: saved.tombstone_order,
+            from_earlier_epoch: saved.from_earlier_epoch,
+            scratch: String::new(),
+        };
+        let ClusterState {
+            objects, indexes, ..
+        } = &mut state;
+        for (stream, records) in objects.iter() {
+            for (slot, record) in records.slots() {
+                let held = holdings::holdings(&record.last.name, record);
+                let id = RecordId { stream, slot };
+                indexes.add(id, &holdings::pool_names(record.part()), &held);
+            }
+        }
+        state
+    }
 }
 
 impl ClusterState {
@@ -235,15 +287,25 @@ impl ClusterState {
 
     /// Records naming `pool`, sorted.
     pub fn naming(&self, pool: &PoolRef) -> Vec<RecordKey> {
-        let mut keys: Vec<RecordKey> = self
+        let ids = self
             .indexes
             .naming
             .get(&pool.stream)
-            .and_then(|by_name| by_name.get(pool.name.as_str()))
-            .map(|set| set.iter().cloned().collect())
-            .unwrap_or_default();
+            .and_then(|by_name| by_name.get(pool.name.as_str()));
+        self.sorted_keys(ids.into_iter().flatten())
+    }
+
+    /// The records `ids` stand for, sorted.
+    fn sorted_keys<'a>(&self, ids: impl Iterator<Item = &'a RecordId>) -> Vec<RecordKey> {
+        let mut keys: Vec<RecordKey> = ids.filter_map(|id| self.key_of(*id)).collect();
         keys.sort();
         keys
+    }
+
+    /// The key of the record `id`.
+    fn key_of(&self, id: RecordId) -> Option<RecordKey> {
+        let record = self.objects.of(id.stream).at(id.slot)?;
+        Some((id.stream, Arc::clone(&record.last.name)))
     }
 
     /// Pools named by some record, sorted.
@@ -277,12 +339,12 @@ impl ClusterState {
 
     /// IPAM records holding addresses for `owner` (`namespace/name`), sorted.
     pub fn held_for(&self, owner: &str) -> Vec<RecordKey> {
-        sorted(self.indexes.by_owner.get(owner))
+        self.sorted_keys(self.indexes.by_owner.get(owner).into_iter().flatten())
     }
 
     /// Records and pods holding `address`, sorted.
     pub fn holders_of(&self, address: &str) -> Vec<RecordKey> {
-        sorted(self.indexes.by_address.get(address))
+        self.sorted_keys(self.indexes.by_address.get(address).into_iter().flatten())
     }
 
     /// How many records and pods hold `address`.
@@ -462,13 +524,14 @@ impl ClusterState {
             }
             let before = slot.and_then(|s| self.objects.of_mut(stream).remove_at(s));
             let key: RecordKey = (stream, name);
-            let released = match &before {
-                Some(record) => {
+            let released = match (&before, slot) {
+                (Some(record), Some(slot)) => {
                     let pools = holdings::pool_names(record.part());
                     let held = holdings::holdings(&key.1, record);
-                    self.indexes.remove(&key, &pools, &held, &[])
+                    let id = RecordId { stream, slot };
+                    self.indexes.remove((id, &key), &pools, &held, &[])
                 }
-                None => Vec::new(),
+                _ => Vec::new(),
             };
             return Applied {
                 key: Some(key),
@@ -570,6 +633,10 @@ impl ClusterState {
         slot: Slot,
         before: Option<&ObjectRecord>,
     ) -> (bool, Vec<Released>) {
+        let id = RecordId {
+            stream: key.0,
+            slot,
+        };
         let released = {
             let Some(after) = self.objects.of(key.0).at(slot) else {
                 return (false, Vec::new());
@@ -589,11 +656,11 @@ impl ClusterState {
                     let keep: &[Holding<'_>] = if replaced { &[] } else { &new_holdings };
                     let old_pools = holdings::pool_names(before.part());
                     let old = holdings::holdings(&key.1, before);
-                    self.indexes.remove(key, &old_pools, &old, keep)
+                    self.indexes.remove((id, key), &old_pools, &old, keep)
                 }
                 None => Vec::new(),
             };
-            self.indexes.add(key, &new_pools, &new_holdings);
+            self.indexes.add(id, &new_pools, &new_holdings);
             if binds_owner_uid(key.0) {
                 // whereabouts holdings that just appeared belong to the live pod of their
                 // podref.
@@ -624,8 +691,8 @@ impl ClusterState {
             .get(pod_name)
             .into_iter()
             .flatten()
-            .filter(|k| binds_owner_uid(k.0))
-            .cloned()
+            .filter(|id| binds_owner_uid(id.stream))
+            .filter_map(|id| self.key_of(*id))
             .collect();
         if records.is_empty() {
             return;
@@ -715,12 +782,6 @@ fn stale() -> Applied {
         stale: true,
         ..Applied::default()
     }
-}
-
-fn sorted(holders: Option<&indexes::Holders>) -> Vec<RecordKey> {
-    let mut keys: Vec<RecordKey> = holders.map(|h| h.to_vec()).unwrap_or_default();
-    keys.sort();
-    keys
 }
 
 /// Maps whose keys are not strings, as lists of pairs (JSON objects need string keys).

@@ -157,6 +157,15 @@ impl Records {
             .map(|r| (&r.last.name, r))
     }
 
+    /// The records with their slots, in no order.
+    pub fn slots(&self) -> impl Iterator<Item = (Slot, &ObjectRecord)> {
+        self.chunks
+            .iter()
+            .flat_map(|chunk| chunk.iter())
+            .enumerate()
+            .filter_map(|(slot, r)| Some((slot as Slot, r.as_ref()?)))
+    }
+
     /// The names held, in no order.
     pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
         self.iter().map(|(name, _)| name)
