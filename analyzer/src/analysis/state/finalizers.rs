@@ -2,9 +2,12 @@
 //! (kube-ovn's, a controller's or two), so every record with the same list points at one
 //! copy of it (16 bytes a record, no allocation) instead of owning a vector of strings.
 
-use std::collections::HashSet;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, OnceLock};
+
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -14,10 +17,20 @@ const SHARED_LISTS: usize = 4_096;
 
 type List = Arc<[Box<str>]>;
 
-/// The lists handed out so far, process-wide: records of every cluster share them.
-fn lists() -> &'static Mutex<HashSet<List>> {
-    static LISTS: OnceLock<Mutex<HashSet<List>>> = OnceLock::new();
+/// The lists handed out so far, process-wide: records of every cluster share them. Found
+/// by the hash of their names, so that looking one up builds nothing.
+fn lists() -> &'static Mutex<HashTable<List>> {
+    static LISTS: OnceLock<Mutex<HashTable<List>>> = OnceLock::new();
     LISTS.get_or_init(Mutex::default)
+}
+
+/// The hash of a list of names, the same for `[String]` and `[Box<str>]`.
+fn list_hash<'a>(names: impl Iterator<Item = &'a str>) -> u64 {
+    let mut hasher = FxBuildHasher.build_hasher();
+    for name in names {
+        name.hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 /// An object's `metadata.finalizers`, in order. Saved as a list of strings.
@@ -30,19 +43,35 @@ impl Finalizers {
         if names.is_empty() {
             return Finalizers(None);
         }
+        let hash = list_hash(names.iter().map(String::as_str));
         let mut lists = lists()
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        // Looked up by a borrowed slice would need the list built first anyway.
-        let list: List = names.into_iter().map(String::into_boxed_str).collect();
-        if let Some(shared) = lists.get(&list) {
+        if let Some(shared) = lists.find(hash, |list| same(list, &names)) {
             return Finalizers(Some(Arc::clone(shared)));
         }
+        let list: List = names.into_iter().map(String::into_boxed_str).collect();
         if lists.len() < SHARED_LISTS {
-            lists.insert(Arc::clone(&list));
+            lists.insert_unique(hash, Arc::clone(&list), |l| {
+                list_hash(l.iter().map(|n| &**n))
+            });
         }
         Finalizers(Some(list))
     }
+
+    /// [`Finalizers::new`], keeping `previous` (the object's version before) when the list
+    /// did not change: the common case, and then nothing is looked up.
+    pub fn new_or_same(names: Vec<String>, previous: Option<&Finalizers>) -> Self {
+        match previous {
+            Some(previous) if same(previous, &names) => previous.clone(),
+            _ => Finalizers::new(names),
+        }
+    }
+}
+
+/// Whether a held list has exactly these names, in order.
+fn same(list: &[Box<str>], names: &[String]) -> bool {
+    list.len() == names.len() && list.iter().zip(names).all(|(a, b)| **a == **b)
 }
 
 impl Deref for Finalizers {
@@ -84,6 +113,13 @@ mod tests {
         assert_eq!(&*a, ["x.io/one".into(), "x.io/two".into()] as [Box<str>; 2]);
         assert_ne!(a, c);
         assert_eq!(c.join(", "), "x.io/two, x.io/one");
+        let again = Finalizers::new_or_same(vec!["x.io/one".into(), "x.io/two".into()], Some(&c));
+        assert!(Arc::ptr_eq(
+            a.0.as_ref().unwrap(),
+            again.0.as_ref().unwrap()
+        ));
+        let kept = Finalizers::new_or_same(vec!["x.io/two".into(), "x.io/one".into()], Some(&c));
+        assert!(Arc::ptr_eq(c.0.as_ref().unwrap(), kept.0.as_ref().unwrap()));
         assert!(Finalizers::new(Vec::new()).is_empty());
         assert_eq!(std::mem::size_of::<Finalizers>(), 16);
         let json = serde_json::to_string(&a).unwrap();

@@ -503,6 +503,7 @@ impl ClusterState {
                     first_rv: r.first_rv,
                     first_ms: r.first_ms,
                     deletion_requested: r.deletion_requested.clone(),
+                    finalizers: r.finalizers.clone(),
                 }
             });
         let same_object = held.as_ref().is_some_and(|p| p.same_object);
@@ -719,6 +720,7 @@ impl ClusterState {
 /// What a new version of an object keeps of the version before it.
 struct Previous {
     same_object: bool,
+    finalizers: Finalizers,
     /// The held object's uid (the new version's, when it is the same object).
     uid: Uid,
     replaced_uid: Option<String>,
@@ -745,7 +747,7 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
             Some(p) => p.uid.clone(),
             None => Uid::new(&meta.uid),
         },
-        finalizers: Finalizers::new(meta.finalizers),
+        finalizers: Finalizers::new_or_same(meta.finalizers, previous.map(|p| &p.finalizers)),
         deletion_ms: meta.deletion_timestamp_ms,
         reserved: meta
             .labels
