@@ -99,6 +99,10 @@ pub struct Fields {
     pub owner_references: bool,
     /// `metadata.labels`: every label, or only those with one of these keys.
     pub labels: Labels,
+    /// What a kind's part says that no rule reads: a pod's node, IPs and allocations
+    /// (its addresses come from its network-status and its IP records), an IP's node,
+    /// per-family addresses and MAC address (`ip_address` holds both families).
+    pub part_details: bool,
 }
 
 /// Which labels [`Fields`] keeps.
@@ -117,16 +121,19 @@ impl Fields {
         annotations: true,
         owner_references: true,
         labels: Labels::All,
+        part_details: true,
     };
 
-    /// What analysis reads: no raw object, annotations or owner references, and only the
-    /// labels with one of these keys (the rules read kube-ovn's `ip_reserved` label).
+    /// What analysis reads: no raw object, annotations, owner references or part
+    /// details, and only the labels with one of these keys (the rules read kube-ovn's
+    /// `ip_reserved` label).
     pub const fn analysis(labels: &'static [&'static str]) -> Fields {
         Fields {
             raw_object: false,
             annotations: false,
             owner_references: false,
             labels: Labels::Only(labels),
+            part_details: false,
         }
     }
 
@@ -884,14 +891,25 @@ impl<'a, const V: u8> Cursor<'a, V> {
             attach_subnets: self.strings("ip.attach_subnets")?,
             pod_name: self.string("ip.pod_name")?,
             pod_namespace: self.string("ip.pod_namespace")?,
-            node_name: self.string("ip.node_name")?,
+            node_name: self.detail("ip.node_name")?,
             ip_address: self.string("ip.ip_address")?,
-            v4_ip_address: self.string("ip.v4_ip_address")?,
-            v6_ip_address: self.string("ip.v6_ip_address")?,
+            v4_ip_address: self.detail("ip.v4_ip_address")?,
+            v6_ip_address: self.detail("ip.v6_ip_address")?,
             attach_ips: self.strings("ip.attach_ips")?,
-            mac_address: self.string("ip.mac_address")?,
+            mac_address: self.detail("ip.mac_address")?,
             pod_type: self.string("ip.pod_type")?,
         })
+    }
+
+    /// A string of a part's details ([`Fields::part_details`]): read, or checked and left
+    /// empty.
+    #[inline(always)]
+    fn detail(&mut self, field: &'static str) -> Result<String> {
+        if self.fields.part_details {
+            self.string(field)
+        } else {
+            self.str(field).map(|_| String::new())
+        }
     }
 
     fn subnet(&mut self) -> Result<SubnetInfo> {
@@ -911,10 +929,20 @@ impl<'a, const V: u8> Cursor<'a, V> {
     fn pod(&mut self) -> Result<PodInfo> {
         Ok(PodInfo {
             phase: self.string("pod.phase")?,
-            node_name: self.string("pod.node_name")?,
-            pod_ips: self.strings("pod.pod_ips")?,
+            node_name: self.detail("pod.node_name")?,
+            pod_ips: if self.fields.part_details {
+                self.strings("pod.pod_ips")?
+            } else {
+                self.skip_array("pod.pod_ips", 1, |c| c.str("pod.pod_ips").map(drop))?;
+                Vec::new()
+            },
             // Five strings and a boolean.
-            allocations: self.array("pod.allocations", 6, Self::pod_allocation)?,
+            allocations: if self.fields.part_details {
+                self.array("pod.allocations", 6, Self::pod_allocation)?
+            } else {
+                self.skip_array("pod.allocations", 6, Self::pod_allocation_skipped)?;
+                Vec::new()
+            },
             // Four strings (one of them the ips array's end) and a boolean.
             network_status: if V >= 4 {
                 self.array("pod.network_status", 5, Self::network_status)?
@@ -923,6 +951,17 @@ impl<'a, const V: u8> Cursor<'a, V> {
             },
             disruption_target: V >= 4 && self.boolean("pod.disruption_target")?,
         })
+    }
+
+    /// A pod allocation read and dropped: its strings checked, not copied.
+    fn pod_allocation_skipped(&mut self) -> Result<()> {
+        const F: &str = "pod.allocations";
+        self.str(F)?;
+        self.boolean(F)?;
+        for _ in 0..4 {
+            self.str(F)?;
+        }
+        Ok(())
     }
 
     fn pod_allocation(&mut self) -> Result<PodAllocation> {

@@ -1134,6 +1134,20 @@ fn any_version() -> impl Strategy<Value = WireVersion> {
 /// What analysis keeps of an event read whole, with labels of `keys` kept.
 fn analysis_view(mut event: WatchEvent, keys: &[&str]) -> WatchEvent {
     event.raw_object = None;
+    match &mut event.part {
+        Some(ipaudit_schemas::KindPart::Pod(pod)) => {
+            pod.node_name.clear();
+            pod.pod_ips.clear();
+            pod.allocations.clear();
+        }
+        Some(ipaudit_schemas::KindPart::Ip(ip)) => {
+            ip.node_name.clear();
+            ip.v4_ip_address.clear();
+            ip.v6_ip_address.clear();
+            ip.mac_address.clear();
+        }
+        _ => {}
+    }
     if let Some(meta) = &mut event.metadata {
         meta.annotations.clear();
         meta.owner_references.clear();
