@@ -307,8 +307,8 @@ pub(super) fn describe_ip(ip: &ObjectRecord) -> String {
     if !spec.ip_address.is_empty() {
         parts.push(spec.ip_address.to_string());
     }
-    if !spec.pod_name.is_empty() {
-        parts.push(format!("pod {}/{}", spec.pod_namespace, spec.pod_name));
+    if let Some(pod) = spec.pod() {
+        parts.push(format!("pod {pod}"));
     }
     if !spec.pod_type.is_empty() {
         parts.push(spec.pod_type.to_string());
@@ -335,8 +335,8 @@ fn fix_for(ip: &ObjectRecord, name: &str, subnet: &str) -> String {
         None => String::new(),
     };
     let pod = match ip.part() {
-        Part::Ip(spec) if !spec.pod_name.is_empty() => {
-            format!("{}/{}", spec.pod_namespace, spec.pod_name)
+        Part::Ip(spec) if spec.pod().is_some() => {
+            format!("{}/{}", spec.pod_namespace(), spec.pod_name())
         }
         _ => "(none)".to_owned(),
     };

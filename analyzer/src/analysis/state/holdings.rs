@@ -9,8 +9,6 @@
 
 use std::borrow::Cow;
 
-use smol_str::SmolStr;
-
 use ipaudit_schemas::Stream;
 
 use super::part::{IpPart, Part};
@@ -141,10 +139,10 @@ pub fn pools_named(part: &Part) -> Vec<PoolRef> {
 /// Whether a kube-ovn IP belongs to a pod: not a node's, U2O's or multicast querier's
 /// address, not reserved by hand, and naming a pod.
 pub fn kube_ovn_ip_is_pod_owned(name: &str, ip: &IpPart, reserved: bool) -> bool {
-    let node_ip = name.starts_with("node-") && ip.pod_namespace.is_empty();
+    let node_ip = name.starts_with("node-") && ip.pod_namespace().is_empty();
     let subnet_owned =
         name.starts_with("u2o-interconnection.") || name.starts_with("mcast-querier.");
-    !(reserved || ip.pod_name.is_empty() || node_ip || subnet_owned)
+    !(reserved || ip.pod().is_none() || node_ip || subnet_owned)
 }
 
 /// kube-ovn pod types whose addresses outlive their pods on purpose.
@@ -172,45 +170,22 @@ fn bare(address: &str) -> &str {
 
 /// What a stored record holds; `key` is its name (`namespace/name` when namespaced).
 pub fn holdings<'a>(key: &'a str, record: &'a ObjectRecord) -> Holdings<'a> {
-    part_holdings(
-        key,
-        record.part(),
-        record.reserved,
-        record.pod_owner.as_deref(),
-    )
-}
-
-/// The pod a record belongs to as a whole (`namespace/name`), when its kind names one:
-/// a kube-ovn IP's pod. Computed once per version (see [`ObjectRecord::pod_owner`]).
-pub fn pod_owner(part: &Part) -> Option<SmolStr> {
-    match part {
-        Part::Ip(ip) if !ip.pod_name.is_empty() => Some(smol_str::format_smolstr!(
-            "{}/{}",
-            ip.pod_namespace,
-            ip.pod_name
-        )),
-        _ => None,
-    }
+    part_holdings(key, record.part(), record.reserved)
 }
 
 /// What a part holds. `reserved`: the record carries kube-ovn's `ip_reserved: "true"`
-/// label; `owner`: its [`pod_owner`], when already computed.
-pub fn part_holdings<'a>(
-    key: &'a str,
-    part: &'a Part,
-    reserved: bool,
-    owner: Option<&'a str>,
-) -> Holdings<'a> {
+/// label.
+pub fn part_holdings<'a>(key: &'a str, part: &'a Part, reserved: bool) -> Holdings<'a> {
     let mut held = Holdings::new();
     match part {
         Part::Ip(ip) => {
             if !kube_ovn_ip_is_pod_owned(key, ip, reserved) {
                 return held;
             }
-            let owner: Cow<'a, str> = match owner {
-                Some(owner) => Cow::Borrowed(owner),
-                None => Cow::Owned(format!("{}/{}", ip.pod_namespace, ip.pod_name)),
+            let Some(owner) = ip.pod() else {
+                return held;
             };
+            let owner: Cow<'a, str> = Cow::Borrowed(owner);
             let kept = kube_ovn_kept(&ip.pod_type);
             let primary = addresses(&ip.ip_address).map(|a| (ip.subnet.as_str(), a));
             let attached = ip
@@ -329,7 +304,7 @@ mod tests {
             ip.attach_ips = vec!["192.168.1.5".into()];
         }
         let part = part(event);
-        let held: Vec<(String, &str)> = part_holdings("web-0.default", &part, false, None)
+        let held: Vec<(String, &str)> = part_holdings("web-0.default", &part, false)
             .into_iter()
             .map(|h| (h.scope.to_string(), h.address))
             .collect();
@@ -355,28 +330,22 @@ mod tests {
         assert!(part_holdings(
             "node-worker-1",
             &ip("node-worker-1", "", "node-worker-1"),
-            false,
-            None
+            false
         )
         .is_empty());
         assert!(part_holdings(
             "u2o-interconnection.vpc.s",
             &ip("u2o-interconnection.vpc.s", "", "x"),
-            false,
-            None
+            false
         )
         .is_empty());
-        assert!(part_holdings(
-            "mcast-querier.s",
-            &ip("mcast-querier.s", "", "x"),
-            false,
-            None
-        )
-        .is_empty());
-        assert!(part_holdings("a.ns", &ip("a.ns", "ns", "a"), true, None).is_empty());
-        assert!(part_holdings("a.ns", &ip("a.ns", "ns", ""), false, None).is_empty());
+        assert!(
+            part_holdings("mcast-querier.s", &ip("mcast-querier.s", "", "x"), false).is_empty()
+        );
+        assert!(part_holdings("a.ns", &ip("a.ns", "ns", "a"), true).is_empty());
+        assert!(part_holdings("a.ns", &ip("a.ns", "ns", ""), false).is_empty());
         assert_eq!(
-            part_holdings("a.ns", &ip("a.ns", "ns", "a"), false, None).len(),
+            part_holdings("a.ns", &ip("a.ns", "ns", "a"), false).len(),
             1
         );
     }
@@ -389,7 +358,7 @@ mod tests {
                 .owner_controller("StatefulSet")
                 .added(),
         );
-        let held = part_holdings("default/web-0", &endpoint, false, None);
+        let held = part_holdings("default/web-0", &endpoint, false);
         assert_eq!(held.len(), 1);
         assert_eq!(held[0].address, "172.18.40.10");
         assert_eq!(held[0].scope, Scope::SpiderPool("pool-a"));

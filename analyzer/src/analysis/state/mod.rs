@@ -76,9 +76,6 @@ pub struct ObjectRecord {
     pub deletion_ms: Option<i64>,
     /// Labelled `ovn.kubernetes.io/ip_reserved: "true"` (reserved by hand).
     pub reserved: bool,
-    /// The pod the record belongs to as a whole (`namespace/name`), when its kind names
-    /// one: kept so that reading the record's holdings allocates nothing.
-    pub pod_owner: Option<SmolStr>,
     /// The version this object (this uid) was first seen at.
     pub first_rv: i64,
     /// The time it was first seen at.
@@ -758,7 +755,6 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
         deletion_requested: previous
             .and_then(|p| p.deletion_requested.clone())
             .or(deletion_ref),
-        pod_owner: holdings::pod_owner(&part),
         part,
         last,
     }
@@ -1076,15 +1072,11 @@ mod tests {
             panic!("an IP record");
         };
         assert_eq!(
-            (
-                ip.subnet.as_str(),
-                ip.ip_address.as_str(),
-                ip.pod_name.as_str()
-            ),
+            (ip.subnet.as_str(), ip.ip_address.as_str(), ip.pod_name()),
             ("s1", "10.0.0.5", "a")
         );
         // What no rule reads (node, MAC) is not kept at all: `IpPart` has no field for it.
-        assert_eq!(record.pod_owner.as_deref(), Some("default/a"));
+        assert_eq!(ip.pod(), Some("default/a"));
         assert_eq!(state.holders_of("10.0.0.5").len(), 1);
     }
 

@@ -36,10 +36,11 @@ pub enum Part {
 pub struct IpPart {
     /// spec.subnet.
     pub subnet: SmolStr,
-    /// spec.podName.
-    pub pod_name: SmolStr,
-    /// spec.namespace.
-    pub pod_namespace: SmolStr,
+    /// `spec.namespace/spec.podName`: the owner its holdings name, kept whole so that
+    /// reading them allocates nothing (see [`IpPart::pod`]).
+    pod: SmolStr,
+    /// Where the namespace ends in `pod`.
+    namespace_len: u32,
     /// spec.ipAddress (both families).
     pub ip_address: SmolStr,
     /// spec.podType.
@@ -83,12 +84,34 @@ impl From<&PodPart> for PodInfo {
     }
 }
 
+impl IpPart {
+    /// spec.podName.
+    pub fn pod_name(&self) -> &str {
+        self.pod
+            .get(self.namespace_len as usize + 1..)
+            .unwrap_or_default()
+    }
+
+    /// spec.namespace.
+    pub fn pod_namespace(&self) -> &str {
+        self.pod
+            .get(..self.namespace_len as usize)
+            .unwrap_or_default()
+    }
+
+    /// Its pod as `namespace/name`, when it names one.
+    pub fn pod(&self) -> Option<&str> {
+        (!self.pod_name().is_empty()).then_some(self.pod.as_str())
+    }
+}
+
 impl From<IpInfo> for IpPart {
     fn from(ip: IpInfo) -> Self {
         IpPart {
             subnet: SmolStr::new(&ip.subnet),
-            pod_name: SmolStr::new(&ip.pod_name),
-            pod_namespace: SmolStr::new(&ip.pod_namespace),
+            pod: smol_str::format_smolstr!("{}/{}", ip.pod_namespace, ip.pod_name),
+            // A namespace of 4 GiB does not fit in an event.
+            namespace_len: u32::try_from(ip.pod_namespace.len()).unwrap_or(u32::MAX),
             ip_address: SmolStr::new(&ip.ip_address),
             pod_type: SmolStr::new(&ip.pod_type),
             attach_subnets: ip.attach_subnets.into_boxed_slice(),
@@ -102,8 +125,8 @@ impl From<&IpPart> for IpInfo {
         IpInfo {
             subnet: ip.subnet.to_string(),
             attach_subnets: ip.attach_subnets.to_vec(),
-            pod_name: ip.pod_name.to_string(),
-            pod_namespace: ip.pod_namespace.to_string(),
+            pod_name: ip.pod_name().to_owned(),
+            pod_namespace: ip.pod_namespace().to_owned(),
             ip_address: ip.ip_address.to_string(),
             attach_ips: ip.attach_ips.to_vec(),
             pod_type: ip.pod_type.to_string(),
