@@ -82,7 +82,7 @@ impl Rule for IpStuckTerminating {
                 }
                 if let Some(endpoint) = change.after {
                     match endpoint
-                        .deletion_ms
+                        .deletion_ms()
                         .filter(|_| holds_spiderpool_finalizer(endpoint))
                     {
                         Some(since) => {
@@ -167,7 +167,7 @@ impl IpStuckTerminating {
         else {
             return;
         };
-        if endpoint.deletion_ms.is_none() {
+        if endpoint.deletion_ms().is_none() {
             return;
         }
         let uid = (!info.pod_uid.is_empty()).then_some(info.pod_uid.as_str());
@@ -184,7 +184,7 @@ impl IpStuckTerminating {
                 requested,
                 format!(
                     "SpiderEndpoint {key} marked for deletion at {}; finalizer {finalizer} keeps it",
-                    time_text(endpoint.deletion_ms)
+                    time_text(endpoint.deletion_ms())
                 ),
             ),
         ];
@@ -270,7 +270,7 @@ fn ip_finding(ctx: &Context<'_>, ip: &ObjectRecord, name: &str, subnet: &str) ->
         requested,
         format!(
             "IP {name} marked for deletion at {}; finalizer {finalizer} keeps it",
-            time_text(ip.deletion_ms)
+            time_text(ip.deletion_ms())
         ),
     ));
     if ip.last.rv != requested.rv {

@@ -300,7 +300,10 @@ impl IpWithoutPod {
             }
             return;
         };
-        let since = gone.time_ms.unwrap_or(0).max(record.first_ms.unwrap_or(0));
+        let since = gone
+            .time_ms
+            .unwrap_or(0)
+            .max(record.first_ms().unwrap_or(0));
         let due = since.saturating_add(ctx.config.owner_grace_ms);
         if ctx.now_ms <= due {
             self.schedule(key, address, due);

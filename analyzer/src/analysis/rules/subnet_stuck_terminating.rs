@@ -50,7 +50,7 @@ impl Rule for SubnetStuckTerminating {
             let id = ctx.alert_id(NAME, &removed.uid.text(), Some(&pool.name));
             ctx.resolve(&id, gone_evidence(change.event, &what));
         }
-        if let Some(deleting_since) = change.after.and_then(|p| p.deletion_ms) {
+        if let Some(deleting_since) = change.after.and_then(|p| p.deletion_ms()) {
             let deadline = deleting_since.saturating_add(ctx.config.subnet_terminating_grace_ms);
             self.deadlines.set_if_absent(&timer_key(&pool), deadline);
         }
@@ -115,7 +115,7 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
         requested,
         format!(
             "{kind} {name} marked for deletion at {}",
-            time_text(record.deletion_ms)
+            time_text(record.deletion_ms())
         ),
     )];
     if record.last.rv != requested.rv {

@@ -7,6 +7,7 @@
 mod finalizers;
 pub mod holdings;
 mod indexes;
+mod millis;
 mod part;
 mod records;
 mod uid;
@@ -23,6 +24,7 @@ use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, KindPart, Stream, WatchE
 pub use finalizers::Finalizers;
 pub use holdings::{Holding, Holdings, PoolRef, Scope};
 pub use indexes::Released;
+pub use millis::Millis;
 pub use part::{IpPart, Part, PodPart};
 pub use uid::{Uid, UidText};
 
@@ -73,13 +75,13 @@ pub struct ObjectRecord {
     /// metadata.finalizers.
     pub finalizers: Finalizers,
     /// metadata.deletionTimestamp.
-    pub deletion_ms: Option<i64>,
+    deletion_ms: Millis,
     /// Labelled `ovn.kubernetes.io/ip_reserved: "true"` (reserved by hand).
     pub reserved: bool,
     /// The version this object (this uid) was first seen at.
     pub first_rv: i64,
     /// The time it was first seen at.
-    pub first_ms: Option<i64>,
+    first_ms: Millis,
     /// The first event that showed a deletionTimestamp.
     pub deletion_requested: Option<Box<EventRef>>,
     /// The latest event: the object's current version.
@@ -120,7 +122,17 @@ impl ObjectRecord {
 
     /// Whether deletion was requested.
     pub fn is_terminating(&self) -> bool {
-        self.deletion_ms.is_some()
+        self.deletion_ms.get().is_some()
+    }
+
+    /// metadata.deletionTimestamp, Unix ms.
+    pub fn deletion_ms(&self) -> Option<i64> {
+        self.deletion_ms.get()
+    }
+
+    /// The time it was first seen at.
+    pub fn first_ms(&self) -> Option<i64> {
+        self.first_ms.get()
     }
 
     /// The pod's phase, for Pod records.
@@ -723,7 +735,7 @@ struct Previous {
     replaced_uid: Option<String>,
     rv: i64,
     first_rv: i64,
-    first_ms: Option<i64>,
+    first_ms: Millis,
     deletion_requested: Option<Box<EventRef>>,
 }
 
@@ -745,13 +757,13 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
             None => Uid::new(&meta.uid),
         },
         finalizers: Finalizers::new_or_same(meta.finalizers, previous.map(|p| &p.finalizers)),
-        deletion_ms: meta.deletion_timestamp_ms,
+        deletion_ms: Millis::from(meta.deletion_timestamp_ms),
         reserved: meta
             .labels
             .get(IP_RESERVED_LABEL)
             .is_some_and(|v| v == "true"),
         first_rv: previous.map_or(last.rv, |p| p.first_rv),
-        first_ms: previous.map_or(last.time_ms, |p| p.first_ms),
+        first_ms: previous.map_or(Millis::from(last.time_ms), |p| p.first_ms),
         deletion_requested: previous
             .and_then(|p| p.deletion_requested.clone())
             .or(deletion_ref),
