@@ -45,8 +45,8 @@ impl Rule for IpStuckTerminating {
                     let healed = gone_evidence(change.event, &format!("IP {}", change.event.name));
                     ctx.resolve_all_about(NAME, &removed.uid.text(), &healed);
                 }
-                if change.after.is_some() {
-                    check_ip(ctx, &change.event.name, change.event);
+                if let Some(ip) = change.after {
+                    check_ip_record(ctx, &change.event.name, ip, change.event);
                 }
             }
             Stream::Subnet => {
@@ -233,9 +233,13 @@ impl IpStuckTerminating {
 
 /// Fires or resolves the kube-ovn part for the IP `name` after `cause`.
 fn check_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
-    let Some(ip) = ctx.state.get(Stream::Ip, name) else {
-        return;
-    };
+    if let Some(ip) = ctx.state.get(Stream::Ip, name) {
+        check_ip_record(ctx, name, ip, cause);
+    }
+}
+
+/// [`check_ip`] of the live IP `ip`, named `name`.
+fn check_ip_record(ctx: &mut Context<'_>, name: &str, ip: &ObjectRecord, cause: &EventRef) {
     let Part::Ip(spec) = ip.part() else {
         return;
     };

@@ -63,8 +63,8 @@ impl Rule for SubnetDeletedBeforeIp {
                 if let Some(removed) = change.removed() {
                     on_ip_gone(ctx, removed, change.event);
                 }
-                if change.after.is_some() {
-                    recheck_ip(ctx, &change.event.name, change.event);
+                if let Some(ip) = change.after {
+                    recheck_ip_record(ctx, &change.event.name, ip, change.event);
                 }
             }
             Stream::Subnet if change.appeared() => {
@@ -348,9 +348,13 @@ fn fix_for(ip: &ObjectRecord, name: &str, subnet: &str) -> String {
 
 /// The IP `name` changed: resolve its alerts that no longer hold.
 fn recheck_ip(ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
-    let Some(ip) = ctx.state.get(Stream::Ip, name) else {
-        return;
-    };
+    if let Some(ip) = ctx.state.get(Stream::Ip, name) {
+        recheck_ip_record(ctx, name, ip, cause);
+    }
+}
+
+/// [`recheck_ip`] of the live IP `ip`, named `name`.
+fn recheck_ip_record(ctx: &mut Context<'_>, name: &str, ip: &ObjectRecord, cause: &EventRef) {
     let alerts = ctx.firing_about(NAME, &ip.uid.text());
     if alerts.is_empty() {
         return;
