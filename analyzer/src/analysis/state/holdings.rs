@@ -107,7 +107,7 @@ pub fn pool_names(part: &Part) -> SmallVec<[(Stream, &str); 2]> {
     match part {
         Part::Ip(ip) => {
             for subnet in std::iter::once(ip.subnet.as_str())
-                .chain(ip.attach_subnets.iter().map(String::as_str))
+                .chain(ip.attach_subnets().iter().map(String::as_str))
             {
                 if !subnet.is_empty() {
                     names.push((Stream::Subnet, subnet));
@@ -189,9 +189,9 @@ pub fn part_holdings<'a>(key: &'a str, part: &'a Part, reserved: bool) -> Holdin
             let kept = kube_ovn_kept(&ip.pod_type);
             let primary = addresses(&ip.ip_address).map(|a| (ip.subnet.as_str(), a));
             let attached = ip
-                .attach_subnets
+                .attach_subnets()
                 .iter()
-                .zip(&ip.attach_ips)
+                .zip(ip.attach_ips())
                 .flat_map(|(subnet, ips)| addresses(ips).map(move |a| (subnet.as_str(), a)));
             for (subnet, address) in primary.chain(attached) {
                 if !subnet.is_empty() {
