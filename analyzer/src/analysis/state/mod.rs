@@ -1109,4 +1109,84 @@ mod tests {
         assert_eq!(owner_of(&back, &record).as_deref(), Some("a-1"));
         assert_eq!(back.naming(&subnet("s")), [ip_key("x")]);
     }
+
+    #[test]
+    fn indexes_rebuilt_from_a_checkpoint_read_exactly_as_the_ones_kept_while_applying() {
+        let mut state = ClusterState::new();
+        let mut rv = 0;
+        let mut next = || {
+            rv += 1;
+            rv
+        };
+        // IPs on two subnets, their pods, some deleted, some re-created, one moved.
+        for i in 0..40 {
+            let (ns, pod) = ("default", format!("web-{i}"));
+            state.apply(
+                EventBuilder::pod(ns, &pod)
+                    .uid(&format!("p-{i}"))
+                    .rv(next())
+                    .added(),
+            );
+            state.apply(
+                EventBuilder::ip(&format!("{pod}.{ns}"), if i % 2 == 0 { "s1" } else { "s2" })
+                    .ip_of(ns, &pod, &format!("10.0.0.{i}"), "")
+                    .rv(next())
+                    .added(),
+            );
+        }
+        for i in (0..40).step_by(3) {
+            let (ns, pod) = ("default", format!("web-{i}"));
+            state.apply(
+                EventBuilder::ip(&format!("{pod}.{ns}"), "s1")
+                    .rv(next())
+                    .deleted(),
+            );
+            state.apply(
+                EventBuilder::pod(ns, &pod)
+                    .uid(&format!("p-{i}"))
+                    .rv(next())
+                    .deleted(),
+            );
+        }
+        state.apply(
+            EventBuilder::ip("web-1.default", "s3")
+                .ip_of("default", "web-1", "10.0.9.1", "")
+                .rv(next())
+                .modified(),
+        );
+        state.apply(
+            EventBuilder::ip_pool("kube-system", "p", "10.1.0.0/24")
+                .allocation(5, "10.1.0.5", "default/web-4")
+                .allocation(6, "10.0.0.5", "default/web-5")
+                .rv(next())
+                .added(),
+        );
+        let back: ClusterState =
+            serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+        let pools = state.named_pools();
+        assert!(pools.len() >= 3, "{pools:?}");
+        assert_eq!(back.named_pools(), pools);
+        for pool in &pools {
+            assert_eq!(back.naming(pool), state.naming(pool), "{pool:?}");
+        }
+        for i in 0..40 {
+            let owner = format!("default/web-{i}");
+            assert_eq!(back.held_for(&owner), state.held_for(&owner), "{owner}");
+            for address in [
+                format!("10.0.0.{i}"),
+                format!("10.1.0.{i}"),
+                "10.0.9.1".into(),
+            ] {
+                assert_eq!(back.holders_of(&address), state.holders_of(&address));
+                assert_eq!(back.holder_count(&address), state.holder_count(&address));
+            }
+        }
+        assert_eq!(
+            state.holder_count("10.0.0.5"),
+            2,
+            "an IP and a pool allocation"
+        );
+        let pool: RecordKey = (Stream::IpPool, "kube-system/p".into());
+        assert_eq!(owner_of(&back, &pool), owner_of(&state, &pool));
+    }
 }
