@@ -23,9 +23,70 @@ pub(super) struct RecordId {
     pub slot: Slot,
 }
 
-/// The records behind one index entry: nearly always one or two (an address has one
-/// holder, or an IP and its pod; an owner one record per kind), so they live inline.
-pub(super) type Holders = SmallVec<[RecordId; 2]>;
+/// The records behind one index entry: nearly always one (an address has one holder, an
+/// owner one record per kind), which lives inline; 16 bytes either way.
+#[derive(Debug, Clone)]
+pub(super) enum Holders {
+    /// The one holder.
+    One(RecordId),
+    /// Two or more.
+    Many(Box<[RecordId]>),
+}
+
+impl Holders {
+    /// The holders, in the order they came.
+    pub fn as_slice(&self) -> &[RecordId] {
+        match self {
+            Holders::One(id) => std::slice::from_ref(id),
+            Holders::Many(ids) => ids,
+        }
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Adds `id` if it is not there yet.
+    fn insert(&mut self, id: RecordId) {
+        if self.as_slice().contains(&id) {
+            return;
+        }
+        let mut ids = self.as_slice().to_vec();
+        ids.push(id);
+        *self = Holders::Many(ids.into_boxed_slice());
+    }
+
+    /// Takes `id` out; `false` when none is left.
+    fn remove(&mut self, id: RecordId) -> bool {
+        let left: Vec<RecordId> = self
+            .as_slice()
+            .iter()
+            .copied()
+            .filter(|k| *k != id)
+            .collect();
+        match left.as_slice() {
+            [] => false,
+            [one] => {
+                *self = Holders::One(*one);
+                true
+            }
+            _ => {
+                *self = Holders::Many(left.into_boxed_slice());
+                true
+            }
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Holders {
+    type Item = &'a RecordId;
+    type IntoIter = std::slice::Iter<'a, RecordId>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
 
 /// A holding that a record no longer holds, with the owner uid it belonged to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -268,18 +329,16 @@ impl Indexes {
 
 fn add_to(index: &mut HashMap<SmolStr, Holders>, entry: &str, id: RecordId) {
     match index.get_mut(entry) {
-        Some(holders) if holders.contains(&id) => {}
-        Some(holders) => holders.push(id),
+        Some(holders) => holders.insert(id),
         None => {
-            index.insert(SmolStr::new(entry), SmallVec::from_elem(id, 1));
+            index.insert(SmolStr::new(entry), Holders::One(id));
         }
     }
 }
 
 fn remove_from(index: &mut HashMap<SmolStr, Holders>, entry: &str, id: RecordId) {
     if let Some(holders) = index.get_mut(entry) {
-        holders.retain(|k| *k != id);
-        if holders.is_empty() {
+        if !holders.remove(id) {
             index.remove(entry);
         }
     }
