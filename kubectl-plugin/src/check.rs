@@ -73,7 +73,7 @@ fn target(state: &ClusterState, alert: &Alert) -> Option<Target> {
             namespace,
             name,
             uid: record.uid.to_string(),
-            resource_version: record.resource_version().to_owned(),
+            resource_version: record.resource_version().to_string(),
             address: address.map(str::to_owned),
         })
     };

@@ -433,8 +433,8 @@ impl Analyzer {
     fn apply(&mut self, event: WatchEvent, out: &mut Vec<Output>) {
         let located = self.state.locate(&event);
         let event_ref = located.at.clone();
-        self.last_rv.clone_from(&event_ref.resource_version);
-        if let Some(t) = event_ref.time_ms {
+        self.last_rv = event_ref.resource_version();
+        if let Some(t) = event_ref.time_ms() {
             self.history_now_ms = Some(self.history_now_ms.map_or(t, |now| now.max(t)));
         }
         let applied = self.state.apply_located(event, located);
@@ -442,7 +442,7 @@ impl Analyzer {
             self.stats.stale += 1;
             return;
         }
-        let at = self.moment(event_ref.time_ms);
+        let at = self.moment(event_ref.time_ms());
         // Rules run on history's clock, which only moves forward: an event's own time can
         // lie in the past (a kubectl recording without managedFields stamps a change with
         // the object's creation time).

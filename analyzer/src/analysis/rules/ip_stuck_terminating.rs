@@ -211,7 +211,7 @@ impl IpStuckTerminating {
             ),
             fix: Some(format!(
                 "Check spiderpool-controller's logs; once the addresses are free in their pool, remove the finalizer: {}",
-                remove_finalizer_command("spiderendpoints.spiderpool.spidernet.io", key, endpoint.resource_version(), index, finalizer)
+                remove_finalizer_command("spiderendpoints.spiderpool.spidernet.io", key, &endpoint.resource_version(), index, finalizer)
             )),
             cleanup: Some(Cleanup {
                 action: CleanupAction::RemoveFinalizer,
@@ -219,14 +219,14 @@ impl IpStuckTerminating {
                 target_name: name.to_owned(),
                 target_namespace: Some(namespace.to_owned()),
                 target_uid: endpoint.uid.to_string(),
-                resource_version: endpoint.resource_version().to_owned(),
+                resource_version: endpoint.resource_version().to_string(),
                 finalizer: finalizer.to_owned(),
                 pool: String::new(),
             }),
             evidence: proof,
         };
         // Stuck since its grace ended or its pod went, whichever came last.
-        let at = due.max(gone.time_ms.unwrap_or(due));
+        let at = due.max(gone.time_ms().unwrap_or(due));
         ctx.fire_at(finding, at.min(ctx.now_ms));
     }
 }
@@ -292,14 +292,14 @@ fn ip_finding(ctx: &Context<'_>, ip: &ObjectRecord, name: &str, subnet: &str) ->
             "IP {name}{} is terminating but its subnet {subnet} is gone: kube-ovn can never remove finalizer {finalizer}",
             describe_ip(ip)
         ),
-        fix: Some(remove_finalizer_command("ip", name, ip.resource_version(), index, finalizer)),
+        fix: Some(remove_finalizer_command("ip", name, &ip.resource_version(), index, finalizer)),
         cleanup: Some(Cleanup {
             action: CleanupAction::RemoveFinalizer,
             target_stream: Stream::Ip,
             target_name: name.to_owned(),
             target_namespace: None,
             target_uid: ip.uid.to_string(),
-            resource_version: ip.resource_version().to_owned(),
+            resource_version: ip.resource_version().to_string(),
             finalizer: finalizer.to_owned(),
             pool: subnet.to_owned(),
         }),

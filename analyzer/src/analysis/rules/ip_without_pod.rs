@@ -301,7 +301,7 @@ impl IpWithoutPod {
             return;
         };
         let since = gone
-            .time_ms
+            .time_ms()
             .unwrap_or(0)
             .max(record.first_ms().unwrap_or(0));
         let due = since.saturating_add(ctx.config.owner_grace_ms);
@@ -372,7 +372,7 @@ fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String 
                 Ok(offset) => crate::analysis::fix::json_patch(
                     &resource,
                     &key.1,
-                    record.resource_version(),
+                    &record.resource_version(),
                     vec![serde_json::json!({"op": "remove", "path": format!("/spec/allocations/{offset}")})],
                 ),
                 Err(_) => crate::analysis::fix::NO_COMMAND.to_owned(),

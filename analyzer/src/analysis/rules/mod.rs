@@ -275,8 +275,8 @@ pub(crate) fn evidence(event: &EventRef, what: String) -> Evidence {
         stream: event.stream,
         event_type: event.event_type,
         name: event.name.to_string(),
-        resource_version: event.resource_version.to_string(),
-        time_ms: event.time_ms,
+        resource_version: event.resource_version().to_string(),
+        time_ms: event.time_ms(),
         what,
         actor: None,
     }

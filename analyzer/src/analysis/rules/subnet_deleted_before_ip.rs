@@ -265,7 +265,7 @@ fn on_subnet_deleted(
         if let Some(requested) = subnet_record
             .deletion_requested
             .as_deref()
-            .filter(|r| r.resource_version != deletion.resource_version)
+            .filter(|r| r.resource_version() != deletion.resource_version())
         {
             proof.push(evidence(
                 requested,

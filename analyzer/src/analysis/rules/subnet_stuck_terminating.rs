@@ -142,7 +142,7 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
         (Stream::Subnet, true) => match record.kube_ovn_finalizer() {
             Some((index, finalizer)) => format!(
                 "Restart kube-ovn-controller (kube-ovn #6092) or, as a last resort, remove its finalizer: {}",
-                remove_finalizer_command("subnet", name, record.resource_version(), index, finalizer)
+                remove_finalizer_command("subnet", name, &record.resource_version(), index, finalizer)
             ),
             None => "Check kube-ovn-controller's logs for this subnet".to_owned(),
         },
@@ -159,7 +159,7 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
                 remove_finalizer_command(
                     &pool.stream.spec().map_or_else(String::new, |k| k.resource()),
                     name,
-                    record.resource_version(),
+                    &record.resource_version(),
                     index,
                     finalizer,
                 )

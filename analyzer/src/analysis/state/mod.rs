@@ -35,8 +35,10 @@ pub use records::Slot;
 /// The label by which a person reserves a kube-ovn IP by hand.
 pub(crate) const IP_RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
 
-/// A pointer to the event that last touched an object, for evidence.
+/// A pointer to the event that last touched an object, for evidence. Saved with its
+/// resourceVersion as sent (see [`SavedEventRef`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "SavedEventRef", into = "SavedEventRef")]
 pub struct EventRef {
     /// Stream of the event.
     pub stream: Stream,
@@ -44,25 +46,86 @@ pub struct EventRef {
     pub event_type: EventType,
     /// Object name (`namespace/name` for namespaced kinds), shared with the record's key.
     pub name: Arc<str>,
-    /// Its resourceVersion as sent (inline: a version is a short decimal, and every event
-    /// makes one of these).
-    pub resource_version: SmolStr,
     /// Numeric resourceVersion, for ordering evidence.
     pub rv: i64,
     /// Event time.
-    pub time_ms: Option<i64>,
+    pub time_ms: Millis,
+    /// The resourceVersion as sent, when it is not `rv` in decimal (an API server's always
+    /// is: then nothing is kept beside the number).
+    rv_text: Option<Box<str>>,
 }
 
 impl EventRef {
     /// Points at `event`.
     pub fn of(event: &WatchEvent) -> Self {
+        EventRef::at(event, Arc::from(event.object_key()))
+    }
+
+    /// Points at `event`, whose object is named `name`.
+    fn at(event: &WatchEvent, name: Arc<str>) -> Self {
+        let rv = event.resource_version_num.unwrap_or(-1);
         EventRef {
             stream: event.stream,
             event_type: event.event_type,
-            name: Arc::from(event.object_key()),
-            resource_version: SmolStr::new(&event.resource_version),
-            rv: event.resource_version_num.unwrap_or(-1),
-            time_ms: event.event_time_ms(),
+            name,
+            rv,
+            time_ms: Millis::from(event.event_time_ms()),
+            rv_text: text_unless_decimal(&event.resource_version, rv),
+        }
+    }
+
+    /// Its resourceVersion as sent.
+    pub fn resource_version(&self) -> SmolStr {
+        match &self.rv_text {
+            Some(text) => SmolStr::new(text),
+            None => SmolStr::new(itoa::Buffer::new().format(self.rv)),
+        }
+    }
+
+    /// Event time, Unix ms.
+    pub fn time_ms(&self) -> Option<i64> {
+        self.time_ms.get()
+    }
+}
+
+/// `text`, unless it is `rv` written in decimal (then the number says it all).
+fn text_unless_decimal(text: &str, rv: i64) -> Option<Box<str>> {
+    (itoa::Buffer::new().format(rv) != text).then(|| text.into())
+}
+
+/// [`EventRef`] as saved: with its resourceVersion as sent.
+#[derive(Serialize, Deserialize)]
+struct SavedEventRef {
+    stream: Stream,
+    event_type: EventType,
+    name: Arc<str>,
+    resource_version: SmolStr,
+    rv: i64,
+    time_ms: Option<i64>,
+}
+
+impl From<SavedEventRef> for EventRef {
+    fn from(saved: SavedEventRef) -> Self {
+        EventRef {
+            stream: saved.stream,
+            event_type: saved.event_type,
+            name: saved.name,
+            rv: saved.rv,
+            time_ms: Millis::from(saved.time_ms),
+            rv_text: text_unless_decimal(&saved.resource_version, saved.rv),
+        }
+    }
+}
+
+impl From<EventRef> for SavedEventRef {
+    fn from(at: EventRef) -> Self {
+        SavedEventRef {
+            stream: at.stream,
+            event_type: at.event_type,
+            resource_version: at.resource_version(),
+            time_ms: at.time_ms(),
+            name: at.name,
+            rv: at.rv,
         }
     }
 }
@@ -97,8 +160,8 @@ impl ObjectRecord {
     }
 
     /// The object's resourceVersion, as sent.
-    pub fn resource_version(&self) -> &str {
-        &self.last.resource_version
+    pub fn resource_version(&self) -> SmolStr {
+        self.last.resource_version()
     }
 
     /// The object's resourceVersion as a number (-1 when it is not one).
@@ -459,14 +522,7 @@ impl ClusterState {
             None => (Arc::from(""), None),
         };
         Located {
-            at: EventRef {
-                stream: event.stream,
-                event_type: event.event_type,
-                name,
-                resource_version: SmolStr::new(&event.resource_version),
-                rv: event.resource_version_num.unwrap_or(-1),
-                time_ms: event.event_time_ms(),
-            },
+            at: EventRef::at(event, name),
             slot,
         }
     }
@@ -763,7 +819,7 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
             .get(IP_RESERVED_LABEL)
             .is_some_and(|v| v == "true"),
         first_rv: previous.map_or(last.rv, |p| p.first_rv),
-        first_ms: previous.map_or(Millis::from(last.time_ms), |p| p.first_ms),
+        first_ms: previous.map_or(last.time_ms, |p| p.first_ms),
         deletion_requested: previous
             .and_then(|p| p.deletion_requested.clone())
             .or(deletion_ref),
@@ -1108,6 +1164,30 @@ mod tests {
         let record: RecordKey = (Stream::IpPool, "kube-system/p".into());
         assert_eq!(owner_of(&back, &record).as_deref(), Some("a-1"));
         assert_eq!(back.naming(&subnet("s")), [ip_key("x")]);
+    }
+
+    #[test]
+    fn an_event_ref_keeps_a_version_text_only_when_it_is_not_the_decimal_of_its_number() {
+        for (text, num, kept) in [
+            ("1120", Some(1120), false),
+            ("0", Some(0), false),
+            ("-1", Some(-1), false),
+            ("007", Some(7), true),
+            ("+7", Some(7), true),
+            ("12+3", None, true),
+            ("", None, true),
+        ] {
+            let mut event = EventBuilder::subnet("s").rv(1).added();
+            event.resource_version = text.into();
+            event.resource_version_num = num;
+            let at = EventRef::of(&event);
+            assert_eq!(at.rv_text.is_some(), kept, "{text}");
+            assert_eq!(at.resource_version(), text);
+            let json = serde_json::to_value(&at).unwrap();
+            assert_eq!(json["resource_version"], text, "saved as sent");
+            assert_eq!(serde_json::from_value::<EventRef>(json).unwrap(), at);
+        }
+        assert!(std::mem::size_of::<EventRef>() <= 56);
     }
 
     #[test]
