@@ -315,16 +315,7 @@ pub fn decode_watch_event_of(
     Ok(event)
 }
 
-const STREAMS: [Stream; 8] = [
-    Stream::Pod,
-    Stream::Ip,
-    Stream::Subnet,
-    Stream::IpPool,
-    Stream::OverlappingRangeIpReservation,
-    Stream::SpiderIpPool,
-    Stream::SpiderEndpoint,
-    Stream::Unknown,
-];
+const STREAMS: [Stream; 8] = Stream::ALL;
 
 const EVENT_TYPES: [EventType; 8] = [
     EventType::Added,

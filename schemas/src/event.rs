@@ -31,6 +31,19 @@ pub enum Stream {
 }
 
 impl Stream {
+    /// Every stream, in schema order (the order of the Avro enum's symbols and of the
+    /// variants' discriminants).
+    pub const ALL: [Stream; 8] = [
+        Stream::Pod,
+        Stream::Ip,
+        Stream::Subnet,
+        Stream::IpPool,
+        Stream::OverlappingRangeIpReservation,
+        Stream::SpiderIpPool,
+        Stream::SpiderEndpoint,
+        Stream::Unknown,
+    ];
+
     /// The Kubernetes kind of the stream's objects.
     pub fn kind(self) -> &'static str {
         self.spec().map_or("Unknown", |k| k.kind)

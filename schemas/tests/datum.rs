@@ -316,16 +316,7 @@ fn kind_part() -> BoxedStrategy<KindPart> {
     .boxed()
 }
 
-const STREAMS: [Stream; 8] = [
-    Stream::Pod,
-    Stream::Ip,
-    Stream::Subnet,
-    Stream::IpPool,
-    Stream::OverlappingRangeIpReservation,
-    Stream::SpiderIpPool,
-    Stream::SpiderEndpoint,
-    Stream::Unknown,
-];
+const STREAMS: [Stream; 8] = Stream::ALL;
 
 const EVENT_TYPES: [EventType; 8] = [
     EventType::Added,

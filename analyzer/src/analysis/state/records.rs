@@ -204,8 +204,8 @@ impl<'de> Deserialize<'de> for Records {
 #[derive(Debug, Default)]
 pub struct Objects([Records; STREAMS]);
 
-/// How many streams there are (`Stream::Unknown` is the last).
-const STREAMS: usize = Stream::Unknown as usize + 1;
+/// How many streams there are.
+const STREAMS: usize = Stream::ALL.len();
 
 impl Objects {
     /// The records of `stream`.
@@ -225,16 +225,7 @@ impl Objects {
 }
 
 /// The streams in their index order.
-const STREAM_ORDER: [Stream; STREAMS] = [
-    Stream::Pod,
-    Stream::Ip,
-    Stream::Subnet,
-    Stream::IpPool,
-    Stream::OverlappingRangeIpReservation,
-    Stream::SpiderIpPool,
-    Stream::SpiderEndpoint,
-    Stream::Unknown,
-];
+const STREAM_ORDER: [Stream; STREAMS] = Stream::ALL;
 
 impl Serialize for Objects {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
