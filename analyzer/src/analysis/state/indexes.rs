@@ -11,6 +11,7 @@ use smol_str::SmolStr;
 
 use ipaudit_schemas::Stream;
 
+use super::holder_index::HolderIndex;
 use super::holdings::{self, Holding};
 use super::records::Slot;
 use super::{pairs, RecordKey};
@@ -42,13 +43,8 @@ impl Holders {
         }
     }
 
-    /// How many.
-    pub fn len(&self) -> usize {
-        self.as_slice().len()
-    }
-
     /// Adds `id` if it is not there yet.
-    fn insert(&mut self, id: RecordId) {
+    pub fn insert(&mut self, id: RecordId) {
         if self.as_slice().contains(&id) {
             return;
         }
@@ -58,7 +54,7 @@ impl Holders {
     }
 
     /// Takes `id` out; `false` when none is left.
-    fn remove(&mut self, id: RecordId) -> bool {
+    pub fn remove(&mut self, id: RecordId) -> bool {
         let left: Vec<RecordId> = self
             .as_slice()
             .iter()
@@ -110,9 +106,9 @@ pub(super) struct Indexes {
     /// Records (IPs, SpiderEndpoints) by the pools they name: kind, then pool name.
     pub naming: HashMap<Stream, HashMap<SmolStr, HashSet<RecordId>>>,
     /// IPAM records by the owners they hold addresses for.
-    pub by_owner: HashMap<SmolStr, Holders>,
+    pub by_owner: HolderIndex,
     /// Records and pods by the addresses they hold.
-    pub by_address: HashMap<SmolStr, Holders>,
+    pub by_address: HolderIndex,
     /// whereabouts holdings carry no uid: the owner uid each of a record's addresses was
     /// bound to when it appeared.
     pub bindings: HashMap<RecordKey, AddressUids>,
@@ -269,9 +265,9 @@ impl Indexes {
         }
         let record_holds = holdings::is_record_holding(id.stream);
         for holding in held {
-            add_to(&mut self.by_address, holding.address, id);
+            self.by_address.add(holding.address, id);
             if record_holds {
-                add_to(&mut self.by_owner, &holding.owner, id);
+                self.by_owner.add(&holding.owner, id);
             }
         }
     }
@@ -301,8 +297,10 @@ impl Indexes {
         let kept: Option<HashSet<(&str, &str)>> = (keep.len() > BINDINGS_LISTED)
             .then(|| keep.iter().map(|h| (h.address, h.owner.as_ref())).collect());
         for holding in held {
-            remove_from(&mut self.by_address, holding.address, id);
-            remove_from(&mut self.by_owner, &holding.owner, id);
+            self.by_address.remove(holding.address, id);
+            if holdings::is_record_holding(id.stream) {
+                self.by_owner.remove(&holding.owner, id);
+            }
             let still_held = match &kept {
                 Some(kept) => kept.contains(&(holding.address, holding.owner.as_ref())),
                 None => keep
@@ -324,23 +322,6 @@ impl Indexes {
             }
         }
         released
-    }
-}
-
-fn add_to(index: &mut HashMap<SmolStr, Holders>, entry: &str, id: RecordId) {
-    match index.get_mut(entry) {
-        Some(holders) => holders.insert(id),
-        None => {
-            index.insert(SmolStr::new(entry), Holders::One(id));
-        }
-    }
-}
-
-fn remove_from(index: &mut HashMap<SmolStr, Holders>, entry: &str, id: RecordId) {
-    if let Some(holders) = index.get_mut(entry) {
-        if !holders.remove(id) {
-            index.remove(entry);
-        }
     }
 }
 

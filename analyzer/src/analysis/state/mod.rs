@@ -5,6 +5,7 @@
 //! than what is held is ignored.
 
 mod finalizers;
+mod holder_index;
 pub mod holdings;
 mod indexes;
 mod millis;
@@ -28,6 +29,7 @@ pub use millis::Millis;
 pub use part::{IpPart, Part, PodPart};
 pub use uid::{Uid, UidText};
 
+use holder_index::HolderIds;
 use indexes::{binds_owner_uid, Indexes, RecordId, SavedIndexes};
 use records::Objects;
 pub use records::Slot;
@@ -411,17 +413,35 @@ impl ClusterState {
 
     /// IPAM records holding addresses for `owner` (`namespace/name`), sorted.
     pub fn held_for(&self, owner: &str) -> Vec<RecordKey> {
-        self.sorted_keys(self.indexes.by_owner.get(owner).into_iter().flatten())
+        let held = self.indexes.by_owner.holders(owner, |id| {
+            self.holdings_by_id(id).iter().any(|h| h.owner == owner)
+        });
+        self.sorted_keys(held.iter())
     }
 
     /// Records and pods holding `address`, sorted.
     pub fn holders_of(&self, address: &str) -> Vec<RecordKey> {
-        self.sorted_keys(self.indexes.by_address.get(address).into_iter().flatten())
+        self.sorted_keys(self.address_holders(address).iter())
+    }
+
+    /// The records and pods holding `address`, in no order.
+    fn address_holders(&self, address: &str) -> HolderIds {
+        self.indexes.by_address.holders(address, |id| {
+            self.holdings_by_id(id).iter().any(|h| h.address == address)
+        })
+    }
+
+    /// What the record `id` holds now.
+    fn holdings_by_id(&self, id: RecordId) -> Holdings<'_> {
+        match self.objects.of(id.stream).at(id.slot) {
+            Some(record) => holdings::holdings(&record.last.name, record),
+            None => Holdings::new(),
+        }
     }
 
     /// How many records and pods hold `address`.
     pub fn holder_count(&self, address: &str) -> usize {
-        self.indexes.by_address.get(address).map_or(0, |h| h.len())
+        self.address_holders(address).len()
     }
 
     /// What the record holds now.
@@ -754,11 +774,13 @@ impl ClusterState {
         let records: Vec<RecordKey> = self
             .indexes
             .by_owner
-            .get(pod_name)
+            .holders(pod_name, |id| {
+                binds_owner_uid(id.stream)
+                    && self.holdings_by_id(id).iter().any(|h| h.owner == pod_name)
+            })
             .into_iter()
-            .flatten()
             .filter(|id| binds_owner_uid(id.stream))
-            .filter_map(|id| self.key_of(*id))
+            .filter_map(|id| self.key_of(id))
             .collect();
         if records.is_empty() {
             return;

@@ -50,14 +50,14 @@ impl std::fmt::Debug for Records {
 }
 
 /// 32 bits of a name's hash: what an index entry keeps.
-fn name_hash(name: &str) -> u32 {
+pub(super) fn name_hash(name: &str) -> u32 {
     // The high half: FxHash mixes its last word into the top bits best.
     (FxBuildHasher.hash_one(name) >> 32) as u32
 }
 
 /// The table's hash of an entry, made from its 32 bits alone so that growing the table
 /// reads no name (the multiplication spreads them over the bits the table uses).
-fn table_hash(hash: u32) -> u64 {
+pub(super) fn table_hash(hash: u32) -> u64 {
     u64::from(hash).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
