@@ -1,6 +1,6 @@
 //! An object's finalizers, shared: a cluster has a handful of distinct finalizer lists
 //! (kube-ovn's, a controller's or two), so every record with the same list points at one
-//! copy of it (16 bytes a record, no allocation) instead of owning a vector of strings.
+//! copy of it (8 bytes a record, no allocation) instead of owning a vector of strings.
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::ops::Deref;
@@ -15,7 +15,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// finalizer per object), a list is held by its record alone, so the table stays bounded.
 const SHARED_LISTS: usize = 4_096;
 
-type List = Arc<[Box<str>]>;
+/// A list behind one pointer (8 bytes a record; the list is read only when a rule looks).
+type List = Arc<Box<[Box<str>]>>;
 
 /// The lists handed out so far, process-wide: records of every cluster share them. Found
 /// by the hash of their names, so that looking one up builds nothing.
@@ -50,7 +51,7 @@ impl Finalizers {
         if let Some(shared) = lists.find(hash, |list| same(list, &names)) {
             return Finalizers(Some(Arc::clone(shared)));
         }
-        let list: List = names.into_iter().map(String::into_boxed_str).collect();
+        let list: List = Arc::new(names.into_iter().map(String::into_boxed_str).collect());
         if lists.len() < SHARED_LISTS {
             lists.insert_unique(hash, Arc::clone(&list), |l| {
                 list_hash(l.iter().map(|n| &**n))
@@ -78,7 +79,7 @@ impl Deref for Finalizers {
     type Target = [Box<str>];
 
     fn deref(&self) -> &[Box<str>] {
-        self.0.as_deref().unwrap_or(&[])
+        self.0.as_deref().map_or(&[], |list| list)
     }
 }
 
@@ -121,7 +122,7 @@ mod tests {
         let kept = Finalizers::new_or_same(vec!["x.io/two".into(), "x.io/one".into()], Some(&c));
         assert!(Arc::ptr_eq(c.0.as_ref().unwrap(), kept.0.as_ref().unwrap()));
         assert!(Finalizers::new(Vec::new()).is_empty());
-        assert_eq!(std::mem::size_of::<Finalizers>(), 16);
+        assert_eq!(std::mem::size_of::<Finalizers>(), 8);
         let json = serde_json::to_string(&a).unwrap();
         assert_eq!(json, r#"["x.io/one","x.io/two"]"#);
         assert_eq!(serde_json::from_str::<Finalizers>(&json).unwrap(), a);

@@ -54,7 +54,7 @@ pub struct EventRef {
     pub time_ms: Millis,
     /// The resourceVersion as sent, when it is not `rv` in decimal (an API server's always
     /// is: then nothing is kept beside the number).
-    rv_text: Option<Box<str>>,
+    rv_text: Option<Box<SmolStr>>,
 }
 
 impl EventRef {
@@ -79,7 +79,7 @@ impl EventRef {
     /// Its resourceVersion as sent.
     pub fn resource_version(&self) -> SmolStr {
         match &self.rv_text {
-            Some(text) => SmolStr::new(text),
+            Some(text) => SmolStr::clone(text),
             None => SmolStr::new(itoa::Buffer::new().format(self.rv)),
         }
     }
@@ -91,8 +91,8 @@ impl EventRef {
 }
 
 /// `text`, unless it is `rv` written in decimal (then the number says it all).
-fn text_unless_decimal(text: &str, rv: i64) -> Option<Box<str>> {
-    (itoa::Buffer::new().format(rv) != text).then(|| text.into())
+fn text_unless_decimal(text: &str, rv: i64) -> Option<Box<SmolStr>> {
+    (itoa::Buffer::new().format(rv) != text).then(|| Box::new(SmolStr::new(text)))
 }
 
 /// [`EventRef`] as saved: with its resourceVersion as sent.
