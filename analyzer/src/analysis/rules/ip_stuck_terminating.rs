@@ -245,18 +245,18 @@ fn check_ip_record(ctx: &mut Context<'_>, name: &str, ip: &ObjectRecord, cause: 
     };
     let stuck = ip.is_terminating()
         && ip.kube_ovn_finalizer().is_some()
-        && !spec.subnet.is_empty()
-        && ctx.state.pool_known_gone(Stream::Subnet, &spec.subnet);
+        && !spec.subnet().is_empty()
+        && ctx.state.pool_known_gone(Stream::Subnet, spec.subnet());
     let firing = ctx.firing_about(NAME, &ip.uid.text());
     if stuck && firing.is_empty() {
-        let finding = ip_finding(ctx, ip, name, &spec.subnet);
+        let finding = ip_finding(ctx, ip, name, spec.subnet());
         ctx.fire(finding);
     } else if !stuck {
         for alert in firing {
             let what = if ip.kube_ovn_finalizer().is_none() {
                 format!("IP {name} no longer has kube-ovn's finalizer")
             } else {
-                format!("Subnet {} exists again", spec.subnet)
+                format!("Subnet {} exists again", spec.subnet())
             };
             ctx.resolve(&alert.alert_id, evidence(cause, what));
         }

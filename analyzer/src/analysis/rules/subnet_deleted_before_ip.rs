@@ -310,8 +310,8 @@ pub(super) fn describe_ip(ip: &ObjectRecord) -> String {
     if let Some(pod) = spec.pod() {
         parts.push(format!("pod {pod}"));
     }
-    if !spec.pod_type.is_empty() {
-        parts.push(spec.pod_type.to_string());
+    if !spec.pod_type().is_empty() {
+        parts.push(spec.pod_type().to_string());
     }
     if parts.is_empty() {
         String::new()

@@ -4,12 +4,13 @@
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::ops::Deref;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::shared::SharedTable;
 
 /// How many distinct lists are kept to share. Past it (hostile or unusual input: a new
 /// finalizer per object), a list is held by its record alone, so the table stays bounded.
@@ -18,12 +19,8 @@ const SHARED_LISTS: usize = 4_096;
 /// A list behind one pointer (8 bytes a record; the list is read only when a rule looks).
 type List = Arc<Box<[Box<str>]>>;
 
-/// The lists handed out so far, process-wide: records of every cluster share them. Found
-/// by the hash of their names, so that looking one up builds nothing.
-fn lists() -> &'static Mutex<HashTable<List>> {
-    static LISTS: OnceLock<Mutex<HashTable<List>>> = OnceLock::new();
-    LISTS.get_or_init(Mutex::default)
-}
+/// The lists handed out so far, process-wide: records of every cluster share them.
+static LISTS: SharedTable<Box<[Box<str>]>> = SharedTable::new(SHARED_LISTS);
 
 /// The hash of a list of names, the same for `[String]` and `[Box<str>]`.
 fn list_hash<'a>(names: impl Iterator<Item = &'a str>) -> u64 {
@@ -45,18 +42,12 @@ impl Finalizers {
             return Finalizers(None);
         }
         let hash = list_hash(names.iter().map(String::as_str));
-        let mut lists = lists()
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(shared) = lists.find(hash, |list| same(list, &names)) {
-            return Finalizers(Some(Arc::clone(shared)));
-        }
-        let list: List = Arc::new(names.into_iter().map(String::into_boxed_str).collect());
-        if lists.len() < SHARED_LISTS {
-            lists.insert_unique(hash, Arc::clone(&list), |l| {
-                list_hash(l.iter().map(|n| &**n))
-            });
-        }
+        let list = LISTS.get_or_make(
+            hash,
+            |list| same(list, &names),
+            || names.iter().map(|n| Box::from(n.as_str())).collect(),
+            |list| list_hash(list.iter().map(|n| &**n)),
+        );
         Finalizers(Some(list))
     }
 

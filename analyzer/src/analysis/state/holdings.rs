@@ -106,8 +106,8 @@ pub fn pool_names(part: &Part) -> SmallVec<[(Stream, &str); 2]> {
     let mut names: SmallVec<[(Stream, &str); 2]> = SmallVec::new();
     match part {
         Part::Ip(ip) => {
-            for subnet in std::iter::once(ip.subnet.as_str())
-                .chain(ip.attach_subnets().iter().map(String::as_str))
+            for subnet in
+                std::iter::once(ip.subnet()).chain(ip.attach_subnets().iter().map(String::as_str))
             {
                 if !subnet.is_empty() {
                     names.push((Stream::Subnet, subnet));
@@ -186,8 +186,8 @@ pub fn part_holdings<'a>(key: &'a str, part: &'a Part, reserved: bool) -> Holdin
                 return held;
             };
             let owner: Cow<'a, str> = Cow::Borrowed(owner);
-            let kept = kube_ovn_kept(&ip.pod_type);
-            let primary = addresses(&ip.ip_address).map(|a| (ip.subnet.as_str(), a));
+            let kept = kube_ovn_kept(ip.pod_type());
+            let primary = addresses(&ip.ip_address).map(|a| (ip.subnet(), a));
             let attached = ip
                 .attach_subnets()
                 .iter()

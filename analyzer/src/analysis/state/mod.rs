@@ -11,6 +11,7 @@ mod indexes;
 mod millis;
 mod part;
 mod records;
+mod shared;
 mod uid;
 
 use std::collections::VecDeque;
@@ -203,7 +204,7 @@ impl ObjectRecord {
     /// The pod's phase, for Pod records.
     pub fn phase(&self) -> Option<&str> {
         match self.part() {
-            Part::Pod(pod) => Some(pod.phase.as_str()),
+            Part::Pod(pod) => Some(pod.phase()),
             _ => None,
         }
     }
@@ -1162,7 +1163,7 @@ mod tests {
             panic!("an IP record");
         };
         assert_eq!(
-            (ip.subnet.as_str(), ip.ip_address.as_str(), ip.pod_name()),
+            (ip.subnet(), ip.ip_address.as_str(), ip.pod_name()),
             ("s1", "10.0.0.5", "a")
         );
         // What no rule reads (node, MAC) is not kept at all: `IpPart` has no field for it.

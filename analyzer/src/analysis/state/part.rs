@@ -4,6 +4,10 @@
 //! `IpInfo` (a box of eleven strings) / `PodInfo`; the other kinds keep their decoded part. Saved in the decoded form, so
 //! a checkpoint reads the same either way.
 
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use rustc_hash::FxBuildHasher;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use smol_str::SmolStr;
 
@@ -11,6 +15,8 @@ use ipaudit_schemas::{
     IpInfo, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus, PodInfo, SpiderEndpointInfo,
     SpiderIpPoolInfo, SubnetInfo,
 };
+
+use super::shared::SharedTable;
 
 /// A record's part, by kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,23 +37,51 @@ pub enum Part {
     SpiderEndpoint(Box<SpiderEndpointInfo>),
 }
 
-/// What the rules read of a kube-ovn IP (the fields of `IpInfo` by the same names).
+/// What the rules read of a kube-ovn IP (the fields of `IpInfo` by the same names): 64
+/// bytes, jemalloc's 64-byte class.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IpPart {
-    /// spec.subnet.
-    pub subnet: SmolStr,
     /// `spec.namespace/spec.podName`: the owner its holdings name, kept whole so that
     /// reading them allocates nothing (see [`IpPart::pod`]).
     pod: SmolStr,
-    /// Where the namespace ends in `pod`.
-    namespace_len: u32,
     /// spec.ipAddress (both families).
     pub ip_address: SmolStr,
-    /// spec.podType.
-    pub pod_type: SmolStr,
-    /// spec.attachSubnets and spec.attachIps, apart: nearly every IP has none, and the
-    /// part then fits jemalloc's 112-byte class instead of its 160-byte one.
+    /// What it has in common with the IPs of its subnet and namespace, shared.
+    common: Arc<IpCommon>,
+    /// spec.attachSubnets and spec.attachIps, apart: nearly every IP has none.
     attachments: Option<Box<Attachments>>,
+}
+
+/// What many IPs have alike: one copy per subnet, namespace and pod type.
+#[derive(Debug, PartialEq, Eq, Default)]
+struct IpCommon {
+    subnet: SmolStr,
+    namespace: SmolStr,
+    pod_type: SmolStr,
+}
+
+/// Distinct (subnet, namespace, pod type) kept to share (see [`SharedTable`]).
+const SHARED_IP_COMMONS: usize = 65_536;
+static IP_COMMONS: SharedTable<IpCommon> = SharedTable::new(SHARED_IP_COMMONS);
+
+impl IpCommon {
+    fn hash(subnet: &str, namespace: &str, pod_type: &str) -> u64 {
+        FxBuildHasher.hash_one((subnet, namespace, pod_type))
+    }
+
+    /// The shared copy of these fields.
+    fn shared(subnet: &str, namespace: &str, pod_type: &str) -> Arc<IpCommon> {
+        IP_COMMONS.get_or_make(
+            IpCommon::hash(subnet, namespace, pod_type),
+            |c| c.subnet == subnet && c.namespace == namespace && c.pod_type == pod_type,
+            || IpCommon {
+                subnet: SmolStr::new(subnet),
+                namespace: SmolStr::new(namespace),
+                pod_type: SmolStr::new(pod_type),
+            },
+            |c| IpCommon::hash(&c.subnet, &c.namespace, &c.pod_type),
+        )
+    }
 }
 
 /// An IP's attachment subnets and addresses.
@@ -61,20 +95,50 @@ struct Attachments {
 /// IPs and allocations are in the events, and no rule reads them from the state.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodPart {
-    /// status.phase.
-    pub phase: SmolStr,
     /// The `k8s.v1.cni.cncf.io/network-status` annotation's networks.
     pub network_status: Box<[NetworkStatus]>,
+    /// Its phase and disruption, shared with the pods in the same state.
+    common: Arc<PodCommon>,
+}
+
+/// What many pods have alike.
+#[derive(Debug, PartialEq, Eq, Default, Hash)]
+struct PodCommon {
+    phase: SmolStr,
+    disruption_target: bool,
+}
+
+/// Distinct (phase, disruption) kept to share.
+const SHARED_POD_COMMONS: usize = 1_024;
+static POD_COMMONS: SharedTable<PodCommon> = SharedTable::new(SHARED_POD_COMMONS);
+
+impl PodPart {
+    /// status.phase.
+    pub fn phase(&self) -> &str {
+        &self.common.phase
+    }
+
     /// The `DisruptionTarget` condition is True.
-    pub disruption_target: bool,
+    pub fn disruption_target(&self) -> bool {
+        self.common.disruption_target
+    }
 }
 
 impl From<PodInfo> for PodPart {
     fn from(pod: PodInfo) -> Self {
+        let hash = FxBuildHasher.hash_one((pod.phase.as_str(), pod.disruption_target));
+        let common = POD_COMMONS.get_or_make(
+            hash,
+            |c| c.phase == pod.phase && c.disruption_target == pod.disruption_target,
+            || PodCommon {
+                phase: SmolStr::new(&pod.phase),
+                disruption_target: pod.disruption_target,
+            },
+            |c| FxBuildHasher.hash_one((c.phase.as_str(), c.disruption_target)),
+        );
         PodPart {
-            phase: SmolStr::new(&pod.phase),
             network_status: pod.network_status.into_boxed_slice(),
-            disruption_target: pod.disruption_target,
+            common,
         }
     }
 }
@@ -82,27 +146,35 @@ impl From<PodInfo> for PodPart {
 impl From<&PodPart> for PodInfo {
     fn from(pod: &PodPart) -> Self {
         PodInfo {
-            phase: pod.phase.to_string(),
+            phase: pod.phase().to_owned(),
             network_status: pod.network_status.to_vec(),
-            disruption_target: pod.disruption_target,
+            disruption_target: pod.disruption_target(),
             ..PodInfo::default()
         }
     }
 }
 
 impl IpPart {
+    /// spec.subnet.
+    pub fn subnet(&self) -> &str {
+        &self.common.subnet
+    }
+
+    /// spec.podType.
+    pub fn pod_type(&self) -> &str {
+        &self.common.pod_type
+    }
+
     /// spec.podName.
     pub fn pod_name(&self) -> &str {
         self.pod
-            .get(self.namespace_len as usize + 1..)
+            .get(self.common.namespace.len() + 1..)
             .unwrap_or_default()
     }
 
     /// spec.namespace.
     pub fn pod_namespace(&self) -> &str {
-        self.pod
-            .get(..self.namespace_len as usize)
-            .unwrap_or_default()
+        &self.common.namespace
     }
 
     /// spec.attachSubnets.
@@ -124,12 +196,9 @@ impl IpPart {
 impl From<IpInfo> for IpPart {
     fn from(ip: IpInfo) -> Self {
         IpPart {
-            subnet: SmolStr::new(&ip.subnet),
             pod: smol_str::format_smolstr!("{}/{}", ip.pod_namespace, ip.pod_name),
-            // A namespace of 4 GiB does not fit in an event.
-            namespace_len: u32::try_from(ip.pod_namespace.len()).unwrap_or(u32::MAX),
             ip_address: SmolStr::new(&ip.ip_address),
-            pod_type: SmolStr::new(&ip.pod_type),
+            common: IpCommon::shared(&ip.subnet, &ip.pod_namespace, &ip.pod_type),
             attachments: (!ip.attach_subnets.is_empty() || !ip.attach_ips.is_empty()).then(|| {
                 Box::new(Attachments {
                     subnets: ip.attach_subnets.into_boxed_slice(),
@@ -143,13 +212,13 @@ impl From<IpInfo> for IpPart {
 impl From<&IpPart> for IpInfo {
     fn from(ip: &IpPart) -> Self {
         IpInfo {
-            subnet: ip.subnet.to_string(),
+            subnet: ip.subnet().to_owned(),
             attach_subnets: ip.attach_subnets().to_vec(),
             pod_name: ip.pod_name().to_owned(),
             pod_namespace: ip.pod_namespace().to_owned(),
             ip_address: ip.ip_address.to_string(),
             attach_ips: ip.attach_ips().to_vec(),
-            pod_type: ip.pod_type.to_string(),
+            pod_type: ip.pod_type().to_owned(),
             ..IpInfo::default()
         }
     }
@@ -213,9 +282,9 @@ mod tests {
             ..IpInfo::default()
         };
         let part = Part::from(KindPart::Ip(Box::new(ip.clone())));
-        // 112 bytes against 264 (jemalloc's 112-byte class), and the short strings inside
+        // 64 bytes against 264 (jemalloc's 64-byte class), and the short strings inside
         // instead of beside it.
-        assert!(std::mem::size_of::<IpPart>() <= 112);
+        assert!(std::mem::size_of::<IpPart>() <= 64);
         let json = serde_json::to_value(&part).unwrap();
         assert_eq!(
             json,
@@ -237,7 +306,7 @@ mod tests {
             ..PodInfo::default()
         };
         let part = Part::from(KindPart::Pod(Box::new(pod.clone())));
-        assert!(std::mem::size_of::<PodPart>() <= 48);
+        assert!(std::mem::size_of::<PodPart>() <= 32);
         let json = serde_json::to_value(&part).unwrap();
         assert_eq!(
             json,
