@@ -138,11 +138,11 @@ pub fn pools_named(part: &Part) -> Vec<PoolRef> {
 
 /// Whether a kube-ovn IP belongs to a pod: not a node's, U2O's or multicast querier's
 /// address, not reserved by hand, and naming a pod.
-pub fn kube_ovn_ip_is_pod_owned(name: &str, ip: &IpPart, reserved: bool) -> bool {
+pub fn kube_ovn_ip_is_pod_owned(name: &str, ip: &IpPart) -> bool {
     let node_ip = name.starts_with("node-") && ip.pod_namespace().is_empty();
     let subnet_owned =
         name.starts_with("u2o-interconnection.") || name.starts_with("mcast-querier.");
-    !(reserved || ip.pod().is_none() || node_ip || subnet_owned)
+    !(ip.reserved() || ip.pod().is_none() || node_ip || subnet_owned)
 }
 
 /// kube-ovn pod types whose addresses outlive their pods on purpose.
@@ -170,16 +170,15 @@ fn bare(address: &str) -> &str {
 
 /// What a stored record holds; `key` is its name (`namespace/name` when namespaced).
 pub fn holdings<'a>(key: &'a str, record: &'a ObjectRecord) -> Holdings<'a> {
-    part_holdings(key, record.part(), record.reserved)
+    part_holdings(key, record.part())
 }
 
-/// What a part holds. `reserved`: the record carries kube-ovn's `ip_reserved: "true"`
-/// label.
-pub fn part_holdings<'a>(key: &'a str, part: &'a Part, reserved: bool) -> Holdings<'a> {
+/// What a part holds.
+pub fn part_holdings<'a>(key: &'a str, part: &'a Part) -> Holdings<'a> {
     let mut held = Holdings::new();
     match part {
         Part::Ip(ip) => {
-            if !kube_ovn_ip_is_pod_owned(key, ip, reserved) {
+            if !kube_ovn_ip_is_pod_owned(key, ip) {
                 return held;
             }
             let Some(owner) = ip.pod() else {
@@ -304,7 +303,7 @@ mod tests {
             ip.attach_ips = vec!["192.168.1.5".into()];
         }
         let part = part(event);
-        let held: Vec<(String, &str)> = part_holdings("web-0.default", &part, false)
+        let held: Vec<(String, &str)> = part_holdings("web-0.default", &part)
             .into_iter()
             .map(|h| (h.scope.to_string(), h.address))
             .collect();
@@ -327,27 +326,26 @@ mod tests {
                     .added(),
             )
         };
-        assert!(part_holdings(
-            "node-worker-1",
-            &ip("node-worker-1", "", "node-worker-1"),
-            false
-        )
-        .is_empty());
+        assert!(
+            part_holdings("node-worker-1", &ip("node-worker-1", "", "node-worker-1")).is_empty()
+        );
         assert!(part_holdings(
             "u2o-interconnection.vpc.s",
-            &ip("u2o-interconnection.vpc.s", "", "x"),
-            false
+            &ip("u2o-interconnection.vpc.s", "", "x")
         )
         .is_empty());
-        assert!(
-            part_holdings("mcast-querier.s", &ip("mcast-querier.s", "", "x"), false).is_empty()
+        assert!(part_holdings("mcast-querier.s", &ip("mcast-querier.s", "", "x")).is_empty());
+        let reserved = Part::new(
+            EventBuilder::ip("a.ns", "s")
+                .ip_of("ns", "a", "10.0.0.2", "")
+                .added()
+                .part
+                .expect("a part"),
+            true,
         );
-        assert!(part_holdings("a.ns", &ip("a.ns", "ns", "a"), true).is_empty());
-        assert!(part_holdings("a.ns", &ip("a.ns", "ns", ""), false).is_empty());
-        assert_eq!(
-            part_holdings("a.ns", &ip("a.ns", "ns", "a"), false).len(),
-            1
-        );
+        assert!(part_holdings("a.ns", &reserved).is_empty());
+        assert!(part_holdings("a.ns", &ip("a.ns", "ns", "")).is_empty());
+        assert_eq!(part_holdings("a.ns", &ip("a.ns", "ns", "a")).len(), 1);
     }
 
     #[test]
@@ -358,7 +356,7 @@ mod tests {
                 .owner_controller("StatefulSet")
                 .added(),
         );
-        let held = part_holdings("default/web-0", &endpoint, false);
+        let held = part_holdings("default/web-0", &endpoint);
         assert_eq!(held.len(), 1);
         assert_eq!(held[0].address, "172.18.40.10");
         assert_eq!(held[0].scope, Scope::SpiderPool("pool-a"));

@@ -133,8 +133,10 @@ impl From<EventRef> for SavedEventRef {
     }
 }
 
-/// A live object of any watched kind. Kept small: a cluster holds hundreds of thousands.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A live object of any watched kind. Kept small: a cluster holds hundreds of thousands,
+/// and 128 bytes fill a chunk of records exactly. Saved as [`SavedRecord`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "ReadRecord")]
 pub struct ObjectRecord {
     /// metadata.uid.
     pub uid: Uid,
@@ -142,8 +144,6 @@ pub struct ObjectRecord {
     pub finalizers: Finalizers,
     /// metadata.deletionTimestamp.
     deletion_ms: Millis,
-    /// Labelled `ovn.kubernetes.io/ip_reserved: "true"` (reserved by hand).
-    pub reserved: bool,
     /// The version this object (this uid) was first seen at.
     pub first_rv: i64,
     /// The time it was first seen at.
@@ -156,7 +156,63 @@ pub struct ObjectRecord {
     part: Part,
 }
 
+/// [`ObjectRecord`] as saved: with kube-ovn's reserved label beside the part, where a
+/// record kept it before it moved into the IP's part. Written from borrowed fields,
+/// read as [`ReadRecord`].
+#[derive(Serialize, Deserialize)]
+struct SavedRecord<U, F, M, E, L, P> {
+    uid: U,
+    finalizers: F,
+    deletion_ms: M,
+    reserved: bool,
+    first_rv: i64,
+    first_ms: M,
+    deletion_requested: Option<E>,
+    last: L,
+    part: P,
+}
+
+/// A [`SavedRecord`] read back.
+type ReadRecord = SavedRecord<Uid, Finalizers, Millis, Box<EventRef>, EventRef, KindPart>;
+
+impl From<ReadRecord> for ObjectRecord {
+    fn from(saved: ReadRecord) -> Self {
+        ObjectRecord {
+            uid: saved.uid,
+            finalizers: saved.finalizers,
+            deletion_ms: saved.deletion_ms,
+            first_rv: saved.first_rv,
+            first_ms: saved.first_ms,
+            deletion_requested: saved.deletion_requested,
+            last: saved.last,
+            part: Part::new(saved.part, saved.reserved),
+        }
+    }
+}
+
+impl Serialize for ObjectRecord {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        SavedRecord {
+            uid: &self.uid,
+            finalizers: &self.finalizers,
+            deletion_ms: &self.deletion_ms,
+            reserved: self.reserved(),
+            first_rv: self.first_rv,
+            first_ms: &self.first_ms,
+            deletion_requested: self.deletion_requested.as_deref(),
+            last: &self.last,
+            part: &self.part,
+        }
+        .serialize(serializer)
+    }
+}
+
 impl ObjectRecord {
+    /// Labelled `ovn.kubernetes.io/ip_reserved: "true"` (a kube-ovn IP reserved by hand).
+    pub fn reserved(&self) -> bool {
+        self.part.reserved()
+    }
+
     /// What the rules read of the kind's part.
     pub fn part(&self) -> &Part {
         &self.part
@@ -728,9 +784,7 @@ impl ClusterState {
             let Some(after) = self.objects.of(key.0).at(slot) else {
                 return (false, Vec::new());
             };
-            let unchanged = before.is_some_and(|b| {
-                b.uid == after.uid && b.reserved == after.reserved && b.part() == after.part()
-            });
+            let unchanged = before.is_some_and(|b| b.uid == after.uid && b.part() == after.part());
             if unchanged {
                 // The common case (status churn): nothing an index holds changed.
                 return (false, Vec::new());
@@ -829,7 +883,11 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
         .or_else(|| KindPart::empty(event.stream))
         .unwrap_or(KindPart::Pod(Default::default()));
     drop_unread(&mut part);
-    let part = Part::from(part);
+    let reserved = meta
+        .labels
+        .get(IP_RESERVED_LABEL)
+        .is_some_and(|v| v == "true");
+    let part = Part::new(part, reserved);
     ObjectRecord {
         uid: match previous {
             Some(p) => p.uid.clone(),
@@ -837,10 +895,6 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
         },
         finalizers: Finalizers::new_or_same(meta.finalizers, previous.map(|p| &p.finalizers)),
         deletion_ms: Millis::from(meta.deletion_timestamp_ms),
-        reserved: meta
-            .labels
-            .get(IP_RESERVED_LABEL)
-            .is_some_and(|v| v == "true"),
         first_rv: previous.map_or(last.rv, |p| p.first_rv),
         first_ms: previous.map_or(last.time_ms, |p| p.first_ms),
         deletion_requested: previous
@@ -1172,6 +1226,13 @@ mod tests {
     }
 
     #[test]
+    fn a_record_takes_128_bytes_so_that_a_chunk_of_them_fills_an_allocation_class_exactly() {
+        // 4,096 records of 128 bytes are 512 KiB, one of jemalloc's size classes; at 136
+        // bytes a chunk took the 640 KiB class, 160 bytes a record.
+        assert_eq!(std::mem::size_of::<Option<ObjectRecord>>(), 128);
+    }
+
+    #[test]
     fn the_state_survives_a_checkpoint() {
         let mut state = ClusterState::new();
         state.apply(EventBuilder::pod("default", "a").uid("a-1").rv(1).added());
@@ -1182,11 +1243,31 @@ mod tests {
                 .added(),
         );
         state.apply(EventBuilder::ip("x", "s").rv(3).added());
+        let mut reserved = EventBuilder::ip("r.default", "s")
+            .ip_of("default", "r", "10.0.0.7", "")
+            .rv(4)
+            .added();
+        if let Some(meta) = reserved.metadata.as_mut() {
+            meta.labels.insert(IP_RESERVED_LABEL.into(), "true".into());
+        }
+        state.apply(reserved);
         let json = serde_json::to_string(&state).unwrap();
         let back: ClusterState = serde_json::from_str(&json).unwrap();
         let record: RecordKey = (Stream::IpPool, "kube-system/p".into());
         assert_eq!(owner_of(&back, &record).as_deref(), Some("a-1"));
-        assert_eq!(back.naming(&subnet("s")), [ip_key("x")]);
+        assert_eq!(
+            back.naming(&subnet("s")),
+            [ip_key("r.default"), ip_key("x")]
+        );
+        // The reserved label is saved beside the part, as before it moved into the IP's.
+        assert!(json.contains(r#""reserved":true"#), "{json}");
+        assert!(back
+            .get(Stream::Ip, "r.default")
+            .is_some_and(ObjectRecord::reserved));
+        assert!(
+            back.holders_of("10.0.0.7").is_empty(),
+            "a reserved IP holds nothing"
+        );
     }
 
     #[test]

@@ -52,12 +52,14 @@ pub struct IpPart {
     attachments: Option<Box<Attachments>>,
 }
 
-/// What many IPs have alike: one copy per subnet, namespace and pod type.
+/// What many IPs have alike: one copy per subnet, namespace, pod type and reservation.
 #[derive(Debug, PartialEq, Eq, Default)]
 struct IpCommon {
     subnet: SmolStr,
     namespace: SmolStr,
     pod_type: SmolStr,
+    /// Labelled `ovn.kubernetes.io/ip_reserved: "true"` (reserved by hand).
+    reserved: bool,
 }
 
 /// Distinct (subnet, namespace, pod type) kept to share (see [`SharedTable`]).
@@ -65,21 +67,28 @@ const SHARED_IP_COMMONS: usize = 65_536;
 static IP_COMMONS: SharedTable<IpCommon> = SharedTable::new(SHARED_IP_COMMONS);
 
 impl IpCommon {
-    fn hash(subnet: &str, namespace: &str, pod_type: &str) -> u64 {
-        FxBuildHasher.hash_one((subnet, namespace, pod_type))
+    fn hash(subnet: &str, namespace: &str, pod_type: &str, reserved: bool) -> u64 {
+        FxBuildHasher.hash_one((subnet, namespace, pod_type, reserved))
     }
 
     /// The shared copy of these fields.
-    fn shared(subnet: &str, namespace: &str, pod_type: &str) -> Arc<IpCommon> {
+    fn shared(ip: &IpInfo, reserved: bool) -> Arc<IpCommon> {
+        let (subnet, namespace, pod_type) = (&ip.subnet, &ip.pod_namespace, &ip.pod_type);
         IP_COMMONS.get_or_make(
-            IpCommon::hash(subnet, namespace, pod_type),
-            |c| c.subnet == subnet && c.namespace == namespace && c.pod_type == pod_type,
+            IpCommon::hash(subnet, namespace, pod_type, reserved),
+            |c| {
+                c.subnet == subnet
+                    && c.namespace == namespace
+                    && c.pod_type == pod_type
+                    && c.reserved == reserved
+            },
             || IpCommon {
                 subnet: SmolStr::new(subnet),
                 namespace: SmolStr::new(namespace),
                 pod_type: SmolStr::new(pod_type),
+                reserved,
             },
-            |c| IpCommon::hash(&c.subnet, &c.namespace, &c.pod_type),
+            |c| IpCommon::hash(&c.subnet, &c.namespace, &c.pod_type, c.reserved),
         )
     }
 }
@@ -165,6 +174,26 @@ impl IpPart {
         &self.common.pod_type
     }
 
+    /// Labelled `ovn.kubernetes.io/ip_reserved: "true"` (reserved by hand).
+    pub fn reserved(&self) -> bool {
+        self.common.reserved
+    }
+
+    /// The part of `ip`, labelled reserved or not.
+    pub fn new(ip: IpInfo, reserved: bool) -> Self {
+        IpPart {
+            pod: smol_str::format_smolstr!("{}/{}", ip.pod_namespace, ip.pod_name),
+            ip_address: SmolStr::new(&ip.ip_address),
+            common: IpCommon::shared(&ip, reserved),
+            attachments: (!ip.attach_subnets.is_empty() || !ip.attach_ips.is_empty()).then(|| {
+                Box::new(Attachments {
+                    subnets: ip.attach_subnets.into_boxed_slice(),
+                    ips: ip.attach_ips.into_boxed_slice(),
+                })
+            }),
+        }
+    }
+
     /// spec.podName.
     pub fn pod_name(&self) -> &str {
         self.pod
@@ -195,17 +224,7 @@ impl IpPart {
 
 impl From<IpInfo> for IpPart {
     fn from(ip: IpInfo) -> Self {
-        IpPart {
-            pod: smol_str::format_smolstr!("{}/{}", ip.pod_namespace, ip.pod_name),
-            ip_address: SmolStr::new(&ip.ip_address),
-            common: IpCommon::shared(&ip.subnet, &ip.pod_namespace, &ip.pod_type),
-            attachments: (!ip.attach_subnets.is_empty() || !ip.attach_ips.is_empty()).then(|| {
-                Box::new(Attachments {
-                    subnets: ip.attach_subnets.into_boxed_slice(),
-                    ips: ip.attach_ips.into_boxed_slice(),
-                })
-            }),
-        }
+        IpPart::new(ip, false)
     }
 }
 
@@ -224,17 +243,30 @@ impl From<&IpPart> for IpInfo {
     }
 }
 
-impl From<KindPart> for Part {
-    fn from(part: KindPart) -> Self {
+impl Part {
+    /// What the rules read of `part`; `reserved`: the object carries kube-ovn's
+    /// `ip_reserved: "true"` label (read of IPs only).
+    pub fn new(part: KindPart, reserved: bool) -> Self {
         match part {
             KindPart::Pod(pod) => Part::Pod(Box::new(PodPart::from(*pod))),
-            KindPart::Ip(ip) => Part::Ip(Box::new(IpPart::from(*ip))),
+            KindPart::Ip(ip) => Part::Ip(Box::new(IpPart::new(*ip, reserved))),
             KindPart::Subnet(subnet) => Part::Subnet(subnet),
             KindPart::IpPool(pool) => Part::IpPool(pool),
             KindPart::IpReservation(reservation) => Part::IpReservation(reservation),
             KindPart::SpiderIpPool(pool) => Part::SpiderIpPool(pool),
             KindPart::SpiderEndpoint(endpoint) => Part::SpiderEndpoint(endpoint),
         }
+    }
+
+    /// Whether it is a kube-ovn IP labelled reserved.
+    pub fn reserved(&self) -> bool {
+        matches!(self, Part::Ip(ip) if ip.reserved())
+    }
+}
+
+impl From<KindPart> for Part {
+    fn from(part: KindPart) -> Self {
+        Part::new(part, false)
     }
 }
 
