@@ -9,7 +9,6 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
-use std::sync::Arc;
 
 use ipaudit_schemas::{NetworkStatus, Severity, Stream};
 use serde::{Deserialize, Serialize};
@@ -233,7 +232,7 @@ impl IpWithoutPod {
             for (name, record) in ctx.state.records(stream) {
                 for holding in holdings::holdings(name, record) {
                     if ctx.state.pod(&holding.owner).is_none() {
-                        units.insert(((stream, Arc::clone(name)), holding.address.to_owned()));
+                        units.insert(((stream, name.clone()), holding.address.to_owned()));
                     }
                 }
             }

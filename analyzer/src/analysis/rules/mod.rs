@@ -38,7 +38,6 @@ use crate::analysis::alerts::{alert_id, AlertBook, Finding, Moment};
 use crate::analysis::state::holdings::{self, Holdings};
 use crate::analysis::state::{ClusterState, EventRef, ObjectRecord, RecordKey, Released};
 use std::cell::OnceCell;
-use std::sync::Arc;
 
 pub use deadlines::Deadlines;
 
@@ -137,7 +136,7 @@ impl<'a> Change<'a> {
     pub fn key(&self) -> RecordKey {
         match self.record {
             Some(key) => key.clone(),
-            None => (self.event.stream, Arc::clone(&self.event.name)),
+            None => (self.event.stream, self.event.name.clone()),
         }
     }
 

@@ -9,13 +9,13 @@ mod holder_index;
 pub mod holdings;
 mod indexes;
 mod millis;
+mod name;
 mod part;
 mod records;
 mod shared;
 mod uid;
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
@@ -27,6 +27,7 @@ pub use finalizers::Finalizers;
 pub use holdings::{Holding, Holdings, PoolRef, Scope};
 pub use indexes::Released;
 pub use millis::Millis;
+pub use name::Name;
 pub use part::{IpPart, Part, PodPart};
 pub use uid::{Uid, UidText};
 
@@ -48,7 +49,7 @@ pub struct EventRef {
     /// Its type.
     pub event_type: EventType,
     /// Object name (`namespace/name` for namespaced kinds), shared with the record's key.
-    pub name: Arc<str>,
+    pub name: Name,
     /// Numeric resourceVersion, for ordering evidence.
     pub rv: i64,
     /// Event time.
@@ -61,11 +62,11 @@ pub struct EventRef {
 impl EventRef {
     /// Points at `event`.
     pub fn of(event: &WatchEvent) -> Self {
-        EventRef::at(event, Arc::from(event.object_key()))
+        EventRef::at(event, Name::from(event.object_key()))
     }
 
     /// Points at `event`, whose object is named `name`.
-    fn at(event: &WatchEvent, name: Arc<str>) -> Self {
+    fn at(event: &WatchEvent, name: Name) -> Self {
         let rv = event.resource_version_num.unwrap_or(-1);
         EventRef {
             stream: event.stream,
@@ -101,7 +102,7 @@ fn text_unless_decimal(text: &str, rv: i64) -> Option<Box<SmolStr>> {
 struct SavedEventRef {
     stream: Stream,
     event_type: EventType,
-    name: Arc<str>,
+    name: Name,
     resource_version: SmolStr,
     rv: i64,
     time_ms: Option<i64>,
@@ -274,7 +275,7 @@ impl ObjectRecord {
 
 /// A record, by stream and name. The name is shared: every index entry of a record
 /// points at one allocation.
-pub type RecordKey = (Stream, Arc<str>);
+pub type RecordKey = (Stream, Name);
 
 /// An event pointed at, and where the record it is about sits, if one is held.
 #[derive(Debug, Clone)]
@@ -332,9 +333,9 @@ pub struct ClusterState {
     /// The first complete list of each stream (`SYNC_END`).
     listed: HashMap<Stream, EventRef>,
     /// Recently gone pods by `namespace/name` (bounded; the latest per name).
-    gone_pods: HashMap<Arc<str>, Gone>,
+    gone_pods: HashMap<Name, Gone>,
     /// Names in the order they went, with the version that made them gone.
-    gone_order: VecDeque<(Arc<str>, i64)>,
+    gone_order: VecDeque<(Name, i64)>,
     tombstones: HashMap<String, i64>,
     tombstone_order: VecDeque<String>,
     /// Objects held when versions last went backwards (an etcd restore): their next event
@@ -355,8 +356,8 @@ struct Saved {
     #[serde(default)]
     pool_deletion_order: VecDeque<(Stream, String, i64)>,
     listed: HashMap<Stream, EventRef>,
-    gone_pods: HashMap<Arc<str>, Gone>,
-    gone_order: VecDeque<(Arc<str>, i64)>,
+    gone_pods: HashMap<Name, Gone>,
+    gone_order: VecDeque<(Name, i64)>,
     tombstones: HashMap<String, i64>,
     tombstone_order: VecDeque<String>,
     #[serde(default)]
@@ -407,7 +408,7 @@ impl ClusterState {
     }
 
     /// The live records of `stream`, in no order.
-    pub fn records(&self, stream: Stream) -> impl Iterator<Item = (&Arc<str>, &ObjectRecord)> {
+    pub fn records(&self, stream: Stream) -> impl Iterator<Item = (&Name, &ObjectRecord)> {
         self.objects.of(stream).iter()
     }
 
@@ -436,7 +437,7 @@ impl ClusterState {
     /// The key of the record `id`.
     fn key_of(&self, id: RecordId) -> Option<RecordKey> {
         let record = self.objects.of(id.stream).at(id.slot)?;
-        Some((id.stream, Arc::clone(&record.last.name)))
+        Some((id.stream, record.last.name.clone()))
     }
 
     /// Pools named by some record, sorted.
@@ -561,9 +562,7 @@ impl ClusterState {
         self.from_earlier_epoch = self
             .objects
             .iter()
-            .flat_map(|(stream, records)| {
-                records.keys().map(move |name| (stream, Arc::clone(name)))
-            })
+            .flat_map(|(stream, records)| records.keys().map(move |name| (stream, name.clone())))
             .collect();
     }
 
@@ -592,11 +591,11 @@ impl ClusterState {
                 let records = self.objects.of(event.stream);
                 let slot = records.find(key);
                 match slot.and_then(|s| records.at(s)) {
-                    Some(held) => (Arc::clone(&held.last.name), slot),
-                    None => (Arc::from(key), None),
+                    Some(held) => (held.last.name.clone(), slot),
+                    None => (Name::from(key), None),
                 }
             }
-            None => (Arc::from(""), None),
+            None => (Name::from(""), None),
         };
         Located {
             at: EventRef::at(event, name),
@@ -627,11 +626,11 @@ impl ClusterState {
         if self.tombstones.get(uid).is_some_and(|dead| rv <= *dead) {
             return stale();
         }
-        let name = Arc::clone(&at.name);
+        let name = at.name.clone();
         let of_earlier_epoch = !self.from_earlier_epoch.is_empty()
             && self
                 .from_earlier_epoch
-                .remove(&(event.stream, Arc::clone(&name)));
+                .remove(&(event.stream, name.clone()));
         let held = slot
             .and_then(|s| self.objects.of(event.stream).at(s))
             .map(|r| {
@@ -699,7 +698,7 @@ impl ClusterState {
                 deletions.remove(&*name);
             }
         }
-        let key: RecordKey = (stream, Arc::clone(&record.last.name));
+        let key: RecordKey = (stream, record.last.name.clone());
         let records = self.objects.of_mut(stream);
         let (slot, before) = match slot {
             Some(slot) => (slot, records.replace(slot, record)),
@@ -745,9 +744,9 @@ impl ClusterState {
                 }
             }
         }
-        self.gone_order.push_back((Arc::clone(&at.name), at.rv));
+        self.gone_order.push_back((at.name.clone(), at.rv));
         self.gone_pods.insert(
-            Arc::clone(&at.name),
+            at.name.clone(),
             Gone {
                 uid: uid.to_owned(),
                 at,

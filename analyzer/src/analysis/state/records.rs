@@ -8,7 +8,6 @@
 //! record through it without hashing the name again.
 
 use std::hash::BuildHasher;
-use std::sync::Arc;
 
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
@@ -17,7 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use ipaudit_schemas::Stream;
 
-use super::ObjectRecord;
+use super::{Name, ObjectRecord};
 
 /// Where a record sits in its kind's [`Records`]: valid until that record is removed.
 pub type Slot = u32;
@@ -149,7 +148,7 @@ impl Records {
     }
 
     /// The records with their names, in no order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &ObjectRecord)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&Name, &ObjectRecord)> {
         self.chunks
             .iter()
             .flat_map(|chunk| chunk.iter())
@@ -167,7 +166,7 @@ impl Records {
     }
 
     /// The names held, in no order.
-    pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+    pub fn keys(&self) -> impl Iterator<Item = &Name> {
         self.iter().map(|(name, _)| name)
     }
 
@@ -189,7 +188,7 @@ impl Serialize for Records {
 
 impl<'de> Deserialize<'de> for Records {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let saved = rustc_hash::FxHashMap::<Arc<str>, ObjectRecord>::deserialize(deserializer)?;
+        let saved = rustc_hash::FxHashMap::<Name, ObjectRecord>::deserialize(deserializer)?;
         let mut records = Records::default();
         for (name, mut record) in saved {
             // The key is the record's name; a record says so itself from now on.
@@ -311,7 +310,7 @@ mod tests {
         let template = record("x", 1);
         let named = |i: usize| {
             let mut r = template.clone();
-            r.last.name = Arc::from(format!("ns/pod-{i}"));
+            r.last.name = crate::analysis::state::Name::from(format!("ns/pod-{i}"));
             r.last.rv = i as i64;
             r
         };
