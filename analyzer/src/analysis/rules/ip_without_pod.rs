@@ -164,7 +164,7 @@ impl Rule for IpWithoutPod {
 fn shown_addresses_changed(change: &Change<'_>) -> bool {
     fn shown(record: Option<&ObjectRecord>) -> Option<&[NetworkStatus]> {
         match record.map(ObjectRecord::part) {
-            Some(Part::Pod(pod)) => Some(&pod.network_status),
+            Some(Part::Pod(pod)) => Some(pod.network_status()),
             _ => None,
         }
     }

@@ -262,7 +262,7 @@ pub fn part_holdings<'a>(key: &'a str, part: &'a Part) -> Holdings<'a> {
             // The default network's address is the primary CNI's (kube-ovn's IP records
             // hold it, in its subnet); its network name is the same in every VPC, so it
             // says nothing about duplicates.
-            for network in pod.network_status.iter().filter(|n| !n.default) {
+            for network in pod.network_status().iter().filter(|n| !n.default) {
                 for address in &network.ips {
                     held.push(Holding {
                         address: bare(address),

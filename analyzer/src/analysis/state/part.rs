@@ -22,7 +22,7 @@ use super::shared::SharedTable;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Part {
     /// A Pod, compact.
-    Pod(Box<PodPart>),
+    Pod(PodPart),
     /// A kube-ovn IP, compact.
     Ip(Box<IpPart>),
     /// A kube-ovn Subnet.
@@ -101,54 +101,62 @@ struct Attachments {
 }
 
 /// What the rules read of a Pod (the fields of `PodInfo` by the same names): its node,
-/// IPs and allocations are in the events, and no rule reads them from the state.
+/// IPs and allocations are in the events, and no rule reads them from the state. One
+/// pointer: a pod that shows no networks (most of them) shares its fields with every pod
+/// of the same phase and disruption, so that it costs no allocation of its own.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PodPart {
-    /// The `k8s.v1.cni.cncf.io/network-status` annotation's networks.
-    pub network_status: Box<[NetworkStatus]>,
-    /// Its phase and disruption, shared with the pods in the same state.
-    common: Arc<PodCommon>,
-}
+pub struct PodPart(Arc<PodFields>);
 
-/// What many pods have alike.
-#[derive(Debug, PartialEq, Eq, Default, Hash)]
-struct PodCommon {
+/// The fields of a [`PodPart`].
+#[derive(Debug, PartialEq, Eq, Default)]
+struct PodFields {
     phase: SmolStr,
     disruption_target: bool,
+    network_status: Box<[NetworkStatus]>,
 }
 
-/// Distinct (phase, disruption) kept to share.
-const SHARED_POD_COMMONS: usize = 1_024;
-static POD_COMMONS: SharedTable<PodCommon> = SharedTable::new(SHARED_POD_COMMONS);
+/// Distinct (phase, disruption) of pods without networks kept to share.
+const SHARED_POD_FIELDS: usize = 1_024;
+static POD_FIELDS: SharedTable<PodFields> = SharedTable::new(SHARED_POD_FIELDS);
 
 impl PodPart {
     /// status.phase.
     pub fn phase(&self) -> &str {
-        &self.common.phase
+        &self.0.phase
     }
 
     /// The `DisruptionTarget` condition is True.
     pub fn disruption_target(&self) -> bool {
-        self.common.disruption_target
+        self.0.disruption_target
+    }
+
+    /// The `k8s.v1.cni.cncf.io/network-status` annotation's networks.
+    pub fn network_status(&self) -> &[NetworkStatus] {
+        &self.0.network_status
     }
 }
 
 impl From<PodInfo> for PodPart {
     fn from(pod: PodInfo) -> Self {
-        let hash = FxBuildHasher.hash_one((pod.phase.as_str(), pod.disruption_target));
-        let common = POD_COMMONS.get_or_make(
-            hash,
-            |c| c.phase == pod.phase && c.disruption_target == pod.disruption_target,
-            || PodCommon {
+        if !pod.network_status.is_empty() {
+            // Its own networks: nothing to share.
+            return PodPart(Arc::new(PodFields {
                 phase: SmolStr::new(&pod.phase),
                 disruption_target: pod.disruption_target,
-            },
-            |c| FxBuildHasher.hash_one((c.phase.as_str(), c.disruption_target)),
-        );
-        PodPart {
-            network_status: pod.network_status.into_boxed_slice(),
-            common,
+                network_status: pod.network_status.into_boxed_slice(),
+            }));
         }
+        let hash = FxBuildHasher.hash_one((pod.phase.as_str(), pod.disruption_target));
+        PodPart(POD_FIELDS.get_or_make(
+            hash,
+            |f| f.phase == pod.phase && f.disruption_target == pod.disruption_target,
+            || PodFields {
+                phase: SmolStr::new(&pod.phase),
+                disruption_target: pod.disruption_target,
+                network_status: Box::default(),
+            },
+            |f| FxBuildHasher.hash_one((f.phase.as_str(), f.disruption_target)),
+        ))
     }
 }
 
@@ -156,7 +164,7 @@ impl From<&PodPart> for PodInfo {
     fn from(pod: &PodPart) -> Self {
         PodInfo {
             phase: pod.phase().to_owned(),
-            network_status: pod.network_status.to_vec(),
+            network_status: pod.network_status().to_vec(),
             disruption_target: pod.disruption_target(),
             ..PodInfo::default()
         }
@@ -248,7 +256,7 @@ impl Part {
     /// `ip_reserved: "true"` label (read of IPs only).
     pub fn new(part: KindPart, reserved: bool) -> Self {
         match part {
-            KindPart::Pod(pod) => Part::Pod(Box::new(PodPart::from(*pod))),
+            KindPart::Pod(pod) => Part::Pod(PodPart::from(*pod)),
             KindPart::Ip(ip) => Part::Ip(Box::new(IpPart::new(*ip, reserved))),
             KindPart::Subnet(subnet) => Part::Subnet(subnet),
             KindPart::IpPool(pool) => Part::IpPool(pool),
@@ -273,7 +281,7 @@ impl From<KindPart> for Part {
 impl From<&Part> for KindPart {
     fn from(part: &Part) -> Self {
         match part {
-            Part::Pod(pod) => KindPart::Pod(Box::new(PodInfo::from(&**pod))),
+            Part::Pod(pod) => KindPart::Pod(Box::new(PodInfo::from(pod))),
             Part::Ip(ip) => KindPart::Ip(Box::new(IpInfo::from(&**ip))),
             Part::Subnet(subnet) => KindPart::Subnet(subnet.clone()),
             Part::IpPool(pool) => KindPart::IpPool(pool.clone()),
@@ -338,7 +346,18 @@ mod tests {
             ..PodInfo::default()
         };
         let part = Part::from(KindPart::Pod(Box::new(pod.clone())));
-        assert!(std::mem::size_of::<PodPart>() <= 32);
+        assert_eq!(std::mem::size_of::<PodPart>(), 8);
+        let plain = |phase: &str| {
+            PodPart::from(PodInfo {
+                phase: phase.into(),
+                ..PodInfo::default()
+            })
+        };
+        assert!(
+            Arc::ptr_eq(&plain("Running").0, &plain("Running").0),
+            "pods without networks share their fields"
+        );
+        assert!(!Arc::ptr_eq(&plain("Running").0, &plain("Pending").0));
         let json = serde_json::to_value(&part).unwrap();
         assert_eq!(
             json,
