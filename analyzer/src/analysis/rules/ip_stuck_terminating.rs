@@ -174,10 +174,7 @@ impl IpStuckTerminating {
         let Some(gone) = ctx.state.owner_gone_since(key, uid) else {
             return;
         };
-        let requested = endpoint
-            .deletion_requested
-            .as_deref()
-            .unwrap_or(&endpoint.last);
+        let requested = endpoint.deletion_requested().unwrap_or(&endpoint.last);
         let mut proof = vec![
             evidence(gone, format!("Pod {key} is gone ({})", gone.event_type)),
             evidence(
@@ -269,7 +266,7 @@ fn ip_finding(ctx: &Context<'_>, ip: &ObjectRecord, name: &str, subnet: &str) ->
     if let Some(deleted) = ctx.state.pool_deletion(Stream::Subnet, subnet) {
         proof.push(evidence(deleted, format!("Subnet {subnet} deleted")));
     }
-    let requested = ip.deletion_requested.as_deref().unwrap_or(&ip.last);
+    let requested = ip.deletion_requested().unwrap_or(&ip.last);
     proof.push(evidence(
         requested,
         format!(

@@ -263,8 +263,7 @@ fn on_subnet_deleted(
             ),
         )];
         if let Some(requested) = subnet_record
-            .deletion_requested
-            .as_deref()
+            .deletion_requested()
             .filter(|r| r.resource_version() != deletion.resource_version())
         {
             proof.push(evidence(

@@ -110,7 +110,7 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
         ),
         _ => format!("{} allocation(s)", users.len()),
     };
-    let requested = record.deletion_requested.as_deref().unwrap_or(&record.last);
+    let requested = record.deletion_requested().unwrap_or(&record.last);
     let mut proof = vec![evidence(
         requested,
         format!(
