@@ -342,6 +342,7 @@ mod tests {
                 .part
                 .expect("a part"),
             true,
+            None,
         );
         assert!(part_holdings("a.ns", &reserved).is_empty());
         assert!(part_holdings("a.ns", &ip("a.ns", "ns", "")).is_empty());

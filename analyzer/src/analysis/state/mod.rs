@@ -199,7 +199,7 @@ impl From<ReadRecord> for ObjectRecord {
                 saved.deletion_ms,
             ),
             last: saved.last,
-            part: Part::new(saved.part, saved.reserved),
+            part: Part::new(saved.part, saved.reserved, None),
         }
     }
 }
@@ -715,7 +715,10 @@ impl ClusterState {
             };
         }
         let previous = held.as_ref().filter(|p| p.same_object);
-        let record = record_of(event, at, previous);
+        let like = slot
+            .and_then(|s| self.objects.of(stream).at(s))
+            .map(ObjectRecord::part);
+        let record = record_of(event, at, previous, like);
         if let Some(replaced) = held.as_ref().filter(|p| !p.same_object) {
             if stream == Stream::Pod {
                 // A new uid under a held name: the old pod is gone even if its deletion
@@ -904,7 +907,15 @@ struct Previous {
 
 /// The record for an upserted object; what the previous version of the same object knew
 /// (first sighting, first deletion request) carries over.
-fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>) -> ObjectRecord {
+///
+/// `like`: the part of the record held under its name, whose shared fields the new part
+/// takes when they are alike.
+fn record_of(
+    mut event: WatchEvent,
+    last: EventRef,
+    previous: Option<&Previous>,
+    like: Option<&Part>,
+) -> ObjectRecord {
     let meta = event.metadata.take().unwrap_or_default();
     let mut part = event
         .part
@@ -916,7 +927,7 @@ fn record_of(mut event: WatchEvent, last: EventRef, previous: Option<&Previous>)
         .labels
         .get(IP_RESERVED_LABEL)
         .is_some_and(|v| v == "true");
-    let part = Part::new(part, reserved);
+    let part = Part::new(part, reserved, like);
     ObjectRecord {
         uid: match previous {
             Some(p) => p.uid.clone(),

@@ -71,17 +71,23 @@ impl IpCommon {
         FxBuildHasher.hash_one((subnet, namespace, pod_type, reserved))
     }
 
-    /// The shared copy of these fields.
-    fn shared(ip: &IpInfo, reserved: bool) -> Arc<IpCommon> {
+    fn is(&self, ip: &IpInfo, reserved: bool) -> bool {
+        self.subnet == ip.subnet
+            && self.namespace == ip.pod_namespace
+            && self.pod_type == ip.pod_type
+            && self.reserved == reserved
+    }
+
+    /// The shared copy of these fields: `like`'s (the object's version before, nearly
+    /// always alike) when it has them, else from the table.
+    fn shared(ip: &IpInfo, reserved: bool, like: Option<&IpPart>) -> Arc<IpCommon> {
+        if let Some(like) = like.filter(|l| l.common.is(ip, reserved)) {
+            return Arc::clone(&like.common);
+        }
         let (subnet, namespace, pod_type) = (&ip.subnet, &ip.pod_namespace, &ip.pod_type);
         IP_COMMONS.get_or_make(
             IpCommon::hash(subnet, namespace, pod_type, reserved),
-            |c| {
-                c.subnet == subnet
-                    && c.namespace == namespace
-                    && c.pod_type == pod_type
-                    && c.reserved == reserved
-            },
+            |c| c.is(ip, reserved),
             || IpCommon {
                 subnet: SmolStr::new(subnet),
                 namespace: SmolStr::new(namespace),
@@ -136,8 +142,10 @@ impl PodPart {
     }
 }
 
-impl From<PodInfo> for PodPart {
-    fn from(pod: PodInfo) -> Self {
+impl PodPart {
+    /// The part of `pod`, sharing its fields with `like` (the object's version before) or
+    /// the table when it shows no networks.
+    pub fn new(pod: PodInfo, like: Option<&PodPart>) -> Self {
         if !pod.network_status.is_empty() {
             // Its own networks: nothing to share.
             return PodPart(Arc::new(PodFields {
@@ -146,10 +154,18 @@ impl From<PodInfo> for PodPart {
                 network_status: pod.network_status.into_boxed_slice(),
             }));
         }
+        let alike = |f: &PodFields| {
+            f.phase == pod.phase
+                && f.disruption_target == pod.disruption_target
+                && f.network_status.is_empty()
+        };
+        if let Some(like) = like.filter(|l| alike(&l.0)) {
+            return PodPart(Arc::clone(&like.0));
+        }
         let hash = FxBuildHasher.hash_one((pod.phase.as_str(), pod.disruption_target));
         PodPart(POD_FIELDS.get_or_make(
             hash,
-            |f| f.phase == pod.phase && f.disruption_target == pod.disruption_target,
+            alike,
             || PodFields {
                 phase: SmolStr::new(&pod.phase),
                 disruption_target: pod.disruption_target,
@@ -157,6 +173,12 @@ impl From<PodInfo> for PodPart {
             },
             |f| FxBuildHasher.hash_one((f.phase.as_str(), f.disruption_target)),
         ))
+    }
+}
+
+impl From<PodInfo> for PodPart {
+    fn from(pod: PodInfo) -> Self {
+        PodPart::new(pod, None)
     }
 }
 
@@ -187,12 +209,13 @@ impl IpPart {
         self.common.reserved
     }
 
-    /// The part of `ip`, labelled reserved or not.
-    pub fn new(ip: IpInfo, reserved: bool) -> Self {
+    /// The part of `ip`, labelled reserved or not, sharing what it has alike with `like`
+    /// (the object's version before).
+    pub fn new(ip: IpInfo, reserved: bool, like: Option<&IpPart>) -> Self {
         IpPart {
             pod: smol_str::format_smolstr!("{}/{}", ip.pod_namespace, ip.pod_name),
             ip_address: SmolStr::new(&ip.ip_address),
-            common: IpCommon::shared(&ip, reserved),
+            common: IpCommon::shared(&ip, reserved, like),
             attachments: (!ip.attach_subnets.is_empty() || !ip.attach_ips.is_empty()).then(|| {
                 Box::new(Attachments {
                     subnets: ip.attach_subnets.into_boxed_slice(),
@@ -232,7 +255,7 @@ impl IpPart {
 
 impl From<IpInfo> for IpPart {
     fn from(ip: IpInfo) -> Self {
-        IpPart::new(ip, false)
+        IpPart::new(ip, false, None)
     }
 }
 
@@ -253,16 +276,37 @@ impl From<&IpPart> for IpInfo {
 
 impl Part {
     /// What the rules read of `part`; `reserved`: the object carries kube-ovn's
-    /// `ip_reserved: "true"` label (read of IPs only).
-    pub fn new(part: KindPart, reserved: bool) -> Self {
+    /// `ip_reserved: "true"` label (read of IPs only); `like`: the object's version
+    /// before, whose shared fields it takes when they are alike.
+    pub fn new(part: KindPart, reserved: bool, like: Option<&Part>) -> Self {
         match part {
-            KindPart::Pod(pod) => Part::Pod(PodPart::from(*pod)),
-            KindPart::Ip(ip) => Part::Ip(Box::new(IpPart::new(*ip, reserved))),
+            KindPart::Pod(pod) => Part::Pod(PodPart::new(*pod, like.and_then(Part::pod))),
+            KindPart::Ip(ip) => Part::Ip(Box::new(IpPart::new(
+                *ip,
+                reserved,
+                like.and_then(Part::ip),
+            ))),
             KindPart::Subnet(subnet) => Part::Subnet(subnet),
             KindPart::IpPool(pool) => Part::IpPool(pool),
             KindPart::IpReservation(reservation) => Part::IpReservation(reservation),
             KindPart::SpiderIpPool(pool) => Part::SpiderIpPool(pool),
             KindPart::SpiderEndpoint(endpoint) => Part::SpiderEndpoint(endpoint),
+        }
+    }
+
+    /// A Pod's part.
+    pub fn pod(&self) -> Option<&PodPart> {
+        match self {
+            Part::Pod(pod) => Some(pod),
+            _ => None,
+        }
+    }
+
+    /// A kube-ovn IP's part.
+    pub fn ip(&self) -> Option<&IpPart> {
+        match self {
+            Part::Ip(ip) => Some(ip),
+            _ => None,
         }
     }
 
@@ -274,7 +318,7 @@ impl Part {
 
 impl From<KindPart> for Part {
     fn from(part: KindPart) -> Self {
-        Part::new(part, false)
+        Part::new(part, false, None)
     }
 }
 
@@ -331,6 +375,29 @@ mod tests {
             serde_json::to_value(KindPart::Ip(Box::new(ip))).unwrap()
         );
         assert_eq!(serde_json::from_value::<Part>(json).unwrap(), part);
+    }
+
+    #[test]
+    fn a_new_version_takes_the_shared_fields_of_the_one_before_when_they_are_alike() {
+        let ip = |subnet: &str| IpInfo {
+            subnet: subnet.into(),
+            pod_name: "web-0".into(),
+            pod_namespace: "default".into(),
+            ip_address: "10.16.0.9".into(),
+            ..IpInfo::default()
+        };
+        let before = IpPart::new(ip("s1"), false, None);
+        let after = IpPart::new(ip("s1"), false, Some(&before));
+        assert!(Arc::ptr_eq(&before.common, &after.common));
+        let moved = IpPart::new(ip("s2"), false, Some(&before));
+        assert_eq!(moved.subnet(), "s2");
+        let reserved = IpPart::new(ip("s1"), true, Some(&before));
+        assert!(reserved.reserved() && !Arc::ptr_eq(&before.common, &reserved.common));
+        assert_eq!(
+            IpPart::new(ip("s1"), false, Some(&moved)).common,
+            before.common,
+            "found in the table when the one before differs"
+        );
     }
 
     #[test]

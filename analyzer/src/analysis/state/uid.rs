@@ -172,21 +172,31 @@ fn parse_uuid(text: &str) -> Option<[u8; 16]> {
     if HYPHENS.iter().any(|&i| text[i] != b'-') {
         return None;
     }
+    // Every new object's uid is parsed: a table lookup per digit, and one test at the end
+    // (a digit that is not one sets the high bits).
     let mut out = [0u8; 16];
+    let mut not_hex = 0u8;
     for (byte, at) in out.iter_mut().zip(HEX_AT) {
-        *byte = (hex_value(text[at])? << 4) | hex_value(text[at + 1])?;
+        let (high, low) = (
+            HEX_VALUE[usize::from(text[at])],
+            HEX_VALUE[usize::from(text[at + 1])],
+        );
+        not_hex |= high | low;
+        *byte = (high << 4) | low;
     }
-    Some(out)
+    (not_hex & 0xf0 == 0).then_some(out)
 }
 
-/// A lower-case hex digit's value.
-fn hex_value(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
+/// A lower-case hex digit's value by its byte; 0xff for any other byte.
+const HEX_VALUE: [u8; 256] = {
+    let mut table = [0xff; 256];
+    let mut digit = 0;
+    while digit < 16 {
+        table[HEX[digit] as usize] = digit as u8;
+        digit += 1;
     }
-}
+    table
+};
 
 #[cfg(test)]
 mod tests {
