@@ -1,8 +1,9 @@
 //! Records by a string their holdings carry: an address, or an owner's `namespace/name`.
 //!
 //! Nearly every holder holds one or two addresses (a kube-ovn IP, a pod, a whereabouts
-//! reservation, a SpiderEndpoint). Those are kept as 12-byte entries, the record's id
-//! with 32 bits of the string's hash, and the string itself is not copied: it is the
+//! reservation, a SpiderEndpoint). Those are kept as 8-byte entries in a table per kind,
+//! the record's slot with 32 bits of the string's hash, and the string itself is not
+//! copied: it is the
 //! record's own, and a reader confirms a candidate against the record's holdings (see
 //! [`HolderIndex::holders`]). A pool holds hundreds, and confirming against it would scan
 //! them all, so pools' holdings keep their string, exactly, apart.
@@ -18,20 +19,21 @@ use smol_str::SmolStr;
 
 use super::holdings;
 use super::indexes::{Holders, RecordId};
-use super::records::{name_hash, table_hash};
+use super::records::{name_hash, table_hash, Slot, STREAMS, STREAM_ORDER};
 
-/// A holder of a few strings: its id and 32 bits of the string's hash.
+/// A holder of a few strings: its slot in its kind's records and 32 bits of the string's
+/// hash.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     hash: u32,
-    id: RecordId,
+    slot: Slot,
 }
 
 /// Records by the strings their holdings carry (see the module).
 #[derive(Debug, Default)]
 pub(super) struct HolderIndex {
-    /// Holders of a few strings, confirmed against their holdings when read.
-    few: HashTable<Entry>,
+    /// Holders of a few strings, by kind, confirmed against their holdings when read.
+    few: [HashTable<Entry>; STREAMS],
     /// Pools, by the string itself.
     pools: HashMap<SmolStr, Holders>,
 }
@@ -52,8 +54,11 @@ impl HolderIndex {
             return;
         }
         let hash = name_hash(key);
-        self.few
-            .insert_unique(table_hash(hash), Entry { hash, id }, |e| table_hash(e.hash));
+        let entry = Entry {
+            hash,
+            slot: id.slot,
+        };
+        self.few[id.stream as usize].insert_unique(table_hash(hash), entry, |e| table_hash(e.hash));
     }
 
     /// `id` holds `key` once less.
@@ -67,9 +72,8 @@ impl HolderIndex {
             return;
         }
         let hash = name_hash(key);
-        if let Ok(entry) = self
-            .few
-            .find_entry(table_hash(hash), |e| e.hash == hash && e.id == id)
+        if let Ok(entry) = self.few[id.stream as usize]
+            .find_entry(table_hash(hash), |e| e.hash == hash && e.slot == id.slot)
         {
             entry.remove();
         }
@@ -83,9 +87,18 @@ impl HolderIndex {
             ids.extend(pools.as_slice().iter().copied());
         }
         let hash = name_hash(key);
-        for entry in self.few.iter_hash(table_hash(hash)) {
-            if entry.hash == hash && !ids.contains(&entry.id) && holds(entry.id) {
-                ids.push(entry.id);
+        for (table, &stream) in self.few.iter().zip(&STREAM_ORDER) {
+            if table.is_empty() {
+                continue;
+            }
+            for entry in table.iter_hash(table_hash(hash)) {
+                let id = RecordId {
+                    stream,
+                    slot: entry.slot,
+                };
+                if entry.hash == hash && !ids.contains(&id) && holds(id) {
+                    ids.push(id);
+                }
             }
         }
         ids

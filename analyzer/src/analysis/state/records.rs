@@ -204,7 +204,7 @@ impl<'de> Deserialize<'de> for Records {
 pub struct Objects([Records; STREAMS]);
 
 /// How many streams there are.
-const STREAMS: usize = Stream::ALL.len();
+pub(super) const STREAMS: usize = Stream::ALL.len();
 
 impl Objects {
     /// The records of `stream`.
@@ -224,7 +224,7 @@ impl Objects {
 }
 
 /// The streams in their index order.
-const STREAM_ORDER: [Stream; STREAMS] = Stream::ALL;
+pub(super) const STREAM_ORDER: [Stream; STREAMS] = Stream::ALL;
 
 impl Serialize for Objects {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
