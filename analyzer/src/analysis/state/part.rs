@@ -213,7 +213,7 @@ impl IpPart {
     /// (the object's version before).
     pub fn new(ip: IpInfo, reserved: bool, like: Option<&IpPart>) -> Self {
         IpPart {
-            pod: smol_str::format_smolstr!("{}/{}", ip.pod_namespace, ip.pod_name),
+            pod: joined(&ip.pod_namespace, &ip.pod_name),
             ip_address: SmolStr::new(&ip.ip_address),
             common: IpCommon::shared(&ip, reserved, like),
             attachments: (!ip.attach_subnets.is_empty() || !ip.attach_ips.is_empty()).then(|| {
@@ -251,6 +251,15 @@ impl IpPart {
     pub fn pod(&self) -> Option<&str> {
         (!self.pod_name().is_empty()).then_some(self.pod.as_str())
     }
+}
+
+/// `namespace/name`, without the formatting machinery (once per IP version).
+fn joined(namespace: &str, name: &str) -> SmolStr {
+    let mut pod = smol_str::SmolStrBuilder::new();
+    pod.push_str(namespace);
+    pod.push('/');
+    pod.push_str(name);
+    pod.finish()
 }
 
 impl From<IpInfo> for IpPart {
