@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use smol_str::SmolStr;
 
 use super::holdings;
-use super::indexes::{Holders, RecordId};
+use super::indexes::RecordId;
 use super::records::{name_hash, table_hash, Slot, STREAMS, STREAM_ORDER};
 
 /// A holder of a few strings: its slot in its kind's records and 32 bits of the string's
@@ -34,8 +34,8 @@ struct Entry {
 pub(super) struct HolderIndex {
     /// Holders of a few strings, by kind, confirmed against their holdings when read.
     few: [HashTable<Entry>; STREAMS],
-    /// Pools, by the string itself.
-    pools: HashMap<SmolStr, Holders>,
+    /// Pools, by the string itself (few records, each holding many).
+    pools: HashMap<SmolStr, HolderIds>,
 }
 
 /// The holders of one string: nearly always one.
@@ -46,9 +46,11 @@ impl HolderIndex {
     pub fn add(&mut self, key: &str, id: RecordId) {
         if holdings::is_pool(id.stream) {
             match self.pools.get_mut(key) {
-                Some(holders) => holders.insert(id),
+                Some(holders) if holders.contains(&id) => {}
+                Some(holders) => holders.push(id),
                 None => {
-                    self.pools.insert(SmolStr::new(key), Holders::One(id));
+                    self.pools
+                        .insert(SmolStr::new(key), HolderIds::from_elem(id, 1));
                 }
             }
             return;
@@ -65,7 +67,8 @@ impl HolderIndex {
     pub fn remove(&mut self, key: &str, id: RecordId) {
         if holdings::is_pool(id.stream) {
             if let Some(holders) = self.pools.get_mut(key) {
-                if !holders.remove(id) {
+                holders.retain(|held| *held != id);
+                if holders.is_empty() {
                     self.pools.remove(key);
                 }
             }
@@ -84,7 +87,7 @@ impl HolderIndex {
     pub fn holders(&self, key: &str, holds: impl Fn(RecordId) -> bool) -> HolderIds {
         let mut ids = HolderIds::new();
         if let Some(pools) = self.pools.get(key) {
-            ids.extend(pools.as_slice().iter().copied());
+            ids.extend(pools.iter().copied());
         }
         let hash = name_hash(key);
         for (table, &stream) in self.few.iter().zip(&STREAM_ORDER) {

@@ -24,66 +24,6 @@ pub(super) struct RecordId {
     pub slot: Slot,
 }
 
-/// The records behind one index entry: nearly always one (an address has one holder, an
-/// owner one record per kind), which lives inline; 16 bytes either way.
-#[derive(Debug, Clone)]
-pub(super) enum Holders {
-    /// The one holder.
-    One(RecordId),
-    /// Two or more.
-    Many(Box<[RecordId]>),
-}
-
-impl Holders {
-    /// The holders, in the order they came.
-    pub fn as_slice(&self) -> &[RecordId] {
-        match self {
-            Holders::One(id) => std::slice::from_ref(id),
-            Holders::Many(ids) => ids,
-        }
-    }
-
-    /// Adds `id` if it is not there yet.
-    pub fn insert(&mut self, id: RecordId) {
-        if self.as_slice().contains(&id) {
-            return;
-        }
-        let mut ids = self.as_slice().to_vec();
-        ids.push(id);
-        *self = Holders::Many(ids.into_boxed_slice());
-    }
-
-    /// Takes `id` out; `false` when none is left.
-    pub fn remove(&mut self, id: RecordId) -> bool {
-        let left: Vec<RecordId> = self
-            .as_slice()
-            .iter()
-            .copied()
-            .filter(|k| *k != id)
-            .collect();
-        match left.as_slice() {
-            [] => false,
-            [one] => {
-                *self = Holders::One(*one);
-                true
-            }
-            _ => {
-                *self = Holders::Many(left.into_boxed_slice());
-                true
-            }
-        }
-    }
-}
-
-impl<'a> IntoIterator for &'a Holders {
-    type Item = &'a RecordId;
-    type IntoIter = std::slice::Iter<'a, RecordId>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.as_slice().iter()
-    }
-}
-
 /// A holding that a record no longer holds, with the owner uid it belonged to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Released {

@@ -190,14 +190,7 @@ impl From<ReadRecord> for ObjectRecord {
             finalizers: saved.finalizers,
             first_rv: saved.first_rv,
             first_ms: saved.first_ms,
-            // A timestamp is never saved without its request; were one, its own version
-            // stands for the request.
-            deletion: Deletion::of(
-                saved
-                    .deletion_requested
-                    .or_else(|| saved.deletion_ms.get().map(|_| saved.last.clone())),
-                saved.deletion_ms,
-            ),
+            deletion: Deletion::of(saved.deletion_requested, saved.deletion_ms, &saved.last),
             last: saved.last,
             part: Part::new(saved.part, saved.reserved, None),
         }
@@ -222,9 +215,15 @@ impl Serialize for ObjectRecord {
 }
 
 impl Deletion {
-    /// The deletion of a record: requested by `requested`, `timestamp_ms` now (none when
-    /// nothing requested it; a timestamp is never without its request).
-    fn of(requested: Option<EventRef>, timestamp_ms: Millis) -> Option<Box<Deletion>> {
+    /// The deletion of a record whose current version `last` shows `timestamp_ms`: first
+    /// requested by `requested`, or by `last` itself when that is the first to show a
+    /// timestamp. `None` while neither requested it.
+    fn of(
+        requested: Option<EventRef>,
+        timestamp_ms: Millis,
+        last: &EventRef,
+    ) -> Option<Box<Deletion>> {
+        let requested = requested.or_else(|| timestamp_ms.get().map(|_| last.clone()));
         requested.map(|requested| {
             Box::new(Deletion {
                 requested,
@@ -502,10 +501,15 @@ impl ClusterState {
 
     /// IPAM records holding addresses for `owner` (`namespace/name`), sorted.
     pub fn held_for(&self, owner: &str) -> Vec<RecordKey> {
-        let held = self.indexes.by_owner.holders(owner, |id| {
-            self.holdings_by_id(id).iter().any(|h| h.owner == owner)
-        });
-        self.sorted_keys(held.iter())
+        self.sorted_keys(self.owner_holders(owner, |_| true).iter())
+    }
+
+    /// The records of the kinds `of` takes holding addresses for `owner`, in no order
+    /// (pools whatever their kind: they are not confirmed one by one).
+    fn owner_holders(&self, owner: &str, of: impl Fn(Stream) -> bool) -> HolderIds {
+        self.indexes.by_owner.holders(owner, |id| {
+            of(id.stream) && self.holdings_by_id(id).iter().any(|h| h.owner == owner)
+        })
     }
 
     /// Records and pods holding `address`, sorted.
@@ -860,12 +864,7 @@ impl ClusterState {
     /// allocation back, which whereabouts' own reconciler checks the same way).
     fn bind_holdings_to_pod(&mut self, pod_name: &str) {
         let records: Vec<RecordKey> = self
-            .indexes
-            .by_owner
-            .holders(pod_name, |id| {
-                binds_owner_uid(id.stream)
-                    && self.holdings_by_id(id).iter().any(|h| h.owner == pod_name)
-            })
+            .owner_holders(pod_name, binds_owner_uid)
             .into_iter()
             .filter(|id| binds_owner_uid(id.stream))
             .filter_map(|id| self.key_of(id))
@@ -937,10 +936,9 @@ fn record_of(
         first_rv: previous.map_or(last.rv, |p| p.first_rv),
         first_ms: previous.map_or(last.time_ms, |p| p.first_ms),
         deletion: Deletion::of(
-            previous
-                .and_then(|p| p.deletion_requested.clone())
-                .or_else(|| meta.deletion_timestamp_ms.map(|_| last.clone())),
+            previous.and_then(|p| p.deletion_requested.clone()),
             Millis::from(meta.deletion_timestamp_ms),
+            &last,
         ),
         part,
         last,

@@ -62,7 +62,7 @@ struct IpCommon {
     reserved: bool,
 }
 
-/// Distinct (subnet, namespace, pod type) kept to share (see [`SharedTable`]).
+/// Distinct (subnet, namespace, pod type, reservation) kept to share (see [`SharedTable`]).
 const SHARED_IP_COMMONS: usize = 65_536;
 static IP_COMMONS: SharedTable<IpCommon> = SharedTable::new(SHARED_IP_COMMONS);
 
@@ -121,6 +121,13 @@ struct PodFields {
     network_status: Box<[NetworkStatus]>,
 }
 
+impl PodFields {
+    /// The shared table's hash of a pod without networks.
+    fn hash(phase: &str, disruption_target: bool) -> u64 {
+        FxBuildHasher.hash_one((phase, disruption_target))
+    }
+}
+
 /// Distinct (phase, disruption) of pods without networks kept to share.
 const SHARED_POD_FIELDS: usize = 1_024;
 static POD_FIELDS: SharedTable<PodFields> = SharedTable::new(SHARED_POD_FIELDS);
@@ -140,9 +147,7 @@ impl PodPart {
     pub fn network_status(&self) -> &[NetworkStatus] {
         &self.0.network_status
     }
-}
 
-impl PodPart {
     /// The part of `pod`, sharing its fields with `like` (the object's version before) or
     /// the table when it shows no networks.
     pub fn new(pod: PodInfo, like: Option<&PodPart>) -> Self {
@@ -162,16 +167,15 @@ impl PodPart {
         if let Some(like) = like.filter(|l| alike(&l.0)) {
             return PodPart(Arc::clone(&like.0));
         }
-        let hash = FxBuildHasher.hash_one((pod.phase.as_str(), pod.disruption_target));
         PodPart(POD_FIELDS.get_or_make(
-            hash,
+            PodFields::hash(&pod.phase, pod.disruption_target),
             alike,
             || PodFields {
                 phase: SmolStr::new(&pod.phase),
                 disruption_target: pod.disruption_target,
                 network_status: Box::default(),
             },
-            |f| FxBuildHasher.hash_one((f.phase.as_str(), f.disruption_target)),
+            |f| PodFields::hash(&f.phase, f.disruption_target),
         ))
     }
 }
