@@ -283,12 +283,40 @@ pub fn read_watch_event_of(
 #[inline(always)]
 fn read<const V: u8>(fields: &Fields, input: &mut &[u8]) -> Result<WatchEvent, WireError> {
     let mut cursor = Cursor::<V> {
+        whole: input,
         rest: input,
         total: input.len(),
         fields: *fields,
+        together: true,
+        unchecked: None,
     };
     // The result is returned as it is: a WatchEvent is some 500 bytes, not to be copied
     // out of one `Result` into another.
+    let event = cursor.watch_event_checked();
+    if event.is_ok() {
+        *input = cursor.rest;
+        return event;
+    }
+    // Checked together, a bad skipped string is found late and without its place, and an
+    // error met before it would be reported instead: read again, checking one by one, for
+    // the error the bytes give in order.
+    read_checking_each::<V>(fields, input)
+}
+
+#[cold]
+#[inline(never)]
+fn read_checking_each<const V: u8>(
+    fields: &Fields,
+    input: &mut &[u8],
+) -> Result<WatchEvent, WireError> {
+    let mut cursor = Cursor::<V> {
+        whole: input,
+        rest: input,
+        total: input.len(),
+        fields: *fields,
+        together: false,
+        unchecked: None,
+    };
     let event = cursor.watch_event();
     if event.is_ok() {
         *input = cursor.rest;
@@ -348,10 +376,23 @@ struct Block {
 /// The bytes not read yet, the datum's length to turn them into offsets, and the fields
 /// wanted; `V` is the writer's schema version.
 struct Cursor<'a, const V: u8> {
+    /// The whole datum (and what follows it).
+    whole: &'a [u8],
     rest: &'a [u8],
     total: usize,
     fields: Fields,
+    /// Whether skipped strings are checked together ([`Cursor::skip_str`]) rather than one
+    /// by one.
+    together: bool,
+    /// The span (offsets) of skipped strings not checked yet: from the first one's start to
+    /// the last one's end, with only ASCII bytes between them.
+    unchecked: Option<(usize, usize)>,
 }
+
+/// A skipped string that is not UTF-8, found when skipped strings are checked together.
+/// Never returned: on any error the datum is read again, one string at a time, which
+/// finds the error and its place.
+const UNCHECKED_SPAN: WireError = WireError::TrailingBytes { extra: usize::MAX };
 
 type Result<T, E = WireError> = std::result::Result<T, E>;
 
@@ -454,6 +495,63 @@ impl<'a, const V: u8> Cursor<'a, V> {
             offset,
             source,
         })
+    }
+
+    /// A string read and dropped. Its UTF-8 check is put off and made on a span of them
+    /// at once (the call per string costs more than the check of a short one): the span
+    /// of skipped strings grows while only ASCII bytes (lengths, counts, flags, strings
+    /// read) lie between them, so that the span is UTF-8 exactly when each of them is (an
+    /// ASCII byte is never part of a longer character).
+    #[inline(always)]
+    fn skip_str(&mut self, field: &'static str) -> Result<()> {
+        if !self.together {
+            return self.str(field).map(drop);
+        }
+        let (start, _) = self.raw_str(field)?;
+        self.put_off_check(start)
+    }
+
+    /// A string's bytes, unchecked, and the offset they start at.
+    #[inline(always)]
+    fn raw_str(&mut self, field: &'static str) -> Result<(usize, &'a [u8])> {
+        let length = self.length(field)?;
+        let start = self.offset();
+        Ok((start, self.bytes(field, length)?))
+    }
+
+    /// Puts off the check of the string just read, which starts at `start`.
+    #[inline(always)]
+    fn put_off_check(&mut self, start: usize) -> Result<()> {
+        let end = self.offset();
+        match self.unchecked {
+            Some((first, last)) if self.whole[last..start].is_ascii() => {
+                self.unchecked = Some((first, end));
+            }
+            _ => {
+                self.check_unchecked()?;
+                self.unchecked = Some((start, end));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the span of skipped strings not checked yet.
+    #[inline]
+    fn check_unchecked(&mut self) -> Result<()> {
+        if let Some((first, last)) = self.unchecked.take() {
+            if std::str::from_utf8(&self.whole[first..last]).is_err() {
+                return Err(UNCHECKED_SPAN);
+            }
+        }
+        Ok(())
+    }
+
+    /// The event, with every skipped string checked.
+    #[inline(always)]
+    fn watch_event_checked(&mut self) -> Result<WatchEvent> {
+        let event = self.watch_event()?;
+        self.check_unchecked()?;
+        Ok(event)
     }
 
     #[inline(always)]
@@ -652,7 +750,7 @@ impl<'a, const V: u8> Cursor<'a, V> {
     #[inline]
     fn skip_optional_string(&mut self, field: &'static str) -> Result<()> {
         if self.present(field)? {
-            self.str(field)?;
+            self.skip_str(field)?;
         }
         Ok(())
     }
@@ -692,10 +790,26 @@ impl<'a, const V: u8> Cursor<'a, V> {
         }
         while let Some(block) = self.block(field, 2)? {
             for _ in 0..block.count {
-                let key = self.str(field)?;
-                let value = self.str(field)?;
-                if keys.contains(&key) {
+                if !self.together {
+                    let key = self.str(field)?;
+                    let value = self.str(field)?;
+                    if keys.contains(&key) {
+                        map.insert(key.to_owned(), value.to_owned());
+                    }
+                    continue;
+                }
+                let (key_start, key) = self.raw_str(field)?;
+                if keys.iter().any(|wanted| wanted.as_bytes() == key) {
+                    let key = std::str::from_utf8(key).map_err(|source| WireError::Utf8 {
+                        field,
+                        offset: key_start,
+                        source,
+                    })?;
+                    let value = self.str(field)?;
                     map.insert(key.to_owned(), value.to_owned());
+                } else {
+                    self.put_off_check(key_start)?;
+                    self.skip_str(field)?;
                 }
             }
             self.end_block(field, block)?;
@@ -859,7 +973,7 @@ impl<'a, const V: u8> Cursor<'a, V> {
     fn owner_reference_skipped(&mut self) -> Result<()> {
         const F: &str = "metadata.owner_references";
         for _ in 0..4 {
-            self.str(F)?;
+            self.skip_str(F)?;
         }
         self.optional(F, |c| c.boolean(F))?;
         Ok(())
@@ -899,7 +1013,7 @@ impl<'a, const V: u8> Cursor<'a, V> {
         if self.fields.part_details {
             self.string(field)
         } else {
-            self.str(field).map(|_| String::new())
+            self.skip_str(field).map(|()| String::new())
         }
     }
 
@@ -924,7 +1038,7 @@ impl<'a, const V: u8> Cursor<'a, V> {
             pod_ips: if self.fields.part_details {
                 self.strings("pod.pod_ips")?
             } else {
-                self.skip_array("pod.pod_ips", 1, |c| c.str("pod.pod_ips").map(drop))?;
+                self.skip_array("pod.pod_ips", 1, |c| c.skip_str("pod.pod_ips"))?;
                 Vec::new()
             },
             // Five strings and a boolean.
@@ -947,10 +1061,10 @@ impl<'a, const V: u8> Cursor<'a, V> {
     /// A pod allocation read and dropped: its strings checked, not copied.
     fn pod_allocation_skipped(&mut self) -> Result<()> {
         const F: &str = "pod.allocations";
-        self.str(F)?;
+        self.skip_str(F)?;
         self.boolean(F)?;
         for _ in 0..4 {
-            self.str(F)?;
+            self.skip_str(F)?;
         }
         Ok(())
     }

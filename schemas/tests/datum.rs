@@ -1351,3 +1351,44 @@ fn older_versions_have_fewer_enum_symbols_than_todays() {
         apache_decode_as(WireVersion::V2, &v2).unwrap()
     );
 }
+
+/// Skipped strings are checked for UTF-8 together (see `Cursor::skip_str`): the error is
+/// still the one reading each string gives, at its place, even where the bytes after a
+/// bad string would make the span look well-formed.
+#[test]
+fn a_skipped_string_that_is_not_utf8_is_reported_where_it_is_as_when_read() {
+    let mut event = EventBuilder::pod("ns", "p").added();
+    let meta = event.metadata.as_mut().unwrap();
+    // "ab", then a 70-byte key: its two-byte length starts with 0x8C, a continuation byte.
+    meta.annotations.insert("a".into(), "ab".into());
+    meta.annotations.insert("b".repeat(70), "v".into());
+    let good = encode_datum(&event, None);
+    let at = good.windows(3).position(|w| w == [4, b'a', b'b']).unwrap() + 1;
+    let mut bad = good.clone();
+    bad[at + 1] = 0xC3; // "a", then a lead byte whose continuation never comes
+    assert_eq!(bad[at + 2], 0x8C);
+    let expected = |bytes: &[u8]| decode_watch_event_of(WireVersion::V4, &Fields::ALL, bytes);
+    for fields in [Fields::ANALYSIS, Fields::ALL] {
+        assert!(decode_watch_event_of(WireVersion::V4, &fields, &good).is_ok());
+        let error = decode_watch_event_of(WireVersion::V4, &fields, &bad).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                WireError::Utf8 {
+                    field: "metadata.annotations",
+                    offset,
+                    ..
+                } if offset == at
+            ),
+            "{error}"
+        );
+        assert_eq!(Err(error), expected(&bad));
+        // A bad skipped string before a cut: the bad string is what is reported, first in
+        // the bytes.
+        let cut = &bad[..bad.len() - 3];
+        assert!(matches!(
+            decode_watch_event_of(WireVersion::V4, &fields, cut),
+            Err(WireError::Utf8 { offset, .. }) if offset == at
+        ));
+    }
+}

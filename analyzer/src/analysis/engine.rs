@@ -296,8 +296,10 @@ impl Analyzer {
         self.history_now_ms
     }
 
-    /// Takes one event; appends what it caused.
-    pub fn step(&mut self, event: WatchEvent, out: &mut Vec<Output>) {
+    /// Takes one event; appends what it caused. A boxed event goes through the reorder
+    /// buffer to the state as a pointer (an event is some 400 bytes, moved at each stage).
+    pub fn step(&mut self, event: impl Into<Box<WatchEvent>>, out: &mut Vec<Output>) {
+        let event: Box<WatchEvent> = event.into();
         self.stats.events_in += 1;
         if event.stream == Stream::Unknown {
             self.stats.unknown_kinds += 1;
@@ -430,7 +432,7 @@ impl Analyzer {
         self.run_timers(out);
     }
 
-    fn apply(&mut self, event: WatchEvent, out: &mut Vec<Output>) {
+    fn apply(&mut self, event: Box<WatchEvent>, out: &mut Vec<Output>) {
         let located = self.state.locate(&event);
         let event_ref = located.at.clone();
         self.last_rv = event_ref.resource_version();

@@ -64,13 +64,9 @@ pub struct EpochChange {
 
 /// What the buffer hands on, in order.
 #[derive(Debug, Clone, PartialEq)]
-#[allow(
-    clippy::large_enum_variant,
-    reason = "events are the common case; boxing would allocate per event"
-)]
 pub enum Released {
     /// The next event in resourceVersion order.
-    Event(WatchEvent),
+    Event(Box<WatchEvent>),
     /// A new epoch starts here.
     NewEpoch(EpochChange),
 }
@@ -79,7 +75,6 @@ pub enum Released {
 struct Pending {
     rv: i64,
     seq: u64,
-    // Boxed: the heap moves entries as it sifts, and an event is large.
     event: Box<WatchEvent>,
 }
 
@@ -137,7 +132,7 @@ struct PendingRef<'a> {
 /// a heap. The lowest of the two fronts is next.
 #[derive(Debug, Default)]
 struct Held {
-    in_order: VecDeque<(i64, u64, WatchEvent)>,
+    in_order: VecDeque<(i64, u64, Box<WatchEvent>)>,
     out_of_order: BinaryHeap<Reverse<Pending>>,
 }
 
@@ -164,25 +159,21 @@ impl Held {
         self.peek().map(|(rv, _, _)| rv)
     }
 
-    fn push(&mut self, rv: i64, seq: u64, event: WatchEvent) {
+    fn push(&mut self, rv: i64, seq: u64, event: Box<WatchEvent>) {
         if self.in_order.back().is_none_or(|(last, _, _)| rv >= *last) {
             self.in_order.push_back((rv, seq, event));
         } else {
-            self.out_of_order.push(Reverse(Pending {
-                rv,
-                seq,
-                event: Box::new(event),
-            }));
+            self.out_of_order.push(Reverse(Pending { rv, seq, event }));
         }
     }
 
     /// The next event if its version is at most `bound`.
-    fn pop_up_to(&mut self, bound: i64) -> Option<(i64, WatchEvent)> {
+    fn pop_up_to(&mut self, bound: i64) -> Option<(i64, Box<WatchEvent>)> {
         let (rv, _, queued) = self.peek().filter(|(rv, _, _)| *rv <= bound)?;
         if queued {
             self.in_order.pop_front().map(|(_, _, event)| (rv, event))
         } else {
-            self.out_of_order.pop().map(|p| (rv, *p.0.event))
+            self.out_of_order.pop().map(|p| (rv, p.0.event))
         }
     }
 }
@@ -210,7 +201,7 @@ impl<'de> Deserialize<'de> for Held {
         listed.sort();
         let mut held = Held::default();
         for p in listed {
-            held.push(p.rv, p.seq, *p.event);
+            held.push(p.rv, p.seq, p.event);
         }
         Ok(held)
     }
@@ -323,7 +314,8 @@ impl ReorderBuffer {
     }
 
     /// Takes one event; returns what can be released now, in order.
-    pub fn push(&mut self, event: WatchEvent, out: &mut Vec<Released>) {
+    pub fn push(&mut self, event: impl Into<Box<WatchEvent>>, out: &mut Vec<Released>) {
+        let event: Box<WatchEvent> = event.into();
         if let Some(t) = event.event_time_ms() {
             self.now_ms = Some(self.now_ms.map_or(t, |now| now.max(t)));
         }
@@ -825,7 +817,7 @@ mod tests {
     fn held_events_in_and_out_of_order_leave_lowest_first_and_survive_a_checkpoint() {
         let mut held = Held::default();
         for (seq, rv) in [5, 9, 7, 12, 6, 12, 3].into_iter().enumerate() {
-            held.push(rv, seq as u64, ip(rv));
+            held.push(rv, seq as u64, Box::new(ip(rv)));
         }
         assert_eq!(held.in_order.len(), 4, "5, 9, 12, 12 came in order");
         let json = serde_json::to_value(&held).unwrap();

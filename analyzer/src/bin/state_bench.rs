@@ -60,7 +60,7 @@ fn open(file: &Path) -> anyhow::Result<Source> {
 
 fn events(source: &mut Source) -> impl Iterator<Item = WatchEvent> + '_ {
     source.filter_map(|item| match item {
-        SourceItem::Event(event) => Some(event),
+        SourceItem::Event(event) => Some(*event),
         SourceItem::Problem(_) | SourceItem::Unlisted(_) => None,
     })
 }

@@ -106,7 +106,7 @@ pub fn replay(paths: &[PathBuf], options: &ReplayOptions) -> Result<ReplayOutcom
     let counters: Vec<_> = sources.iter().map(Source::progress).collect();
     let mut analyzer = Analyzer::new(options.analyzer.clone());
     let mut outcome = ReplayOutcome::default();
-    let mut heads: Vec<Option<WatchEvent>> = vec![None; sources.len()];
+    let mut heads: Vec<Option<Box<WatchEvent>>> = vec![None; sources.len()];
     for (head, source) in heads.iter_mut().zip(sources.iter_mut()) {
         *head = next_event(source, &mut outcome);
     }
@@ -162,7 +162,7 @@ pub fn replay(paths: &[PathBuf], options: &ReplayOptions) -> Result<ReplayOutcom
     Ok(outcome)
 }
 
-fn next_event(source: &mut Source, outcome: &mut ReplayOutcome) -> Option<WatchEvent> {
+fn next_event(source: &mut Source, outcome: &mut ReplayOutcome) -> Option<Box<WatchEvent>> {
     for item in source.by_ref() {
         match item {
             SourceItem::Event(event) => return Some(event),
@@ -188,7 +188,7 @@ fn next_event(source: &mut Source, outcome: &mut ReplayOutcome) -> Option<WatchE
 }
 
 /// The source whose next event has the lowest resourceVersion.
-fn earliest(heads: &[Option<WatchEvent>]) -> Option<usize> {
+fn earliest(heads: &[Option<Box<WatchEvent>>]) -> Option<usize> {
     heads
         .iter()
         .enumerate()
@@ -202,7 +202,7 @@ fn earliest(heads: &[Option<WatchEvent>]) -> Option<usize> {
 
 /// The lowest version still to come from inputs in version order; `None` when an input's
 /// next event has no version (nothing is known then) or every input is done.
-fn lowest_next(heads: &[Option<WatchEvent>]) -> Option<i64> {
+fn lowest_next(heads: &[Option<Box<WatchEvent>>]) -> Option<i64> {
     heads
         .iter()
         .flatten()

@@ -604,7 +604,7 @@ impl ClusterState {
     /// Applies one event, in resourceVersion order.
     pub fn apply(&mut self, event: WatchEvent) -> Applied {
         let located = self.locate(&event);
-        self.apply_located(event, located)
+        self.apply_located(Box::new(event), located)
     }
 
     /// Points at `event` like [`EventRef::of`] and finds the record held under its name:
@@ -646,7 +646,7 @@ impl ClusterState {
 
     /// [`ClusterState::apply`], with the event already located (the engine keeps its
     /// [`EventRef`] for the rules; the record shares its name).
-    pub fn apply_located(&mut self, event: WatchEvent, located: Located) -> Applied {
+    pub fn apply_located(&mut self, event: Box<WatchEvent>, located: Located) -> Applied {
         let Located { at, slot } = located;
         if event.event_type == EventType::SyncEnd {
             self.listed
@@ -910,7 +910,7 @@ struct Previous {
 /// `like`: the part of the record held under its name, whose shared fields the new part
 /// takes when they are alike.
 fn record_of(
-    mut event: WatchEvent,
+    mut event: Box<WatchEvent>,
     last: EventRef,
     previous: Option<&Previous>,
     like: Option<&Part>,

@@ -270,7 +270,7 @@ impl Iterator for AuditLogSource {
             }
         }
         if let Some(event) = self.events.pop_front() {
-            return Some(SourceItem::Event(event));
+            return Some(SourceItem::Event(Box::new(event)));
         }
         self.logs.iter_mut().find_map(ProblemLog::finish)
     }

@@ -79,7 +79,7 @@ impl Iterator for AvroFileSource {
                     let index = self.index;
                     self.index += 1;
                     let Some(message) = unversioned_problem(&event) else {
-                        return Some(SourceItem::Event(event));
+                        return Some(SourceItem::Event(Box::new(event)));
                     };
                     self.log.push(Problem {
                         path: self.path.clone(),
@@ -165,7 +165,7 @@ mod tests {
         let read: Vec<WatchEvent> = AvroFileSource::open(&path)
             .expect("open")
             .filter_map(|item| match item {
-                SourceItem::Event(event) => Some(event),
+                SourceItem::Event(event) => Some(*event),
                 _ => None,
             })
             .collect();

@@ -1066,7 +1066,7 @@ impl Iterator for KubectlJsonSource {
             };
             bump(&self.progress, end);
             self.advance(index);
-            return Some(SourceItem::Event(event));
+            return Some(SourceItem::Event(Box::new(event)));
         }
     }
 }
