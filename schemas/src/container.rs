@@ -360,24 +360,35 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
     }
 }
 
-impl<T: Record, R: Read> Iterator for ContainerReader<T, R> {
-    type Item = Result<T, ContainerError>;
+impl<T: Record, R: Read> ContainerReader<T, R> {
+    /// The next record, boxed: [`Record::read_version_boxed`] moves it once, into the box
+    /// (replay hands events on boxed; a WatchEvent is some 400 bytes).
+    pub fn next_boxed(&mut self) -> Option<Result<Box<T>, ContainerError>> {
+        self.read_next(T::read_version_boxed, Box::new)
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
+    /// The next record, read by `read` from a block of a known version, or resolved from
+    /// apache-avro's `Value` and wrapped by `wrap`.
+    #[inline(always)]
+    fn read_next<U>(
+        &mut self,
+        read: impl FnOnce(usize, &mut &[u8], &Fields) -> Result<U, DatumError>,
+        wrap: impl FnOnce(T) -> U,
+    ) -> Option<Result<U, ContainerError>> {
         if self.failed {
             return None;
         }
         let next = match &mut self.records {
             Records::Known(blocks, _) => {
                 // The record is decoded straight into the returned value: a WatchEvent is
-                // some 500 bytes, and every wrapper in between would copy it.
+                // some 400 bytes, and every wrapper in between would copy it.
                 let mut body = match blocks.next_datum() {
                     Ok(Some(body)) => body,
                     Ok(None) => return None,
                     Err(source) => return Some(Err(self.corrupt(source))),
                 };
                 let before = body.len();
-                match T::read_version(self.version_index, &mut body, &self.fields) {
+                match read(self.version_index, &mut body, &self.fields) {
                     Ok(record) => {
                         let consumed = before - body.len();
                         blocks.consumed(consumed);
@@ -395,10 +406,18 @@ impl<T: Record, R: Read> Iterator for ContainerReader<T, R> {
         match next {
             Ok(record) => {
                 self.index += 1;
-                Some(Ok(record))
+                Some(Ok(wrap(record)))
             }
             Err(source) => Some(Err(self.corrupt(source.into()))),
         }
+    }
+}
+
+impl<T: Record, R: Read> Iterator for ContainerReader<T, R> {
+    type Item = Result<T, ContainerError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.read_next(T::read_version, |record| record)
     }
 }
 

@@ -280,6 +280,22 @@ pub fn read_watch_event_of(
     }
 }
 
+/// [`read_watch_event_of`] into a box: the event is moved once, into the box, instead of
+/// through every wrapper of its caller (replay hands events on boxed).
+#[inline]
+pub fn read_watch_event_boxed_of(
+    version: WireVersion,
+    fields: &Fields,
+    input: &mut &[u8],
+) -> Result<Box<WatchEvent>, WireError> {
+    match version {
+        WireVersion::V4 => read::<4>(fields, input).map(Box::new),
+        WireVersion::V3 => read::<3>(fields, input).map(Box::new),
+        WireVersion::V2 => read::<2>(fields, input).map(Box::new),
+        WireVersion::V1 => read::<1>(fields, input).map(Box::new),
+    }
+}
+
 #[inline(always)]
 fn read<const V: u8>(fields: &Fields, input: &mut &[u8]) -> Result<WatchEvent, WireError> {
     let mut cursor = Cursor::<V> {
@@ -292,7 +308,7 @@ fn read<const V: u8>(fields: &Fields, input: &mut &[u8]) -> Result<WatchEvent, W
     };
     // The result is returned as it is: a WatchEvent is some 500 bytes, not to be copied
     // out of one `Result` into another.
-    let event = cursor.watch_event_checked();
+    let event = cursor.watch_event();
     if event.is_ok() {
         *input = cursor.rest;
         return event;
@@ -544,14 +560,6 @@ impl<'a, const V: u8> Cursor<'a, V> {
             }
         }
         Ok(())
-    }
-
-    /// The event, with every skipped string checked.
-    #[inline(always)]
-    fn watch_event_checked(&mut self) -> Result<WatchEvent> {
-        let event = self.watch_event()?;
-        self.check_unchecked()?;
-        Ok(event)
     }
 
     #[inline(always)]
@@ -896,6 +904,7 @@ impl<'a, const V: u8> Cursor<'a, V> {
                 KindPart::SpiderEndpoint,
             )?;
         }
+        self.check_unchecked()?;
         Ok(WatchEvent {
             cluster_id,
             collector_id,

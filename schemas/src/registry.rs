@@ -212,6 +212,16 @@ pub trait Record: Serialize + DeserializeOwned + 'static {
             set.read_datum_resolving(index, body)
         }
     }
+
+    /// [`Record::read_version`] into a box. Records with a specialised decoder move the
+    /// record once, into the box, rather than through every wrapper on the way.
+    fn read_version_boxed(
+        index: usize,
+        body: &mut &[u8],
+        fields: &Fields,
+    ) -> Result<Box<Self>, DatumError> {
+        Self::read_version(index, body, fields).map(Box::new)
+    }
 }
 
 macro_rules! record {
@@ -254,17 +264,48 @@ record!(
     // know goes to apache-avro.
     #[inline]
     fn read_version(index: usize, body: &mut &[u8], fields: &Fields) -> Result<Self, DatumError> {
-        let set = Self::schemas();
-        let known = WireVersion::ALL
-            .get(index)
-            .filter(|v| v.fingerprint() == set.versions()[index].fingerprint);
-        match known {
-            Some(&version) => Ok(crate::datum::read_watch_event_of(version, fields, body)?),
-            None if set.is_current(index) => set.read_current_serde(body),
-            None => set.read_datum_resolving(index, body),
+        match known_wire_version(index) {
+            Some(version) => Ok(crate::datum::read_watch_event_of(version, fields, body)?),
+            None => read_watch_event_elsewhere(index, body),
+        }
+    },
+    #[inline]
+    fn read_version_boxed(
+        index: usize,
+        body: &mut &[u8],
+        fields: &Fields,
+    ) -> Result<Box<Self>, DatumError> {
+        match known_wire_version(index) {
+            Some(version) => Ok(crate::datum::read_watch_event_boxed_of(
+                version, fields, body,
+            )?),
+            None => read_watch_event_elsewhere(index, body).map(Box::new),
         }
     }
 );
+
+/// The specialised decoder's version for WatchEvent schema version `index`, if it was
+/// written for it (versions are kept in order, so version `index` has the decoder's
+/// fingerprint `index`).
+#[inline]
+fn known_wire_version(index: usize) -> Option<WireVersion> {
+    let set = WatchEvent::schemas();
+    WireVersion::ALL
+        .get(index)
+        .filter(|v| v.fingerprint() == set.versions()[index].fingerprint)
+        .copied()
+}
+
+/// A WatchEvent version the specialised decoder does not know: apache-avro reads it.
+#[cold]
+fn read_watch_event_elsewhere(index: usize, body: &mut &[u8]) -> Result<WatchEvent, DatumError> {
+    let set = WatchEvent::schemas();
+    if set.is_current(index) {
+        set.read_current_serde(body)
+    } else {
+        set.read_datum_resolving(index, body)
+    }
+}
 record!(
     Alert,
     "io.ipaudit.Alert",

@@ -71,7 +71,7 @@ impl Iterator for AvroFileSource {
             if let Some(item) = self.log.next_item() {
                 return Some(item);
             }
-            let Some(next) = self.reader.next() else {
+            let Some(next) = self.reader.next_boxed() else {
                 return self.log.finish();
             };
             match next {
@@ -79,7 +79,7 @@ impl Iterator for AvroFileSource {
                     let index = self.index;
                     self.index += 1;
                     let Some(message) = unversioned_problem(&event) else {
-                        return Some(SourceItem::Event(Box::new(event)));
+                        return Some(SourceItem::Event(event));
                     };
                     self.log.push(Problem {
                         path: self.path.clone(),
