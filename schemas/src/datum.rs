@@ -100,8 +100,10 @@ pub struct Fields {
     /// `metadata.labels`: every label, or only those with one of these keys.
     pub labels: Labels,
     /// What a kind's part says that no rule reads: a pod's node, IPs and allocations
-    /// (its addresses come from its network-status and its IP records), an IP's node,
-    /// per-family addresses and MAC address (`ip_address` holds both families).
+    /// (its addresses come from its network-status and its IP records) and, of its
+    /// network-status, the default network (the primary CNI's: its IP records hold those
+    /// addresses) and every network's interface and MAC address; an IP's node, per-family
+    /// addresses and MAC address (`ip_address` holds both families).
     pub part_details: bool,
 }
 
@@ -1058,10 +1060,12 @@ impl<'a, const V: u8> Cursor<'a, V> {
                 Vec::new()
             },
             // Four strings (one of them the ips array's end) and a boolean.
-            network_status: if V >= 4 {
+            network_status: if V < 4 {
+                Vec::new()
+            } else if self.fields.part_details {
                 self.array("pod.network_status", 5, Self::network_status)?
             } else {
-                Vec::new()
+                self.networks_read("pod.network_status")?
             },
             disruption_target: V >= 4 && self.boolean("pod.disruption_target")?,
         })
@@ -1088,6 +1092,44 @@ impl<'a, const V: u8> Cursor<'a, V> {
             logical_switch: self.string(F)?,
             cidr: self.string(F)?,
         })
+    }
+
+    /// The networks of a pod's network-status that rules read: only those other than the
+    /// default (the primary CNI's, whose addresses its own records hold), without their
+    /// interface and MAC address. The others are checked and dropped without a copy.
+    fn networks_read(&mut self, field: &'static str) -> Result<Vec<NetworkStatus>> {
+        const IPS: &str = "pod.network_status.ips";
+        let mut kept = Vec::new();
+        if self.empty_collection() {
+            return Ok(kept);
+        }
+        while let Some(block) = self.block(field, 5)? {
+            for _ in 0..block.count {
+                let name = self.str(field)?;
+                self.skip_str(field)?;
+                let mut ips: smallvec::SmallVec<[&str; 2]> = smallvec::SmallVec::new();
+                if !self.empty_collection() {
+                    while let Some(ips_block) = self.block(IPS, 1)? {
+                        for _ in 0..ips_block.count {
+                            ips.push(self.str(IPS)?);
+                        }
+                        self.end_block(IPS, ips_block)?;
+                    }
+                }
+                self.skip_str(field)?;
+                let default = self.boolean(field)?;
+                if !default {
+                    kept.push(NetworkStatus {
+                        name: name.to_owned(),
+                        ips: ips.iter().map(|ip| (*ip).to_owned()).collect(),
+                        default,
+                        ..NetworkStatus::default()
+                    });
+                }
+            }
+            self.end_block(field, block)?;
+        }
+        Ok(kept)
     }
 
     fn network_status(&mut self) -> Result<NetworkStatus> {

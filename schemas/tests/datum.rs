@@ -1130,6 +1130,11 @@ fn analysis_view(mut event: WatchEvent, keys: &[&str]) -> WatchEvent {
             pod.node_name.clear();
             pod.pod_ips.clear();
             pod.allocations.clear();
+            pod.network_status.retain(|network| !network.default);
+            for network in &mut pod.network_status {
+                network.interface.clear();
+                network.mac.clear();
+            }
         }
         Some(ipaudit_schemas::KindPart::Ip(ip)) => {
             ip.node_name.clear();

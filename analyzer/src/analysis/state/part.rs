@@ -149,10 +149,18 @@ impl PodPart {
     }
 
     /// The part of `pod`, sharing its fields with `like` (the object's version before) or
-    /// the table when it shows no networks.
-    pub fn new(pod: PodInfo, like: Option<&PodPart>) -> Self {
+    /// the table when it shows no networks but the default one. Of its network-status it
+    /// keeps what rules read (as the Avro decoder reads it, `Fields::part_details`): the
+    /// networks other than the default (whose addresses the primary CNI's own records
+    /// hold), without interface and MAC address.
+    pub fn new(mut pod: PodInfo, like: Option<&PodPart>) -> Self {
+        pod.network_status.retain(|network| !network.default);
         if !pod.network_status.is_empty() {
             // Its own networks: nothing to share.
+            for network in &mut pod.network_status {
+                network.interface = String::new();
+                network.mac = String::new();
+            }
             return PodPart(Arc::new(PodFields {
                 phase: SmolStr::new(&pod.phase),
                 disruption_target: pod.disruption_target,
@@ -438,6 +446,21 @@ mod tests {
             "pods without networks share their fields"
         );
         assert!(!Arc::ptr_eq(&plain("Running").0, &plain("Pending").0));
+        let on_the_default_network_only = PodPart::from(PodInfo {
+            phase: "Running".into(),
+            network_status: vec![NetworkStatus {
+                name: "kube-ovn".into(),
+                interface: "eth0".into(),
+                ips: vec!["10.16.0.5".into()],
+                mac: "00:00:00:aa:bb:cc".into(),
+                default: true,
+            }],
+            ..PodInfo::default()
+        });
+        assert!(
+            Arc::ptr_eq(&on_the_default_network_only.0, &plain("Running").0),
+            "the default network is not kept: its addresses are the primary CNI's records'"
+        );
         let json = serde_json::to_value(&part).unwrap();
         assert_eq!(
             json,
