@@ -616,7 +616,7 @@ struct ListPlan {
     /// Where the last listed document ends: this stream's documents before it are listed.
     end: u64,
     /// The last listed event handed on (as its `SYNC_END` marker), the highest version.
-    last: Option<(WatchEvent, u64)>,
+    last: Option<(Box<WatchEvent>, u64)>,
     /// `SYNC_END` was handed on.
     ended: bool,
     /// The file, and one document's bytes, when reading out of file order.
@@ -625,10 +625,10 @@ struct ListPlan {
 }
 
 /// A marker of `event`'s stream at its version.
-fn marker_at(event: &WatchEvent, event_type: EventType) -> WatchEvent {
+fn marker_at(event: &WatchEvent, event_type: EventType) -> Box<WatchEvent> {
     let mut marker = WatchEvent::new(event.stream, event_type, &event.resource_version);
     marker.cluster_id.clone_from(&event.cluster_id);
-    marker
+    Box::new(marker)
 }
 
 /// The first pass: reports broken documents, notes each stream's runs and indexes its
@@ -695,7 +695,7 @@ struct StreamCursor {
     splitter: Option<Splitter<BufReader<std::io::Take<File>>>>,
     path: PathBuf,
     /// Events ready, in order.
-    ready: VecDeque<(WatchEvent, u64)>,
+    ready: VecDeque<(Box<WatchEvent>, u64)>,
     /// The indexed initial list, read without holding it.
     list: Option<ListPlan>,
     /// Still reading the leading run of ADDED events to sort them (no index of the list).
@@ -719,7 +719,10 @@ impl StreamCursor {
     }
 
     /// The next event of this stream, with the file offset after it.
-    fn next(&mut self, log: &mut ProblemLog) -> Result<Option<(WatchEvent, u64)>, SourceError> {
+    fn next(
+        &mut self,
+        log: &mut ProblemLog,
+    ) -> Result<Option<(Box<WatchEvent>, u64)>, SourceError> {
         loop {
             if !self.in_list || self.done {
                 if let Some(ready) = self.ready.pop_front() {
@@ -762,7 +765,7 @@ impl StreamCursor {
     }
 
     /// Hands on a listed event, after `SYNC_START` if it is the first.
-    fn hand_listed(&mut self, (event, end): (WatchEvent, u64)) {
+    fn hand_listed(&mut self, (event, end): (Box<WatchEvent>, u64)) {
         let Some(list) = &mut self.list else {
             return;
         };
@@ -817,7 +820,7 @@ impl StreamCursor {
     fn read_listed(
         &mut self,
         log: &mut ProblemLog,
-    ) -> Result<Option<(WatchEvent, u64)>, SourceError> {
+    ) -> Result<Option<(Box<WatchEvent>, u64)>, SourceError> {
         let Some(list) = &mut self.list else {
             return Ok(None);
         };
@@ -855,7 +858,7 @@ impl StreamCursor {
     fn read(
         &mut self,
         log: &mut ProblemLog,
-    ) -> Result<Option<(WatchEvent, u64, u64)>, SourceError> {
+    ) -> Result<Option<(Box<WatchEvent>, u64, u64)>, SourceError> {
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| SourceError::Io { path, source }
@@ -906,11 +909,11 @@ fn convert(
     doc: &[u8],
     found: &Found,
     log: &mut ProblemLog,
-) -> Option<WatchEvent> {
+) -> Option<Box<WatchEvent>> {
     if kubectl_typed::reads(stream) {
         if let Some(event) = kubectl_typed::convert(stream, doc) {
             if unversioned_problem(&event).is_none() {
-                return Some(event);
+                return Some(Box::new(event));
             }
         }
     }
@@ -951,7 +954,7 @@ fn convert(
             if !converted.problems.is_empty() {
                 log.push(problem(describe(&converted.problems), false));
             }
-            Some(converted.event)
+            Some(Box::new(converted.event))
         }
         Err(message) => {
             log.push(problem(message, true));
@@ -964,7 +967,7 @@ fn convert(
 pub struct KubectlJsonSource {
     log: ProblemLog,
     cursors: Vec<StreamCursor>,
-    heads: Vec<Option<(WatchEvent, u64)>>,
+    heads: Vec<Option<(Box<WatchEvent>, u64)>>,
     started: bool,
     total_bytes: u64,
     progress: Arc<AtomicU64>,
@@ -1066,7 +1069,7 @@ impl Iterator for KubectlJsonSource {
             };
             bump(&self.progress, end);
             self.advance(index);
-            return Some(SourceItem::Event(Box::new(event)));
+            return Some(SourceItem::Event(event));
         }
     }
 }
