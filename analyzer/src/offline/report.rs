@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{Actor, Alert, AlertStatus, Evidence};
+use serde::Serialize;
 use serde_json::json;
 
 use crate::analysis::engine::Output;
@@ -70,36 +71,9 @@ impl Findings {
 pub fn render_jsonl(findings: &Findings, outcome: &ReplayOutcome) -> String {
     let mut out = String::new();
     for history in &findings.alerts {
-        let alert = history.latest();
-        let line = json!({
-            "record": "alert",
-            "alert_id": alert.alert_id,
-            "cluster_id": alert.cluster_id,
-            "rule": alert.rule,
-            "severity": alert.severity.as_str(),
-            "status": alert.status.as_str(),
-            "subject_kind": alert.subject_kind,
-            "subject_name": alert.subject_name,
-            "subject_uid": alert.subject_uid,
-            "subnet": alert.subnet,
-            "summary": alert.summary,
-            "fix": alert.fix,
-            "epoch": alert.epoch,
-            "fired_at": time_or_null(alert.fired_at_ms),
-            "fired_resource_version": alert.fired_resource_version,
-            "resolved_at": alert.resolved_at_ms.and_then(time_or_null),
-            "resolved_resource_version": alert.resolved_resource_version,
-            "evidence": alert.evidence.iter().map(|e| json!({
-                "stream": e.stream.as_str(),
-                "type": e.event_type.as_str(),
-                "name": e.name,
-                "resource_version": e.resource_version,
-                "time": e.time_ms.and_then(time_or_null),
-                "what": e.what,
-                "actor": e.actor.as_ref().map(actor_json),
-            })).collect::<Vec<_>>(),
-        });
-        out.push_str(&line.to_string());
+        let line = AlertLine::of(history.latest());
+        // Serialising borrowed fields cannot fail.
+        out.push_str(&serde_json::to_string(&line).unwrap_or_default());
         out.push('\n');
     }
     if outcome.problem_count > 0 || outcome.nothing_read() {
@@ -117,14 +91,101 @@ pub fn render_jsonl(findings: &Findings, outcome: &ReplayOutcome) -> String {
     out
 }
 
-/// An evidence entry's actor as JSON: the audit log's names for it.
-fn actor_json(actor: &Actor) -> serde_json::Value {
-    json!({
-        "user": actor.user,
-        "user_agent": actor.user_agent,
-        "source_ips": actor.source_ips,
-        "impersonated_user": actor.impersonated_user,
-    })
+/// An alert's JSON line, serialised from borrowed fields (a replay may report tens of
+/// thousands of alerts: building `serde_json::Value`s for them took a twentieth of the
+/// replay). The fields are in alphabetical order, as the lines always had them.
+#[derive(Serialize)]
+struct AlertLine<'a> {
+    alert_id: &'a str,
+    cluster_id: &'a str,
+    epoch: i64,
+    evidence: Vec<EvidenceLine<'a>>,
+    fired_at: Option<String>,
+    fired_resource_version: &'a str,
+    fix: Option<&'a str>,
+    record: &'static str,
+    resolved_at: Option<String>,
+    resolved_resource_version: Option<&'a str>,
+    rule: &'a str,
+    severity: &'static str,
+    status: &'static str,
+    subject_kind: &'a str,
+    subject_name: &'a str,
+    subject_uid: &'a str,
+    subnet: Option<&'a str>,
+    summary: &'a str,
+}
+
+impl<'a> AlertLine<'a> {
+    fn of(alert: &'a Alert) -> Self {
+        AlertLine {
+            alert_id: &alert.alert_id,
+            cluster_id: &alert.cluster_id,
+            epoch: alert.epoch,
+            evidence: alert.evidence.iter().map(EvidenceLine::of).collect(),
+            fired_at: time_or_null(alert.fired_at_ms),
+            fired_resource_version: &alert.fired_resource_version,
+            fix: alert.fix.as_deref(),
+            record: "alert",
+            resolved_at: alert.resolved_at_ms.and_then(time_or_null),
+            resolved_resource_version: alert.resolved_resource_version.as_deref(),
+            rule: &alert.rule,
+            severity: alert.severity.as_str(),
+            status: alert.status.as_str(),
+            subject_kind: &alert.subject_kind,
+            subject_name: &alert.subject_name,
+            subject_uid: &alert.subject_uid,
+            subnet: alert.subnet.as_deref(),
+            summary: &alert.summary,
+        }
+    }
+}
+
+/// An evidence entry of an [`AlertLine`], its fields in alphabetical order.
+#[derive(Serialize)]
+struct EvidenceLine<'a> {
+    actor: Option<ActorLine<'a>>,
+    name: &'a str,
+    resource_version: &'a str,
+    stream: &'static str,
+    time: Option<String>,
+    #[serde(rename = "type")]
+    event_type: &'static str,
+    what: &'a str,
+}
+
+impl<'a> EvidenceLine<'a> {
+    fn of(evidence: &'a Evidence) -> Self {
+        EvidenceLine {
+            actor: evidence.actor.as_ref().map(ActorLine::of),
+            name: &evidence.name,
+            resource_version: &evidence.resource_version,
+            stream: evidence.stream.as_str(),
+            time: evidence.time_ms.and_then(time_or_null),
+            event_type: evidence.event_type.as_str(),
+            what: &evidence.what,
+        }
+    }
+}
+
+/// An evidence entry's actor: the audit log's names for it, in alphabetical order.
+#[derive(Serialize)]
+struct ActorLine<'a> {
+    impersonated_user: Option<&'a str>,
+    source_ips: &'a [String],
+    user: &'a str,
+    user_agent: Option<&'a str>,
+}
+
+impl<'a> ActorLine<'a> {
+    fn of(actor: &'a Actor) -> Self {
+        ActorLine {
+            impersonated_user: actor.impersonated_user.as_deref(),
+            source_ips: &actor.source_ips,
+            user: &actor.user,
+            user_agent: actor.user_agent.as_deref(),
+        }
+    }
 }
 
 /// Who made a request, for a person: `user (as impersonated) from ips, agent`.
