@@ -300,24 +300,17 @@ pub fn read_watch_event_boxed_of(
 
 #[inline(always)]
 fn read<const V: u8>(fields: &Fields, input: &mut &[u8]) -> Result<WatchEvent, WireError> {
-    let mut cursor = Cursor::<V> {
-        whole: input,
-        rest: input,
-        total: input.len(),
-        fields: *fields,
-        together: true,
-        unchecked: None,
-    };
-    // The result is returned as it is: a WatchEvent is some 500 bytes, not to be copied
+    let mut cursor = Cursor::<V>::new(input, fields, true);
+    // The result is returned as it is: a WatchEvent is some 400 bytes, not to be copied
     // out of one `Result` into another.
     let event = cursor.watch_event();
     if event.is_ok() {
         *input = cursor.rest;
         return event;
     }
-    // Checked together, a bad skipped string is found late and without its place, and an
-    // error met before it would be reported instead: read again, checking one by one, for
-    // the error the bytes give in order.
+    // Checked together, a bad skipped string is found late, and an error met after it
+    // would be reported in its place: read again, checking one by one, for the error the
+    // bytes give in order, at its place.
     read_checking_each::<V>(fields, input)
 }
 
@@ -327,14 +320,7 @@ fn read_checking_each<const V: u8>(
     fields: &Fields,
     input: &mut &[u8],
 ) -> Result<WatchEvent, WireError> {
-    let mut cursor = Cursor::<V> {
-        whole: input,
-        rest: input,
-        total: input.len(),
-        fields: *fields,
-        together: false,
-        unchecked: None,
-    };
+    let mut cursor = Cursor::<V>::new(input, fields, false);
     let event = cursor.watch_event();
     if event.is_ok() {
         *input = cursor.rest;
@@ -407,17 +393,23 @@ struct Cursor<'a, const V: u8> {
     unchecked: Option<(usize, usize)>,
 }
 
-/// A skipped string that is not UTF-8, found when skipped strings are checked together.
-/// Never returned: on any error the datum is read again, one string at a time, which
-/// finds the error and its place.
-const UNCHECKED_SPAN: WireError = WireError::TrailingBytes { extra: usize::MAX };
-
 type Result<T, E = WireError> = std::result::Result<T, E>;
 
 // Every multi-field structure below is a struct expression whose fields are written in
 // schema order: Rust evaluates field initialisers in the order written, so that is the
 // order the bytes are read in.
 impl<'a, const V: u8> Cursor<'a, V> {
+    fn new(input: &'a [u8], fields: &Fields, together: bool) -> Self {
+        Cursor {
+            whole: input,
+            rest: input,
+            total: input.len(),
+            fields: *fields,
+            together,
+            unchecked: None,
+        }
+    }
+
     fn offset(&self) -> usize {
         self.total - self.rest.len()
     }
@@ -553,13 +545,16 @@ impl<'a, const V: u8> Cursor<'a, V> {
         Ok(())
     }
 
-    /// Checks the span of skipped strings not checked yet.
+    /// Checks the span of skipped strings not checked yet. The error names the span, not
+    /// the string: the caller reads the datum again to find which one it was.
     #[inline]
     fn check_unchecked(&mut self) -> Result<()> {
         if let Some((first, last)) = self.unchecked.take() {
-            if std::str::from_utf8(&self.whole[first..last]).is_err() {
-                return Err(UNCHECKED_SPAN);
-            }
+            std::str::from_utf8(&self.whole[first..last]).map_err(|source| WireError::Utf8 {
+                field: "skipped strings",
+                offset: first,
+                source,
+            })?;
         }
         Ok(())
     }
