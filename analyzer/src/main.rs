@@ -500,7 +500,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut outcome = replay(&args.files, &options).context("replay failed")?;
     // The process exits next: freeing the whole state object by object would only cost time.
     std::mem::forget(outcome.analyzer.take());
-    let findings = Findings::from_outputs(&outcome.outputs);
+    let findings = Findings::take(std::mem::take(&mut outcome.outputs));
     match args.format {
         Format::Text => emit(&render_text(&findings, &outcome))?,
         Format::Jsonl => {

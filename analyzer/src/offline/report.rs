@@ -43,23 +43,34 @@ impl Findings {
     /// Folds outputs into per-alert histories. An alert that fires again after resolving
     /// gets a second history.
     pub fn from_outputs(outputs: &[Output]) -> Self {
+        Self::fold(outputs.iter().cloned())
+    }
+
+    /// [`Findings::from_outputs`], taking the outputs: their alerts move into the
+    /// histories rather than being copied (a replay's transitions can take hundreds of
+    /// MiB; copied, they were held twice while the report was made).
+    pub fn take(outputs: Vec<Output>) -> Self {
+        Self::fold(outputs)
+    }
+
+    fn fold(outputs: impl IntoIterator<Item = Output>) -> Self {
         let mut findings = Findings::default();
-        let mut open: HashMap<&str, usize> = HashMap::new();
+        let mut open: HashMap<String, usize> = HashMap::new();
         for output in outputs {
             match output {
                 Output::Alert(alert) if alert.status == AlertStatus::Firing => {
-                    open.insert(&alert.alert_id, findings.alerts.len());
+                    open.insert(alert.alert_id.clone(), findings.alerts.len());
                     findings.alerts.push(AlertHistory {
-                        fired: alert.clone(),
+                        fired: alert,
                         resolved: None,
                     });
                 }
                 Output::Alert(alert) => {
                     if let Some(i) = open.remove(alert.alert_id.as_str()) {
-                        findings.alerts[i].resolved = Some(alert.clone());
+                        findings.alerts[i].resolved = Some(alert);
                     }
                 }
-                Output::NewEpoch(change) => findings.epochs.push(change.clone()),
+                Output::NewEpoch(change) => findings.epochs.push(change),
             }
         }
         findings
@@ -397,5 +408,51 @@ fn write_evidence(out: &mut String, e: &Evidence, stream_width: usize) {
     );
     if let Some(actor) = &e.actor {
         let _ = writeln!(out, "    {:<24}    by {}", "", actor_text(actor));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::alerts::sample_alert;
+
+    #[test]
+    fn findings_fold_each_firing_with_its_resolution_whether_the_outputs_are_lent_or_taken() {
+        let alert = |id: &str, status, rv: &str| {
+            Output::Alert(sample_alert(id, "ip-without-pod", status, rv))
+        };
+        let outputs = vec![
+            alert("a", AlertStatus::Firing, "10"),
+            alert("b", AlertStatus::Firing, "11"),
+            alert("a", AlertStatus::Resolved, "12"),
+            alert("a", AlertStatus::Firing, "13"),
+        ];
+        let lent = Findings::from_outputs(&outputs);
+        let taken = Findings::take(outputs);
+        for findings in [&lent, &taken] {
+            let story: Vec<(&str, &str, Option<&str>)> = findings
+                .alerts
+                .iter()
+                .map(|h| {
+                    (
+                        h.fired.alert_id.as_str(),
+                        h.fired.fired_resource_version.as_str(),
+                        // The sample's version is its transition's.
+                        h.resolved
+                            .as_ref()
+                            .map(|r| r.fired_resource_version.as_str()),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                story,
+                [
+                    ("a", "10", Some("12")),
+                    ("b", "11", None),
+                    ("a", "13", None)
+                ],
+                "an alert that fires again after resolving gets a second history"
+            );
+        }
     }
 }
