@@ -497,14 +497,8 @@ impl<'a, const V: u8> Cursor<'a, V> {
 
     #[inline(always)]
     fn str(&mut self, field: &'static str) -> Result<&'a str> {
-        let length = self.length(field)?;
-        let offset = self.offset();
-        let bytes = self.bytes(field, length)?;
-        std::str::from_utf8(bytes).map_err(|source| WireError::Utf8 {
-            field,
-            offset,
-            source,
-        })
+        let (start, bytes) = self.raw_str(field)?;
+        utf8(field, start, bytes)
     }
 
     /// A string read and dropped. Its UTF-8 check is put off and made on a span of them
@@ -514,11 +508,8 @@ impl<'a, const V: u8> Cursor<'a, V> {
     /// ASCII byte is never part of a longer character).
     #[inline(always)]
     fn skip_str(&mut self, field: &'static str) -> Result<()> {
-        if !self.together {
-            return self.str(field).map(drop);
-        }
-        let (start, _) = self.raw_str(field)?;
-        self.put_off_check(start)
+        let (start, bytes) = self.raw_str(field)?;
+        self.put_off_check(field, start, bytes)
     }
 
     /// A string's bytes, unchecked, and the offset they start at.
@@ -529,9 +520,13 @@ impl<'a, const V: u8> Cursor<'a, V> {
         Ok((start, self.bytes(field, length)?))
     }
 
-    /// Puts off the check of the string just read, which starts at `start`.
+    /// Puts off the check of the string just read, `bytes` at offset `start` (when
+    /// skipped strings are checked together; else checks it now).
     #[inline(always)]
-    fn put_off_check(&mut self, start: usize) -> Result<()> {
+    fn put_off_check(&mut self, field: &'static str, start: usize, bytes: &[u8]) -> Result<()> {
+        if !self.together {
+            return utf8(field, start, bytes).map(drop);
+        }
         let end = self.offset();
         match self.unchecked {
             Some((first, last)) if self.whole[last..start].is_ascii() => {
@@ -795,25 +790,14 @@ impl<'a, const V: u8> Cursor<'a, V> {
         }
         while let Some(block) = self.block(field, 2)? {
             for _ in 0..block.count {
-                if !self.together {
-                    let key = self.str(field)?;
-                    let value = self.str(field)?;
-                    if keys.contains(&key) {
-                        map.insert(key.to_owned(), value.to_owned());
-                    }
-                    continue;
-                }
+                // Key, then value, checked in that order either way.
                 let (key_start, key) = self.raw_str(field)?;
                 if keys.iter().any(|wanted| wanted.as_bytes() == key) {
-                    let key = std::str::from_utf8(key).map_err(|source| WireError::Utf8 {
-                        field,
-                        offset: key_start,
-                        source,
-                    })?;
+                    let key = utf8(field, key_start, key)?;
                     let value = self.str(field)?;
                     map.insert(key.to_owned(), value.to_owned());
                 } else {
-                    self.put_off_check(key_start)?;
+                    self.put_off_check(field, key_start, key)?;
                     self.skip_str(field)?;
                 }
             }
@@ -1095,35 +1079,26 @@ impl<'a, const V: u8> Cursor<'a, V> {
     fn networks_read(&mut self, field: &'static str) -> Result<Vec<NetworkStatus>> {
         const IPS: &str = "pod.network_status.ips";
         let mut kept = Vec::new();
-        if self.empty_collection() {
-            return Ok(kept);
-        }
-        while let Some(block) = self.block(field, 5)? {
-            for _ in 0..block.count {
-                let name = self.str(field)?;
-                self.skip_str(field)?;
-                let mut ips: smallvec::SmallVec<[&str; 2]> = smallvec::SmallVec::new();
-                if !self.empty_collection() {
-                    while let Some(ips_block) = self.block(IPS, 1)? {
-                        for _ in 0..ips_block.count {
-                            ips.push(self.str(IPS)?);
-                        }
-                        self.end_block(IPS, ips_block)?;
-                    }
-                }
-                self.skip_str(field)?;
-                let default = self.boolean(field)?;
-                if !default {
-                    kept.push(NetworkStatus {
-                        name: name.to_owned(),
-                        ips: ips.iter().map(|ip| (*ip).to_owned()).collect(),
-                        default,
-                        ..NetworkStatus::default()
-                    });
-                }
+        // The same blocks and checks as `network_status` read through `array`.
+        self.skip_array(field, 5, |c| {
+            let name = c.str(field)?;
+            c.skip_str(field)?;
+            let mut ips: smallvec::SmallVec<[&str; 2]> = smallvec::SmallVec::new();
+            c.skip_array(IPS, 1, |c| {
+                ips.push(c.str(IPS)?);
+                Ok(())
+            })?;
+            c.skip_str(field)?;
+            if !c.boolean(field)? {
+                kept.push(NetworkStatus {
+                    name: name.to_owned(),
+                    ips: ips.iter().map(|ip| (*ip).to_owned()).collect(),
+                    default: false,
+                    ..NetworkStatus::default()
+                });
             }
-            self.end_block(field, block)?;
-        }
+            Ok(())
+        })?;
         Ok(kept)
     }
 
@@ -1208,6 +1183,16 @@ impl<'a, const V: u8> Cursor<'a, V> {
             owner_controller_name: self.string("spider_endpoint.owner_controller_name")?,
         })
     }
+}
+
+/// `bytes`, the string at offset `offset` of `field`, as UTF-8.
+#[inline(always)]
+fn utf8<'a>(field: &'static str, offset: usize, bytes: &'a [u8]) -> Result<&'a str> {
+    std::str::from_utf8(bytes).map_err(|source| WireError::Utf8 {
+        field,
+        offset,
+        source,
+    })
 }
 
 fn unzigzag(z: u64) -> i64 {
