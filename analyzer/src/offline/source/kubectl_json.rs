@@ -14,10 +14,11 @@
 //! file concatenated into this one) and indexes each kind's initial list (each listed
 //! document's version and place, `ListIndex`), so that the list is read in version order
 //! without holding its events (whole and sorted only when the first fields do not give the
-//! versions); then one cursor per kind reads its runs again,
-//! typed (`kubectl_typed`) where it can, generically where it must (reporting what the
-//! first pass could not see from the first fields alone), and the cursors are merged by
-//! resourceVersion.
+//! versions); then one cursor per kind reads its runs again, in pieces cut where a line
+//! starts with `{` (`pieces`: a piece that parses as one document is one, so the second
+//! pass splits only what does not), typed (`kubectl_typed`) where it can, generically
+//! where it must (reporting what the first pass could not see from the first fields
+//! alone), and the cursors are merged by resourceVersion.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -37,6 +38,10 @@ use super::kubectl_typed;
 use super::{
     bump, counter, unversioned_problem, Position, Problem, ProblemLog, SourceError, SourceItem,
 };
+
+mod pieces;
+
+use pieces::{Piece, Pieces};
 
 /// The largest document kept for parsing. Kubernetes objects are at most a few MiB (etcd's
 /// request limit is 1.5 MiB); a larger "document" is a broken one that never closes.
@@ -197,6 +202,7 @@ impl<R: BufRead> Splitter<R> {
                 if b == b'\n' {
                     // A raw newline cannot be inside a JSON string: the document is broken.
                     self.in_string = false;
+                    self.escaped = false;
                     self.at.line += 1;
                     self.at.line_start = offset + 1;
                     i += 1;
@@ -692,7 +698,10 @@ fn index(
 struct StreamCursor {
     stream: Stream,
     runs: VecDeque<Run>,
-    splitter: Option<Splitter<BufReader<std::io::Take<File>>>>,
+    /// The run being read.
+    pieces: Option<Pieces>,
+    /// Events of a piece that the splitter read, with where each starts and ends.
+    split: VecDeque<(Box<WatchEvent>, u64, u64)>,
     path: PathBuf,
     /// Events ready, in order.
     ready: VecDeque<(Box<WatchEvent>, u64)>,
@@ -709,7 +718,8 @@ impl StreamCursor {
         StreamCursor {
             stream,
             runs: runs.into(),
-            splitter: None,
+            pieces: None,
+            split: VecDeque::new(),
             path: path.to_owned(),
             ready: VecDeque::new(),
             in_list: list.is_none(),
@@ -855,13 +865,19 @@ impl StreamCursor {
 
     /// The next usable document of this stream in file order, converted, with where it
     /// starts and ends. Listed documents already read out of file order are passed over.
+    ///
+    /// A run is read in pieces (see `pieces`): a piece that the typed path reads as one
+    /// document is one, exactly as the splitter would find it; any other piece goes
+    /// through the splitter, as the first pass read it (its broken documents were
+    /// reported there).
     fn read(
         &mut self,
         log: &mut ProblemLog,
     ) -> Result<Option<(Box<WatchEvent>, u64, u64)>, SourceError> {
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| SourceError::Io { path, source }
+        let path = self.path.clone();
+        let io = move |source| SourceError::Io {
+            path: path.clone(),
+            source,
         };
         let read_already = self
             .list
@@ -869,8 +885,11 @@ impl StreamCursor {
             .filter(|l| !l.in_file_order)
             .map_or(0, |l| l.end);
         loop {
-            let splitter = match &mut self.splitter {
-                Some(splitter) => splitter,
+            if let Some(split) = self.split.pop_front() {
+                return Ok(Some(split));
+            }
+            let pieces = match &mut self.pieces {
+                Some(pieces) => pieces,
                 None => {
                     let Some(run) = self.runs.pop_front() else {
                         return Ok(None);
@@ -878,26 +897,107 @@ impl StreamCursor {
                     if run.end <= read_already {
                         continue;
                     }
-                    let mut file = File::open(&self.path).map_err(io(&self.path))?;
-                    file.seek(SeekFrom::Start(run.from.offset))
-                        .map_err(io(&self.path))?;
-                    let input =
-                        BufReader::with_capacity(256 * 1024, file.take(run.end - run.from.offset));
-                    self.splitter.insert(Splitter::new(input, run.from))
+                    let pieces = Pieces::open(&self.path, run.from, run.end).map_err(&io)?;
+                    self.pieces.insert(pieces)
                 }
             };
-            let Some(found) = splitter.next_document().map_err(io(&self.path))? else {
-                self.splitter = None;
-                continue;
+            let (start, len) = match pieces.next_piece().map_err(&io)? {
+                None => {
+                    self.pieces = None;
+                    continue;
+                }
+                Some(Piece::Text { start, len }) => (start, len),
+                Some(Piece::Long { start }) => {
+                    let at = pieces.cursor_at(&self.path, start).map_err(&io)?;
+                    let long = Long {
+                        stream: self.stream,
+                        path: &self.path,
+                        at,
+                        end: pieces.end(),
+                        read_already,
+                    };
+                    let stop = long.split(&mut self.split, log).map_err(&io)?;
+                    pieces.resume_at(stop).map_err(&io)?;
+                    continue;
+                }
             };
-            // Broken documents were reported by the first pass.
-            if found.broken.is_some() || found.start < read_already {
+            let (lead, doc) = trim_whitespace(pieces.text(len));
+            let start = start + lead as u64;
+            if start < read_already {
+                // Read out of file order with the list (its pieces are whole documents
+                // or were reported by the first pass).
                 continue;
             }
-            if let Some(event) = convert(self.stream, &self.path, &splitter.doc, &found, log) {
-                return Ok(Some((event, found.start, found.end)));
+            // The splitter calls a longer document broken.
+            if kubectl_typed::reads(self.stream) && doc.len() <= MAX_DOCUMENT_BYTES {
+                if let Some(event) = kubectl_typed::convert(self.stream, doc) {
+                    if unversioned_problem(&event).is_none() {
+                        return Ok(Some((Box::new(event), start, start + doc.len() as u64)));
+                    }
+                }
+            }
+            let at = pieces
+                .cursor_at(&self.path, start - lead as u64)
+                .map_err(&io)?;
+            let mut splitter = Splitter::new(pieces.text(len), at);
+            while let Some(found) = splitter.next_document().map_err(&io)? {
+                if found.broken.is_some() || found.start < read_already {
+                    continue;
+                }
+                if let Some(event) = convert(self.stream, &self.path, &splitter.doc, &found, log) {
+                    self.split.push_back((event, found.start, found.end));
+                }
             }
         }
+    }
+}
+
+/// A piece's document without the whitespace around it, and how much came before it.
+fn trim_whitespace(text: &[u8]) -> (usize, &[u8]) {
+    let lead = text
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(text.len());
+    let rest = &text[lead..];
+    let len = rest
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |last| last + 1);
+    (lead, &rest[..len])
+}
+
+/// A stretch of a run in which no line starts with `{` for longer than any document.
+struct Long<'a> {
+    stream: Stream,
+    path: &'a Path,
+    /// Where it starts.
+    at: Cursor,
+    /// Where the run ends.
+    end: u64,
+    /// Documents before this offset were read with the list.
+    read_already: u64,
+}
+
+impl Long<'_> {
+    /// Reads its first document (or broken stretch) with a streaming splitter, as the
+    /// first pass did; returns where the splitter stopped.
+    fn split(
+        &self,
+        split: &mut VecDeque<(Box<WatchEvent>, u64, u64)>,
+        log: &mut ProblemLog,
+    ) -> std::io::Result<u64> {
+        let mut file = File::open(self.path)?;
+        file.seek(SeekFrom::Start(self.at.offset))?;
+        let input = BufReader::with_capacity(256 * 1024, file.take(self.end - self.at.offset));
+        let mut splitter = Splitter::new(input, self.at);
+        if let Some(found) = splitter.next_document()? {
+            if found.broken.is_none() && found.start >= self.read_already {
+                if let Some(event) = convert(self.stream, self.path, &splitter.doc, &found, log) {
+                    split.push_back((event, found.start, found.end));
+                }
+            }
+        }
+        Ok(splitter.at.offset)
     }
 }
 
@@ -1341,5 +1441,46 @@ mod tests {
         let second = splitter.next_document().unwrap().unwrap();
         assert_eq!(second.broken, None);
         assert_eq!(splitter.doc, b"{\"b\": 1}");
+    }
+
+    #[test]
+    fn a_document_longer_than_the_limit_is_reported_once_and_the_run_goes_on_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ips.json");
+        let big = format!(
+            "{{\"type\": \"MODIFIED\", \"object\": {{\"apiVersion\": \"kubeovn.io/v1\", \"kind\": \"IP\", \"metadata\": {{\"name\": \"big\", \"resourceVersion\": \"6\"}}, \"pad\": \"{}\"}}}}\n",
+            "x".repeat(MAX_DOCUMENT_BYTES + (1 << 20))
+        );
+        let text = ip_doc("ADDED", "a", "5") + &big + &ip_doc("MODIFIED", "a", "7");
+        std::fs::write(&path, &text).unwrap();
+        let items: Vec<SourceItem> = KubectlJsonSource::open(&path).unwrap().collect();
+        let versions: Vec<&str> = items
+            .iter()
+            .filter_map(|i| match i {
+                SourceItem::Event(e) if e.event_type.carries_object() => {
+                    Some(e.resource_version.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(versions, ["5", "7"]);
+        let problems: Vec<_> = items
+            .iter()
+            .filter_map(|i| match i {
+                SourceItem::Problem(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].message, "document larger than 16 MiB");
+        // After the first document's 12 lines.
+        assert!(matches!(
+            problems[0].position,
+            Position::Text {
+                line: 13,
+                column: 1,
+                ..
+            }
+        ));
     }
 }
