@@ -34,11 +34,12 @@ impl Rule for IpOrphaned {
         let stream = change.stream();
         if names_pools(stream) {
             if let Some(removed) = change.removed() {
-                let healed = gone_evidence(
-                    change.event,
-                    &format!("{} {}", stream.kind(), change.event.name),
-                );
-                ctx.resolve_all_about(NAME, &removed.uid.text(), &healed);
+                ctx.resolve_all_about(NAME, &removed.uid.text(), || {
+                    gone_evidence(
+                        change.event,
+                        &format!("{} {}", stream.kind(), change.event.name),
+                    )
+                });
             }
             if let Some(after) = change.after {
                 let termination_changed =

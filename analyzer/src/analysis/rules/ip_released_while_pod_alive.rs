@@ -25,8 +25,9 @@ impl Rule for IpReleasedWhilePodAlive {
         let stream = change.stream();
         if stream == Stream::Pod {
             if let Some(removed) = change.removed() {
-                let healed = gone_evidence(change.event, &format!("Pod {}", change.event.name));
-                ctx.resolve_all_about(NAME, &removed.uid.text(), &healed);
+                ctx.resolve_all_about(NAME, &removed.uid.text(), || {
+                    gone_evidence(change.event, &format!("Pod {}", change.event.name))
+                });
             }
             return;
         }
@@ -138,7 +139,7 @@ fn resolve_reallocated(ctx: &mut Context<'_>, change: &Change<'_>) {
             holding.address,
             holding.owner
         );
-        ctx.resolve_all_about(NAME, &pod.uid.text(), &evidence(change.event, what));
+        ctx.resolve_all_about(NAME, &pod.uid.text(), || evidence(change.event, what));
     }
 }
 

@@ -42,8 +42,9 @@ impl Rule for IpStuckTerminating {
         match change.stream() {
             Stream::Ip => {
                 if let Some(removed) = change.removed() {
-                    let healed = gone_evidence(change.event, &format!("IP {}", change.event.name));
-                    ctx.resolve_all_about(NAME, &removed.uid.text(), &healed);
+                    ctx.resolve_all_about(NAME, &removed.uid.text(), || {
+                        gone_evidence(change.event, &format!("IP {}", change.event.name))
+                    });
                 }
                 if let Some(ip) = change.after {
                     check_ip_record(ctx, &change.event.name, ip, change.event);
@@ -77,8 +78,9 @@ impl Rule for IpStuckTerminating {
                 let key = change.event.name.to_string();
                 if let Some(removed) = change.removed() {
                     self.forget(&key);
-                    let healed = gone_evidence(change.event, &format!("SpiderEndpoint {key}"));
-                    ctx.resolve_all_about(NAME, &removed.uid.text(), &healed);
+                    ctx.resolve_all_about(NAME, &removed.uid.text(), || {
+                        gone_evidence(change.event, &format!("SpiderEndpoint {key}"))
+                    });
                 }
                 if let Some(endpoint) = change.after {
                     match endpoint
@@ -94,11 +96,12 @@ impl Rule for IpStuckTerminating {
                         }
                         None => {
                             self.forget(&key);
-                            let healed = evidence(
-                                change.event,
-                                format!("SpiderEndpoint {key} no longer terminating with spiderpool's finalizer"),
-                            );
-                            ctx.resolve_all_about(NAME, &endpoint.uid.text(), &healed);
+                            ctx.resolve_all_about(NAME, &endpoint.uid.text(), || {
+                                evidence(
+                                    change.event,
+                                    format!("SpiderEndpoint {key} no longer terminating with spiderpool's finalizer"),
+                                )
+                            });
                         }
                     }
                 }

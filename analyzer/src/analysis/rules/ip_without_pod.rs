@@ -187,11 +187,12 @@ impl IpWithoutPod {
             return;
         }
         let (_, name, _) = subject(key, record_uid, address);
-        let healed = evidence(
-            by,
-            format!("{name} no longer holds {address} ({})", by.event_type),
-        );
-        ctx.resolve_all_about(NAME, &uid, &healed);
+        ctx.resolve_all_about(NAME, &uid, || {
+            evidence(
+                by,
+                format!("{name} no longer holds {address} ({})", by.event_type),
+            )
+        });
     }
 
     /// Stops the allocation's timer, if it has one.
@@ -295,7 +296,7 @@ impl IpWithoutPod {
                 } else {
                     format!("pod {} exists", holding.owner)
                 };
-                ctx.resolve_all_about(NAME, &subject_uid, &evidence(cause, what));
+                ctx.resolve_all_about(NAME, &subject_uid, || evidence(cause, what));
             }
             return;
         };

@@ -260,9 +260,20 @@ impl Context<'_> {
             .collect()
     }
 
-    /// Resolves every firing alert of `rule` about `subject_uid`.
-    pub fn resolve_all_about(&mut self, rule: &str, subject_uid: &str, healed_by: &Evidence) {
-        for alert in self.firing_about(rule, subject_uid) {
+    /// Resolves every firing alert of `rule` about `subject_uid`, healed by the evidence
+    /// `healed_by` makes (made only when one fires: most changes resolve nothing).
+    pub fn resolve_all_about(
+        &mut self,
+        rule: &str,
+        subject_uid: &str,
+        healed_by: impl FnOnce() -> Evidence,
+    ) {
+        let firing = self.firing_about(rule, subject_uid);
+        if firing.is_empty() {
+            return;
+        }
+        let healed_by = healed_by();
+        for alert in firing {
             self.resolve(&alert.alert_id, healed_by.clone());
         }
     }

@@ -377,8 +377,9 @@ fn recheck_ip_record(ctx: &mut Context<'_>, name: &str, ip: &ObjectRecord, cause
 
 /// The IP is gone: its leak is over.
 fn on_ip_gone(ctx: &mut Context<'_>, ip: &ObjectRecord, by: &EventRef) {
-    let healed = gone_evidence(by, &format!("IP {}", by.name));
-    ctx.resolve_all_about(NAME, &ip.uid.text(), &healed);
+    ctx.resolve_all_about(NAME, &ip.uid.text(), || {
+        gone_evidence(by, &format!("IP {}", by.name))
+    });
 }
 
 #[cfg(test)]
