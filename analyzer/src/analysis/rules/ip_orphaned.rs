@@ -12,7 +12,7 @@ use super::subnet_deleted_before_ip::describe_ip;
 use super::{evidence, gone_evidence, Change, Context, Rule};
 use crate::analysis::alerts::Finding;
 use crate::analysis::state::holdings::{self, PoolRef};
-use crate::analysis::state::{EventRef, RecordKey};
+use crate::analysis::state::{EventRef, ObjectRecord, RecordKey};
 
 const NAME: &str = "ip-orphaned";
 
@@ -45,7 +45,7 @@ impl Rule for IpOrphaned {
                 let termination_changed =
                     change.before.map(|b| b.is_terminating()) != Some(after.is_terminating());
                 if change.reindexed || termination_changed {
-                    check(ctx, &change.key(), change.event);
+                    check_record(ctx, &change.key(), after, change.event);
                 }
             }
             return;
@@ -74,10 +74,14 @@ impl Rule for IpOrphaned {
 
 /// Fires or resolves the rule for one record after `cause`.
 fn check(ctx: &mut Context<'_>, key: &RecordKey, cause: &EventRef) {
+    if let Some(record) = ctx.state.get(key.0, &key.1) {
+        check_record(ctx, key, record, cause);
+    }
+}
+
+/// [`check`] with the record at hand (`key`'s live record).
+fn check_record(ctx: &mut Context<'_>, key: &RecordKey, record: &ObjectRecord, cause: &EventRef) {
     let state = ctx.state;
-    let Some(record) = state.get(key.0, &key.1) else {
-        return;
-    };
     let named = holdings::pool_names(record.part());
     let has_alert = !ctx.firing_about(NAME, &record.uid.text()).is_empty();
     // The common case: every pool it names exists and nothing fires about it.
