@@ -541,7 +541,11 @@ where
     S: Deserialize<'a>,
     T: Deserialize<'a>,
 {
-    let document: Document<'a, S, T> = serde_json::from_slice(doc).ok()?;
+    // Checked as UTF-8 once, whole, the document's strings are not checked again one by
+    // one. A document that is not UTF-8 throughout is not valid JSON, even where its bad
+    // bytes lie in a skipped value: the generic conversion says so.
+    let whole = std::str::from_utf8(doc).ok()?;
+    let document: Document<'a, S, T> = serde_json::from_str(whole).ok()?;
     let event_type = match &*document.event_type.0 {
         "ADDED" => EventType::Added,
         "MODIFIED" => EventType::Modified,
@@ -1065,6 +1069,18 @@ mod tests {
                 prop_assert!(fast.is_some(), "fast path gave up on {}", String::from_utf8_lossy(&doc));
             }
         }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_in_a_skipped_field_leave_the_document_to_the_generic_path() {
+        let mut doc = br#"{"type":"ADDED","object":{"apiVersion":"kubeovn.io/v1","kind":"IP","metadata":{"name":"a","resourceVersion":"5"},"spec":{"subnet":"s"},"status":{"note":"XX"}}}"#.to_vec();
+        let at = doc.windows(2).position(|w| w == b"XX").unwrap();
+        doc[at] = 0xff;
+        assert!(convert(Stream::Ip, &doc).is_none());
+        // Which finds it is not JSON at all.
+        assert!(serde_json::from_slice::<serde_json::Value>(&doc).is_err());
+        doc[at] = b'X';
+        assert!(convert(Stream::Ip, &doc).is_some());
     }
 
     #[test]
