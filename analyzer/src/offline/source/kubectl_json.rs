@@ -130,6 +130,19 @@ static STRUCTURAL: [bool; 256] = {
     table
 };
 
+/// The bytes that end a run of string content: its closing quote, an escape, or a raw
+/// newline (which breaks the document).
+static STRING_END: [bool; 256] = {
+    let mut table = [false; 256];
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table[b'\n' as usize] = true;
+    table
+};
+
+/// String bytes looked at one by one before the splitter searches for the string's end.
+const SHORT_STRING: usize = 32;
+
 /// The document splitter, streaming: it holds the current document's bytes only (up to
 /// [`MAX_DOCUMENT_BYTES`]) and forgets broken ones as it goes.
 struct Splitter<R> {
@@ -179,8 +192,21 @@ impl<R: BufRead> Splitter<R> {
             let mut i = 0usize;
             while i < chunk.len() {
                 if self.in_string && !self.escaped {
-                    // The bulk of a document is string content: jump to what ends it.
-                    match memchr::memchr3(b'"', b'\\', b'\n', &chunk[i..]) {
+                    // Jump to what ends the string. Most are short (keys, names, values of
+                    // a few bytes), where looking at each byte is quicker than setting up
+                    // a vector search; the long ones get the search.
+                    let rest = &chunk[i..];
+                    let near = rest
+                        .iter()
+                        .take(SHORT_STRING)
+                        .position(|b| STRING_END[usize::from(*b)]);
+                    let end = match near {
+                        Some(j) => Some(j),
+                        None if rest.len() <= SHORT_STRING => None,
+                        None => memchr::memchr3(b'"', b'\\', b'\n', &rest[SHORT_STRING..])
+                            .map(|j| j + SHORT_STRING),
+                    };
+                    match end {
                         None => {
                             i = chunk.len();
                             continue;
