@@ -10,7 +10,7 @@ use ipaudit_analyzer::analysis::reorder::ReorderConfig;
 use ipaudit_analyzer::cli::RuleArgs;
 use ipaudit_analyzer::offline::replay::{replay, ReplayOptions};
 use ipaudit_analyzer::offline::report::html::render_html;
-use ipaudit_analyzer::offline::report::{render_jsonl, render_text, skipped_text, Findings};
+use ipaudit_analyzer::offline::report::{render_text, skipped_text, write_jsonl, Findings};
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_runtime::parse::{self, millis};
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
@@ -472,11 +472,16 @@ fn run_dead_letters(command: DeadLettersCommand) -> anyhow::Result<ExitCode> {
 /// wants: that is not an error, and the exit status still says whether leaks were found.
 fn emit(report: &str) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(report.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+    emit_with(|stdout| stdout.write_all(report.as_bytes()))
+}
+
+/// [`emit`] for a report written piece by piece (through a buffer: stdout's own is a line).
+fn emit_with(
+    write: impl FnOnce(&mut std::io::BufWriter<std::io::StdoutLock<'static>>) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    match write(&mut stdout).and_then(|()| stdout.flush()) {
         Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(error).context("cannot write the report to stdout")
         }
@@ -507,7 +512,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             for problem in &outcome.problems {
                 eprintln!("warning: {problem}");
             }
-            emit(&render_jsonl(&findings, &outcome))?;
+            emit_with(|stdout| write_jsonl(stdout, &findings, &outcome))?;
         }
         Format::Html => {
             for problem in &outcome.problems {

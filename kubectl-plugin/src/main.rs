@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ipaudit_analyzer::cli::RuleArgs;
-use ipaudit_analyzer::offline::report::{render_jsonl, render_text};
+use ipaudit_analyzer::offline::report::{render_text, write_jsonl};
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_collector::discovery;
 use ipaudit_collector::event::Stamp;
@@ -178,11 +178,7 @@ async fn check(kube: &KubeOptions, args: CheckArgs) -> anyhow::Result<ExitCode> 
             }
             write!(stdout, "{}", render_text(&result.findings, &result.outcome))?;
         }
-        Format::Jsonl => write!(
-            stdout,
-            "{}",
-            render_jsonl(&result.findings, &result.outcome)
-        )?,
+        Format::Jsonl => write_jsonl(&mut stdout, &result.findings, &result.outcome)?,
     }
     if snap.unreadable > 0 {
         eprintln!(

@@ -80,12 +80,22 @@ impl Findings {
 /// One JSON object per alert, one per line (`"record": "alert"`); then, when any input
 /// was unusable, one `"record": "input"` line that says how much was skipped.
 pub fn render_jsonl(findings: &Findings, outcome: &ReplayOutcome) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
+    // Writing to memory cannot fail.
+    let _ = write_jsonl(&mut out, findings, outcome);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// [`render_jsonl`], written line by line to `out` (a replay may report tens of thousands
+/// of alerts: the report is not held whole).
+pub fn write_jsonl(
+    mut out: impl std::io::Write,
+    findings: &Findings,
+    outcome: &ReplayOutcome,
+) -> std::io::Result<()> {
     for history in &findings.alerts {
-        let line = AlertLine::of(history.latest());
-        // Serialising borrowed fields cannot fail.
-        out.push_str(&serde_json::to_string(&line).unwrap_or_default());
-        out.push('\n');
+        serde_json::to_writer(&mut out, &AlertLine::of(history.latest()))?;
+        out.write_all(b"\n")?;
     }
     if outcome.problem_count > 0 || outcome.nothing_read() {
         let line = json!({
@@ -96,10 +106,10 @@ pub fn render_jsonl(findings: &Findings, outcome: &ReplayOutcome) -> String {
             "skipped_bytes": outcome.skipped_bytes,
             "problems_listed": outcome.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
         });
-        out.push_str(&line.to_string());
-        out.push('\n');
+        serde_json::to_writer(&mut out, &line)?;
+        out.write_all(b"\n")?;
     }
-    out
+    out.flush()
 }
 
 /// An alert's JSON line, serialised from borrowed fields (a replay may report tens of
