@@ -483,9 +483,7 @@ fn a_restarted_collector_relists_what_the_guard_reads_and_guards_again() {
 }
 
 fn deploy_documents(file: &str) -> Vec<serde_yaml_ng::Value> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy")
-        .join(file);
+    let path = ipaudit_tests::manifest_dir().join("../deploy").join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
     serde_yaml_ng::Deserializer::from_str(&text)
         .map(|doc| {
@@ -556,10 +554,9 @@ fn the_deployed_webhook_reviews_only_deletes_of_the_guarded_kinds_and_never_bloc
         service["spec"]["selector"],
         deployment["spec"]["template"]["metadata"]["labels"]
     );
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/collector.yaml"),
-    )
-    .expect("collector.yaml");
+    let text =
+        std::fs::read_to_string(ipaudit_tests::manifest_dir().join("../deploy/collector.yaml"))
+            .expect("collector.yaml");
     assert!(
         text.contains(&format!("#   value: 0.0.0.0:{target}"))
             && text.contains(&format!("#   containerPort: {target}")),

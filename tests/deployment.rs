@@ -10,9 +10,7 @@ use ipaudit_tests::collector::workspace_binary;
 use serde_yaml_ng::Value;
 
 fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(path)
+    ipaudit_tests::manifest_dir().join("..").join(path)
 }
 
 fn yaml_documents(path: &str) -> Vec<Value> {

@@ -6,7 +6,7 @@
 //! The fixtures are `fixtures/audit/` (written by its `make_audit_fixtures.py`). The binary
 //! is run as a process (build it first: `cargo build --bins`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use ipaudit_tests::collector::workspace_binary;
@@ -21,7 +21,7 @@ const BOB: &str = "bob@example.com";
 const OVN: &str = "system:serviceaccount:kube-system:ovn";
 
 fn audit(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    ipaudit_tests::manifest_dir()
         .join("fixtures/audit")
         .join(path)
 }
@@ -335,7 +335,7 @@ fn policy_level(policy: &serde_yaml_ng::Value, verb: &str, group: &str, resource
 
 #[test]
 fn the_audit_policy_logs_every_write_of_the_watched_kinds_with_its_object_and_no_reads() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/audit-policy.yaml");
+    let path = ipaudit_tests::manifest_dir().join("../deploy/audit-policy.yaml");
     let policy: serde_yaml_ng::Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert_eq!(policy["apiVersion"], "audit.k8s.io/v1");

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn incident(name: &str) -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // The checkout the test runs from, which a shared build cache may not have compiled.
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
         .join("../tests/fixtures/incidents")
         .join(name);
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)

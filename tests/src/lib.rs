@@ -58,9 +58,15 @@ pub fn seen_alerts(outputs: &[ipaudit_analyzer::Output]) -> Vec<SeenAlert> {
 
 /// The folder of one recorded incident under `tests/fixtures/incidents/`.
 pub fn incident(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/incidents")
-        .join(name)
+    manifest_dir().join("fixtures/incidents").join(name)
+}
+
+/// This crate's folder in the checkout the tests run from: cargo and nextest say so when
+/// they run a test, and that wins over the folder it was compiled in, which a build
+/// cache shared between checkouts (CI's) can carry over from another one.
+pub fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
 }
 
 /// The kubectl recording files of an incident (one per kind), sorted by name.
