@@ -274,12 +274,7 @@ pub fn read_watch_event_of(
     fields: &Fields,
     input: &mut &[u8],
 ) -> Result<WatchEvent, WireError> {
-    match version {
-        WireVersion::V4 => read::<4>(fields, input),
-        WireVersion::V3 => read::<3>(fields, input),
-        WireVersion::V2 => read::<2>(fields, input),
-        WireVersion::V1 => read::<1>(fields, input),
-    }
+    read_as(version, fields, input, |event| event)
 }
 
 /// [`read_watch_event_of`] into a box: the event is moved once, into the box, instead of
@@ -290,11 +285,23 @@ pub fn read_watch_event_boxed_of(
     fields: &Fields,
     input: &mut &[u8],
 ) -> Result<Box<WatchEvent>, WireError> {
+    read_as(version, fields, input, Box::new)
+}
+
+/// The datum of `version` read and handed to `wrap` right where it was decoded (so that
+/// boxing it moves it once).
+#[inline(always)]
+fn read_as<T>(
+    version: WireVersion,
+    fields: &Fields,
+    input: &mut &[u8],
+    wrap: impl FnOnce(WatchEvent) -> T,
+) -> Result<T, WireError> {
     match version {
-        WireVersion::V4 => read::<4>(fields, input).map(Box::new),
-        WireVersion::V3 => read::<3>(fields, input).map(Box::new),
-        WireVersion::V2 => read::<2>(fields, input).map(Box::new),
-        WireVersion::V1 => read::<1>(fields, input).map(Box::new),
+        WireVersion::V4 => read::<4>(fields, input).map(wrap),
+        WireVersion::V3 => read::<3>(fields, input).map(wrap),
+        WireVersion::V2 => read::<2>(fields, input).map(wrap),
+        WireVersion::V1 => read::<1>(fields, input).map(wrap),
     }
 }
 
