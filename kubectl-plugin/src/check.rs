@@ -20,7 +20,8 @@ use crate::report::{ReportFinding, Target};
 /// What the rules found in a snapshot.
 #[derive(Debug)]
 pub struct CheckResult {
-    /// In the shape `analyzer replay` reports, for its text and JSON lines renderers.
+    /// In the shape `analyzer replay` reports, for its text and JSON lines renderers (its
+    /// alert transitions moved into `findings`).
     pub outcome: ReplayOutcome,
     /// Alerts folded into histories.
     pub findings: Findings,
@@ -41,7 +42,8 @@ pub fn analyze(events: Vec<WatchEvent>, now_ms: i64, config: AnalyzerConfig) -> 
     }
     analyzer.finish(Some(now_ms), &mut outcome.outputs);
     outcome.stats = analyzer.stats();
-    let findings = Findings::from_outputs(&outcome.outputs);
+    // The transitions move into the findings (as `analyzer replay` does): held once.
+    let findings = Findings::take(std::mem::take(&mut outcome.outputs));
     let firing = findings
         .alerts
         .iter()
