@@ -516,9 +516,12 @@ fn generate(
 
 fn run(file: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
-    let outcome = replay(&[file.to_owned()], &ReplayOptions::default())?;
+    let mut outcome = replay(&[file.to_owned()], &ReplayOptions::default())?;
     let elapsed = started.elapsed();
-    let findings = Findings::from_outputs(&outcome.outputs);
+    // As `analyzer replay` does: the state is not freed object by object at exit, and the
+    // alert transitions move into the findings.
+    std::mem::forget(outcome.analyzer.take());
+    let findings = Findings::take(std::mem::take(&mut outcome.outputs));
     let events = outcome.stats.events_in;
     let mut by_rule = std::collections::BTreeMap::new();
     for h in &findings.alerts {

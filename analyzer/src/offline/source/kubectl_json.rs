@@ -1284,6 +1284,17 @@ mod tests {
         assert_eq!(peek_stream(error), None);
     }
 
+    /// The problems among a source's items.
+    fn problems_of(items: &[SourceItem]) -> Vec<&Problem> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                SourceItem::Problem(p) => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn a_document_named_by_its_first_fields_but_broken_after_is_reported_once_where_it_is() {
         let dir = tempfile::tempdir().unwrap();
@@ -1304,13 +1315,7 @@ mod tests {
             })
             .collect();
         assert!(events.contains(&"5") && events.contains(&"7"), "{events:?}");
-        let problems: Vec<_> = items
-            .iter()
-            .filter_map(|i| match i {
-                SourceItem::Problem(p) => Some(p),
-                _ => None,
-            })
-            .collect();
+        let problems = problems_of(&items);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].skipped);
         assert!(
@@ -1490,13 +1495,7 @@ mod tests {
             })
             .collect();
         assert_eq!(versions, ["5", "7"]);
-        let problems: Vec<_> = items
-            .iter()
-            .filter_map(|i| match i {
-                SourceItem::Problem(p) => Some(p),
-                _ => None,
-            })
-            .collect();
+        let problems = problems_of(&items);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].message, "document larger than 16 MiB");
         // After the first document's 12 lines.
