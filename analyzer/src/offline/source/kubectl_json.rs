@@ -947,24 +947,26 @@ impl StreamCursor {
                     continue;
                 }
             };
-            let (lead, doc) = trim_whitespace(pieces.text(len));
-            let start = start + lead as u64;
-            if start < read_already {
-                // Read out of file order with the list (its pieces are whole documents
-                // or were reported by the first pass).
+            if start + len as u64 <= read_already {
+                // Every document of it was read with the list, out of file order.
                 continue;
             }
-            // The splitter calls a longer document broken.
-            if kubectl_typed::reads(self.stream) && doc.len() <= MAX_DOCUMENT_BYTES {
+            let (lead, doc) = trim_whitespace(pieces.text(len));
+            let piece_start = start;
+            let start = start + lead as u64;
+            // The splitter calls a longer document broken; one that starts before the
+            // list's end shares its piece with listed ones: the splitter parts them.
+            if kubectl_typed::reads(self.stream)
+                && doc.len() <= MAX_DOCUMENT_BYTES
+                && start >= read_already
+            {
                 if let Some(event) = kubectl_typed::convert(self.stream, doc) {
                     if unversioned_problem(&event).is_none() {
                         return Ok(Some((Box::new(event), start, start + doc.len() as u64)));
                     }
                 }
             }
-            let at = pieces
-                .cursor_at(&self.path, start - lead as u64)
-                .map_err(&io)?;
+            let at = pieces.cursor_at(&self.path, piece_start).map_err(&io)?;
             let mut splitter = Splitter::new(pieces.text(len), at);
             while let Some(found) = splitter.next_document().map_err(&io)? {
                 if found.broken.is_some() || found.start < read_already {
@@ -1407,6 +1409,37 @@ mod tests {
         assert!(
             most_held <= 2,
             "the list was held: {most_held} events at once"
+        );
+        assert_eq!(
+            read_recording(&path, false).0,
+            events,
+            "as the sort of the whole list"
+        );
+    }
+
+    #[test]
+    fn a_document_on_the_line_of_the_last_listed_one_is_read_after_the_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ips.json");
+        // A list out of version order (read document by document), its last document
+        // followed on the same line by the first watch event.
+        let mut text = ip_doc("ADDED", "b", "5") + &ip_doc("ADDED", "a", "3");
+        text.pop();
+        text += &ip_doc("MODIFIED", "a", "12");
+        std::fs::write(&path, &text).unwrap();
+        let (events, _) = read_recording(&path, true);
+        let got: Vec<(EventType, &str)> =
+            events.iter().map(|(t, rv, _)| (*t, rv.as_str())).collect();
+        use EventType::*;
+        assert_eq!(
+            got,
+            [
+                (SyncStart, "3"),
+                (Added, "3"),
+                (Added, "5"),
+                (SyncEnd, "5"),
+                (Modified, "12")
+            ]
         );
         assert_eq!(
             read_recording(&path, false).0,
