@@ -719,6 +719,9 @@ fn index(
     Ok(streams)
 }
 
+/// A document's event, with where the document starts and ends.
+type Converted = (Box<WatchEvent>, u64, u64);
+
 /// One stream's events, in order: its initial list in version order and framed, then the
 /// rest.
 struct StreamCursor {
@@ -726,8 +729,9 @@ struct StreamCursor {
     runs: VecDeque<Run>,
     /// The run being read.
     pieces: Option<Pieces>,
-    /// Events of a piece that the splitter read, with where each starts and ends.
-    split: VecDeque<(Box<WatchEvent>, u64, u64)>,
+    /// The splitter reading a piece that the typed path did not take, a document a call
+    /// (as it read the whole run before pieces: problems come in the same order).
+    split: Option<Splitter<std::io::Cursor<Vec<u8>>>>,
     path: PathBuf,
     /// Events ready, in order.
     ready: VecDeque<(Box<WatchEvent>, u64)>,
@@ -736,6 +740,11 @@ struct StreamCursor {
     /// Still reading the leading run of ADDED events to sort them (no index of the list).
     in_list: bool,
     done: bool,
+    /// Tests: read each run with the splitter whole, as before pieces.
+    #[cfg(test)]
+    by_splitter: Option<Splitter<BufReader<std::io::Take<File>>>>,
+    #[cfg(test)]
+    whole_runs: bool,
 }
 
 impl StreamCursor {
@@ -745,12 +754,16 @@ impl StreamCursor {
             stream,
             runs: runs.into(),
             pieces: None,
-            split: VecDeque::new(),
+            split: None,
             path: path.to_owned(),
             ready: VecDeque::new(),
             in_list: list.is_none(),
             list,
             done: false,
+            #[cfg(test)]
+            by_splitter: None,
+            #[cfg(test)]
+            whole_runs: false,
         }
     }
 
@@ -772,7 +785,15 @@ impl StreamCursor {
                 self.hand_listed(listed);
                 continue;
             }
-            match self.read(log)? {
+            #[cfg(test)]
+            let read = if self.whole_runs {
+                self.read_whole_runs(log)?
+            } else {
+                self.read(log)?
+            };
+            #[cfg(not(test))]
+            let read = self.read(log)?;
+            match read {
                 Some((event, start, end)) => {
                     if self
                         .list
@@ -896,10 +917,7 @@ impl StreamCursor {
     /// document is one, exactly as the splitter would find it; any other piece goes
     /// through the splitter, as the first pass read it (its broken documents were
     /// reported there).
-    fn read(
-        &mut self,
-        log: &mut ProblemLog,
-    ) -> Result<Option<(Box<WatchEvent>, u64, u64)>, SourceError> {
+    fn read(&mut self, log: &mut ProblemLog) -> Result<Option<Converted>, SourceError> {
         let path = self.path.clone();
         let io = move |source| SourceError::Io {
             path: path.clone(),
@@ -911,8 +929,18 @@ impl StreamCursor {
             .filter(|l| !l.in_file_order)
             .map_or(0, |l| l.end);
         loop {
-            if let Some(split) = self.split.pop_front() {
-                return Ok(Some(split));
+            if let Some(splitter) = &mut self.split {
+                let Some(found) = splitter.next_document().map_err(&io)? else {
+                    self.split = None;
+                    continue;
+                };
+                if found.broken.is_some() || found.start < read_already {
+                    continue;
+                }
+                if let Some(event) = convert(self.stream, &self.path, &splitter.doc, &found, log) {
+                    return Ok(Some((event, found.start, found.end)));
+                }
+                continue;
             }
             let pieces = match &mut self.pieces {
                 Some(pieces) => pieces,
@@ -942,9 +970,12 @@ impl StreamCursor {
                         end: pieces.end(),
                         read_already,
                     };
-                    let stop = long.split(&mut self.split, log).map_err(&io)?;
+                    let (read, stop) = long.read(log).map_err(&io)?;
                     pieces.resume_at(stop).map_err(&io)?;
-                    continue;
+                    match read {
+                        Some(read) => return Ok(Some(read)),
+                        None => continue,
+                    }
                 }
             };
             if start + len as u64 <= read_already {
@@ -967,14 +998,50 @@ impl StreamCursor {
                 }
             }
             let at = pieces.cursor_at(&self.path, piece_start).map_err(&io)?;
-            let mut splitter = Splitter::new(pieces.text(len), at);
-            while let Some(found) = splitter.next_document().map_err(&io)? {
-                if found.broken.is_some() || found.start < read_already {
-                    continue;
+            let text = std::io::Cursor::new(pieces.text(len).to_vec());
+            self.split = Some(Splitter::new(text, at));
+        }
+    }
+}
+
+#[cfg(test)]
+impl StreamCursor {
+    /// [`StreamCursor::read`] as it was before pieces: the splitter over each run whole.
+    fn read_whole_runs(&mut self, log: &mut ProblemLog) -> Result<Option<Converted>, SourceError> {
+        let io = |source| SourceError::Io {
+            path: PathBuf::new(),
+            source,
+        };
+        let read_already = self
+            .list
+            .as_ref()
+            .filter(|l| !l.in_file_order)
+            .map_or(0, |l| l.end);
+        loop {
+            let splitter = match &mut self.by_splitter {
+                Some(splitter) => splitter,
+                None => {
+                    let Some(run) = self.runs.pop_front() else {
+                        return Ok(None);
+                    };
+                    if run.end <= read_already {
+                        continue;
+                    }
+                    let mut file = File::open(&self.path).map_err(io)?;
+                    file.seek(SeekFrom::Start(run.from.offset)).map_err(io)?;
+                    let input = BufReader::new(file.take(run.end - run.from.offset));
+                    self.by_splitter.insert(Splitter::new(input, run.from))
                 }
-                if let Some(event) = convert(self.stream, &self.path, &splitter.doc, &found, log) {
-                    self.split.push_back((event, found.start, found.end));
-                }
+            };
+            let Some(found) = splitter.next_document().map_err(io)? else {
+                self.by_splitter = None;
+                continue;
+            };
+            if found.broken.is_some() || found.start < read_already {
+                continue;
+            }
+            if let Some(event) = convert(self.stream, &self.path, &splitter.doc, &found, log) {
+                return Ok(Some((event, found.start, found.end)));
             }
         }
     }
@@ -1008,24 +1075,21 @@ struct Long<'a> {
 
 impl Long<'_> {
     /// Reads its first document (or broken stretch) with a streaming splitter, as the
-    /// first pass did; returns where the splitter stopped.
-    fn split(
-        &self,
-        split: &mut VecDeque<(Box<WatchEvent>, u64, u64)>,
-        log: &mut ProblemLog,
-    ) -> std::io::Result<u64> {
+    /// first pass did: its event if it is a usable one, with where it starts and ends, and
+    /// where the splitter stopped.
+    fn read(&self, log: &mut ProblemLog) -> std::io::Result<(Option<Converted>, u64)> {
         let mut file = File::open(self.path)?;
         file.seek(SeekFrom::Start(self.at.offset))?;
         let input = BufReader::with_capacity(256 * 1024, file.take(self.end - self.at.offset));
         let mut splitter = Splitter::new(input, self.at);
-        if let Some(found) = splitter.next_document()? {
-            if found.broken.is_none() && found.start >= self.read_already {
-                if let Some(event) = convert(self.stream, self.path, &splitter.doc, &found, log) {
-                    split.push_back((event, found.start, found.end));
-                }
+        let read = splitter.next_document()?.and_then(|found| {
+            if found.broken.is_some() || found.start < self.read_already {
+                return None;
             }
-        }
-        Ok(splitter.at.offset)
+            convert(self.stream, self.path, &splitter.doc, &found, log)
+                .map(|event| (event, found.start, found.end))
+        });
+        Ok((read, splitter.at.offset))
     }
 }
 
@@ -1540,5 +1604,70 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// Pieces of recordings: documents of two kinds, ADDED (lists out of order) and not,
+    /// pretty and compact, some on one line, and what breaks them.
+    fn recording_piece() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let doc = (
+            prop::sample::select(vec!["ADDED", "ADDED", "MODIFIED", "DELETED"]),
+            prop::sample::select(vec!["IP", "Pod"]),
+            0u32..40,
+            0u8..3,
+        )
+            .prop_map(|(event_type, kind, rv, layout)| {
+                let api = if kind == "IP" { "kubeovn.io/v1" } else { "v1" };
+                let doc = format!(
+                    "{{\"type\": \"{event_type}\", \"object\": {{\"apiVersion\": \"{api}\", \"kind\": \"{kind}\", \"metadata\": {{\"name\": \"n{rv}\", \"namespace\": \"ns\", \"resourceVersion\": \"{rv}\"}}, \"spec\": {{\"subnet\": \"s\"}}}}}}"
+                );
+                match layout {
+                    0 => {
+                        let value: serde_json::Value = serde_json::from_str(&doc).unwrap();
+                        serde_json::to_string_pretty(&value).unwrap() + "\n"
+                    }
+                    1 => doc + "\n",
+                    // The next document follows on the same line.
+                    _ => doc,
+                }
+            });
+        let odd = prop::sample::select(vec![
+            "{\"type\": \"ADDED\", \"object\": {\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"cut\n",
+            "{\"type\": \"MODIFIED\", \"object\": {\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": bare}}}\n",
+            "{\"type\": \"MODIFIED\", \"object\": {\"apiVersion\": \"kubeovn.io/v1\", \"kind\": \"IP\", \"metadata\": {\"name\": \"x\", \"resourceVersion\": \"7\"}, \"spec\": {\"subnet\": 5}}}\n",
+            "error: watch closed\n",
+            "{\"a\":\n{\n\"b\": 1}}\n",
+            "{\"esc\": \"ends with \\\n",
+            "\u{c}\n",
+        ])
+        .prop_map(str::to_owned);
+        prop_oneof![6 => doc, 1 => odd]
+    }
+
+    /// Every item of a recording, in order, read in pieces or each run whole.
+    fn items_of(path: &Path, whole_runs: bool) -> Vec<String> {
+        let mut source = KubectlJsonSource::open(path).unwrap();
+        for cursor in &mut source.cursors {
+            cursor.whole_runs = whole_runs;
+        }
+        source.map(|item| format!("{item:?}")).collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Read in pieces, a recording gives the items, in the order, that reading each run
+        /// whole with the splitter gave: events, lists and their markers, problems with
+        /// their places.
+        #[test]
+        fn runs_read_in_pieces_give_what_runs_read_whole_gave(
+            pieces in proptest::collection::vec(recording_piece(), 0..30)
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("recording.json");
+            let text = pieces.concat();
+            std::fs::write(&path, &text).unwrap();
+            proptest::prop_assert_eq!(items_of(&path, false), items_of(&path, true), "{:?}", text);
+        }
     }
 }
