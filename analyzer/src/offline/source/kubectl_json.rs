@@ -910,6 +910,15 @@ impl StreamCursor {
         Ok(None)
     }
 
+    /// Where the initial list ends when it was read out of file order (0 when it was not):
+    /// documents before it were read with it.
+    fn read_already(&self) -> u64 {
+        self.list
+            .as_ref()
+            .filter(|l| !l.in_file_order)
+            .map_or(0, |l| l.end)
+    }
+
     /// The next usable document of this stream in file order, converted, with where it
     /// starts and ends. Listed documents already read out of file order are passed over.
     ///
@@ -923,34 +932,29 @@ impl StreamCursor {
             path: path.clone(),
             source,
         };
-        let read_already = self
-            .list
-            .as_ref()
-            .filter(|l| !l.in_file_order)
-            .map_or(0, |l| l.end);
+        let read_already = self.read_already();
+        let usable = Usable {
+            stream: self.stream,
+            path: &self.path,
+            read_already,
+        };
         loop {
             if let Some(splitter) = &mut self.split {
                 let Some(found) = splitter.next_document().map_err(&io)? else {
                     self.split = None;
                     continue;
                 };
-                if found.broken.is_some() || found.start < read_already {
-                    continue;
-                }
-                if let Some(event) = convert(self.stream, &self.path, &splitter.doc, &found, log) {
-                    return Ok(Some((event, found.start, found.end)));
+                if let Some(converted) = usable.convert(&splitter.doc, &found, log) {
+                    return Ok(Some(converted));
                 }
                 continue;
             }
             let pieces = match &mut self.pieces {
                 Some(pieces) => pieces,
                 None => {
-                    let Some(run) = self.runs.pop_front() else {
+                    let Some(run) = next_run(&mut self.runs, read_already) else {
                         return Ok(None);
                     };
-                    if run.end <= read_already {
-                        continue;
-                    }
                     let pieces = Pieces::open(&self.path, run.from, run.end).map_err(&io)?;
                     self.pieces.insert(pieces)
                 }
@@ -964,11 +968,9 @@ impl StreamCursor {
                 Some(Piece::Long { start }) => {
                     let at = pieces.cursor_at(&self.path, start).map_err(&io)?;
                     let long = Long {
-                        stream: self.stream,
-                        path: &self.path,
+                        usable: &usable,
                         at,
                         end: pieces.end(),
-                        read_already,
                     };
                     let (read, stop) = long.read(log).map_err(&io)?;
                     pieces.resume_at(stop).map_err(&io)?;
@@ -987,14 +989,9 @@ impl StreamCursor {
             let start = start + lead as u64;
             // The splitter calls a longer document broken; one that starts before the
             // list's end shares its piece with listed ones: the splitter parts them.
-            if kubectl_typed::reads(self.stream)
-                && doc.len() <= MAX_DOCUMENT_BYTES
-                && start >= read_already
-            {
-                if let Some(event) = kubectl_typed::convert(self.stream, doc) {
-                    if unversioned_problem(&event).is_none() {
-                        return Ok(Some((Box::new(event), start, start + doc.len() as u64)));
-                    }
+            if doc.len() <= MAX_DOCUMENT_BYTES && start >= read_already {
+                if let Some(event) = typed(self.stream, doc) {
+                    return Ok(Some((event, start, start + doc.len() as u64)));
                 }
             }
             let at = pieces.cursor_at(&self.path, piece_start).map_err(&io)?;
@@ -1012,21 +1009,19 @@ impl StreamCursor {
             path: PathBuf::new(),
             source,
         };
-        let read_already = self
-            .list
-            .as_ref()
-            .filter(|l| !l.in_file_order)
-            .map_or(0, |l| l.end);
+        let read_already = self.read_already();
+        let usable = Usable {
+            stream: self.stream,
+            path: &self.path,
+            read_already,
+        };
         loop {
             let splitter = match &mut self.by_splitter {
                 Some(splitter) => splitter,
                 None => {
-                    let Some(run) = self.runs.pop_front() else {
+                    let Some(run) = next_run(&mut self.runs, read_already) else {
                         return Ok(None);
                     };
-                    if run.end <= read_already {
-                        continue;
-                    }
                     let mut file = File::open(&self.path).map_err(io)?;
                     file.seek(SeekFrom::Start(run.from.offset)).map_err(io)?;
                     let input = BufReader::new(file.take(run.end - run.from.offset));
@@ -1037,14 +1032,17 @@ impl StreamCursor {
                 self.by_splitter = None;
                 continue;
             };
-            if found.broken.is_some() || found.start < read_already {
-                continue;
-            }
-            if let Some(event) = convert(self.stream, &self.path, &splitter.doc, &found, log) {
-                return Ok(Some((event, found.start, found.end)));
+            if let Some(converted) = usable.convert(&splitter.doc, &found, log) {
+                return Ok(Some(converted));
             }
         }
     }
+}
+
+/// The next of `runs` with documents after `read_already` (those before were read with
+/// the list).
+fn next_run(runs: &mut VecDeque<Run>, read_already: u64) -> Option<Run> {
+    std::iter::from_fn(|| runs.pop_front()).find(|run| run.end > read_already)
 }
 
 /// A piece's document without the whitespace around it, and how much came before it.
@@ -1061,16 +1059,34 @@ fn trim_whitespace(text: &[u8]) -> (usize, &[u8]) {
     (lead, &rest[..len])
 }
 
-/// A stretch of a run in which no line starts with `{` for longer than any document.
-struct Long<'a> {
+/// What the second pass makes of a document the splitter found in a stream's run.
+struct Usable<'a> {
     stream: Stream,
     path: &'a Path,
+    /// Documents before this offset were read with the list.
+    read_already: u64,
+}
+
+impl Usable<'_> {
+    /// The event of `found` (its bytes `doc`) with where it starts and ends; `None` when
+    /// it is broken (the first pass reported it), was read with the list, or is unusable
+    /// (then reported).
+    fn convert(&self, doc: &[u8], found: &Found, log: &mut ProblemLog) -> Option<Converted> {
+        if found.broken.is_some() || found.start < self.read_already {
+            return None;
+        }
+        convert(self.stream, self.path, doc, found, log)
+            .map(|event| (event, found.start, found.end))
+    }
+}
+
+/// A stretch of a run in which no line starts with `{` for longer than any document.
+struct Long<'a> {
+    usable: &'a Usable<'a>,
     /// Where it starts.
     at: Cursor,
     /// Where the run ends.
     end: u64,
-    /// Documents before this offset were read with the list.
-    read_already: u64,
 }
 
 impl Long<'_> {
@@ -1078,19 +1094,27 @@ impl Long<'_> {
     /// first pass did: its event if it is a usable one, with where it starts and ends, and
     /// where the splitter stopped.
     fn read(&self, log: &mut ProblemLog) -> std::io::Result<(Option<Converted>, u64)> {
-        let mut file = File::open(self.path)?;
+        let mut file = File::open(self.usable.path)?;
         file.seek(SeekFrom::Start(self.at.offset))?;
         let input = BufReader::with_capacity(256 * 1024, file.take(self.end - self.at.offset));
         let mut splitter = Splitter::new(input, self.at);
-        let read = splitter.next_document()?.and_then(|found| {
-            if found.broken.is_some() || found.start < self.read_already {
-                return None;
-            }
-            convert(self.stream, self.path, &splitter.doc, &found, log)
-                .map(|event| (event, found.start, found.end))
-        });
+        let read = splitter
+            .next_document()?
+            .and_then(|found| self.usable.convert(&splitter.doc, &found, log));
         Ok((read, splitter.at.offset))
     }
+}
+
+/// The event of a complete document of `stream` by the typed path, when it reads it and
+/// the event is usable as it is.
+fn typed(stream: Stream, doc: &[u8]) -> Option<Box<WatchEvent>> {
+    if !kubectl_typed::reads(stream) {
+        return None;
+    }
+    let event = kubectl_typed::convert(stream, doc)?;
+    unversioned_problem(&event)
+        .is_none()
+        .then(|| Box::new(event))
 }
 
 /// A complete document of `stream` as an event, typed where it can be, else generically
@@ -1102,12 +1126,8 @@ fn convert(
     found: &Found,
     log: &mut ProblemLog,
 ) -> Option<Box<WatchEvent>> {
-    if kubectl_typed::reads(stream) {
-        if let Some(event) = kubectl_typed::convert(stream, doc) {
-            if unversioned_problem(&event).is_none() {
-                return Some(Box::new(event));
-            }
-        }
+    if let Some(event) = typed(stream, doc) {
+        return Some(event);
     }
     let problem = |message: String, skipped: bool| Problem {
         path: path.to_owned(),

@@ -171,7 +171,7 @@ impl Pieces {
     pub fn cursor_at(&mut self, path: &Path, offset: u64) -> io::Result<Cursor> {
         let mut cursor = self.known;
         if offset < cursor.offset {
-            // Not expected (offsets only grow); count from the run's start of the file.
+            // Not expected (offsets only grow): count from the start of the file.
             cursor = Cursor::default();
         }
         // What the buffer holds is counted there; what it dropped is read again.
