@@ -78,16 +78,9 @@ impl Findings {
 }
 
 /// One JSON object per alert, one per line (`"record": "alert"`); then, when any input
-/// was unusable, one `"record": "input"` line that says how much was skipped.
-pub fn render_jsonl(findings: &Findings, outcome: &ReplayOutcome) -> String {
-    let mut out = Vec::new();
-    // Writing to memory cannot fail.
-    let _ = write_jsonl(&mut out, findings, outcome);
-    String::from_utf8(out).unwrap_or_default()
-}
-
-/// [`render_jsonl`], written line by line to `out` (a replay may report tens of thousands
-/// of alerts: the report is not held whole).
+/// was unusable, one `"record": "input"` line that says how much was skipped. Written
+/// line by line to `out` (a replay may report tens of thousands of alerts: the report is
+/// not held whole).
 pub fn write_jsonl(
     mut out: impl std::io::Write,
     findings: &Findings,
