@@ -361,34 +361,38 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
 }
 
 impl<T: Record, R: Read> ContainerReader<T, R> {
-    /// The next record, boxed: [`Record::read_version_boxed`] moves it once, into the box
-    /// (replay hands events on boxed; a WatchEvent is some 400 bytes).
-    pub fn next_boxed(&mut self) -> Option<Result<Box<T>, ContainerError>> {
-        self.read_next(T::read_version_boxed, Box::new)
+    /// The next record, read into `into` (a record read before, whose allocations are
+    /// reused: see [`Record::read_version_into`]); `None` at the end. After an error
+    /// `into` may hold parts of two records.
+    pub fn next_into(&mut self, into: &mut T) -> Option<Result<(), ContainerError>> {
+        self.read_next(
+            into,
+            |index, body, fields, into| T::read_version_into(index, body, fields, into),
+            |record, into| *into = record,
+        )
     }
 
-    /// The next record, read by `read` from a block of a known version, or resolved from
-    /// apache-avro's `Value` and wrapped by `wrap`.
+    /// The next record, read by `read` (into `sink`) from a block of a known version, or
+    /// resolved from apache-avro's `Value` and handed to `wrap` (with `sink`).
     #[inline(always)]
-    fn read_next<U>(
+    fn read_next<S, U>(
         &mut self,
-        read: impl FnOnce(usize, &mut &[u8], &Fields) -> Result<U, DatumError>,
-        wrap: impl FnOnce(T) -> U,
+        sink: &mut S,
+        read: impl FnOnce(usize, &mut &[u8], &Fields, &mut S) -> Result<U, DatumError>,
+        wrap: impl FnOnce(T, &mut S) -> U,
     ) -> Option<Result<U, ContainerError>> {
         if self.failed {
             return None;
         }
         let next = match &mut self.records {
             Records::Known(blocks, _) => {
-                // The record is decoded straight into the returned value: a WatchEvent is
-                // some 400 bytes, and every wrapper in between would copy it.
                 let mut body = match blocks.next_datum() {
                     Ok(Some(body)) => body,
                     Ok(None) => return None,
                     Err(source) => return Some(Err(self.corrupt(source))),
                 };
                 let before = body.len();
-                match read(self.version_index, &mut body, &self.fields) {
+                match read(self.version_index, &mut body, &self.fields, sink) {
                     Ok(record) => {
                         let consumed = before - body.len();
                         blocks.consumed(consumed);
@@ -406,7 +410,7 @@ impl<T: Record, R: Read> ContainerReader<T, R> {
         match next {
             Ok(record) => {
                 self.index += 1;
-                Some(Ok(wrap(record)))
+                Some(Ok(wrap(record, sink)))
             }
             Err(source) => Some(Err(self.corrupt(source.into()))),
         }
@@ -417,7 +421,11 @@ impl<T: Record, R: Read> Iterator for ContainerReader<T, R> {
     type Item = Result<T, ContainerError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.read_next(T::read_version, |record| record)
+        self.read_next(
+            &mut (),
+            |index, body, fields, ()| T::read_version(index, body, fields),
+            |record, ()| record,
+        )
     }
 }
 

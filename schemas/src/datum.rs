@@ -14,7 +14,9 @@
 //! versions newer than this build, other records. The decoder is checked against
 //! apache-avro's output on generated events of every kind and version, and on cut, flipped
 //! and random bytes (`tests/datum.rs`); it is used only for the schema versions whose
-//! fingerprints it was written for ([`WATCH_EVENT_FINGERPRINTS`]).
+//! fingerprints it was written for ([`WATCH_EVENT_FINGERPRINTS`]). A caller that reads
+//! event after event hands the one before back ([`read_watch_event_into`]): its strings
+//! and lists are filled in place, so that reading an event allocates next to nothing.
 //!
 //! Malformed input is a [`WireError`], never a panic; nothing is reserved for a length or
 //! count the input does not have the bytes for (an array block's count is checked against
@@ -274,51 +276,47 @@ pub fn read_watch_event_of(
     fields: &Fields,
     input: &mut &[u8],
 ) -> Result<WatchEvent, WireError> {
-    read_as(version, fields, input, |event| event)
+    let mut event = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
+    read_watch_event_into(version, fields, input, &mut event)?;
+    Ok(event)
 }
 
-/// [`read_watch_event_of`] into a box: the event is moved once, into the box, instead of
-/// through every wrapper of its caller (replay hands events on boxed).
+/// [`read_watch_event_of`] into `event`, an event read before (or a default one): every
+/// field is overwritten, and its strings and lists are filled in place, so that reading
+/// an event like the one before allocates nothing (replay hands the events it analysed
+/// back to be read into again). The result is the same as a fresh read's, capacities
+/// aside. On error `input` is left as it was and `event` holds parts of both: read into
+/// it again or drop it.
 #[inline]
-pub fn read_watch_event_boxed_of(
+pub fn read_watch_event_into(
     version: WireVersion,
     fields: &Fields,
     input: &mut &[u8],
-) -> Result<Box<WatchEvent>, WireError> {
-    read_as(version, fields, input, Box::new)
-}
-
-/// The datum of `version` read and handed to `wrap` right where it was decoded (so that
-/// boxing it moves it once).
-#[inline(always)]
-fn read_as<T>(
-    version: WireVersion,
-    fields: &Fields,
-    input: &mut &[u8],
-    wrap: impl FnOnce(WatchEvent) -> T,
-) -> Result<T, WireError> {
+    event: &mut WatchEvent,
+) -> Result<(), WireError> {
     match version {
-        WireVersion::V4 => read::<4>(fields, input).map(wrap),
-        WireVersion::V3 => read::<3>(fields, input).map(wrap),
-        WireVersion::V2 => read::<2>(fields, input).map(wrap),
-        WireVersion::V1 => read::<1>(fields, input).map(wrap),
+        WireVersion::V4 => read::<4>(fields, input, event),
+        WireVersion::V3 => read::<3>(fields, input, event),
+        WireVersion::V2 => read::<2>(fields, input, event),
+        WireVersion::V1 => read::<1>(fields, input, event),
     }
 }
 
 #[inline(always)]
-fn read<const V: u8>(fields: &Fields, input: &mut &[u8]) -> Result<WatchEvent, WireError> {
+fn read<const V: u8>(
+    fields: &Fields,
+    input: &mut &[u8],
+    event: &mut WatchEvent,
+) -> Result<(), WireError> {
     let mut cursor = Cursor::<V>::new(input, fields, true);
-    // The result is returned as it is: a WatchEvent is some 400 bytes, not to be copied
-    // out of one `Result` into another.
-    let event = cursor.watch_event();
-    if event.is_ok() {
+    if cursor.watch_event(event).is_ok() {
         *input = cursor.rest;
-        return event;
+        return Ok(());
     }
     // Checked together, a bad skipped string is found late, and an error met after it
     // would be reported in its place: read again, checking one by one, for the error the
     // bytes give in order, at its place.
-    read_checking_each::<V>(fields, input)
+    read_checking_each::<V>(fields, input, event)
 }
 
 #[cold]
@@ -326,13 +324,12 @@ fn read<const V: u8>(fields: &Fields, input: &mut &[u8]) -> Result<WatchEvent, W
 fn read_checking_each<const V: u8>(
     fields: &Fields,
     input: &mut &[u8],
-) -> Result<WatchEvent, WireError> {
+    event: &mut WatchEvent,
+) -> Result<(), WireError> {
     let mut cursor = Cursor::<V>::new(input, fields, false);
-    let event = cursor.watch_event();
-    if event.is_ok() {
-        *input = cursor.rest;
-    }
-    event
+    cursor.watch_event(event)?;
+    *input = cursor.rest;
+    Ok(())
 }
 
 /// Decodes `input` as exactly one WatchEvent v4 datum; bytes after it are an error.
@@ -402,9 +399,50 @@ struct Cursor<'a, const V: u8> {
 
 type Result<T, E = WireError> = std::result::Result<T, E>;
 
-// Every multi-field structure below is a struct expression whose fields are written in
-// schema order: Rust evaluates field initialisers in the order written, so that is the
-// order the bytes are read in.
+/// A kind's part, as [`KindPart`] holds it.
+trait KindPartOf: Default {
+    fn wrap(part: Box<Self>) -> KindPart;
+    /// The part's box, when it is of this kind.
+    fn unwrap(part: KindPart) -> Option<Box<Self>>;
+}
+
+macro_rules! kind_part_of {
+    ($($ty:ty => $variant:ident),* $(,)?) => {$(
+        impl KindPartOf for $ty {
+            fn wrap(part: Box<Self>) -> KindPart {
+                KindPart::$variant(part)
+            }
+            fn unwrap(part: KindPart) -> Option<Box<Self>> {
+                match part {
+                    KindPart::$variant(part) => Some(part),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+kind_part_of!(
+    IpInfo => Ip,
+    SubnetInfo => Subnet,
+    PodInfo => Pod,
+    IpPoolInfo => IpPool,
+    IpReservationInfo => IpReservation,
+    SpiderIpPoolInfo => SpiderIpPool,
+    SpiderEndpointInfo => SpiderEndpoint,
+);
+
+/// The kind parts of a datum being read: which one is kept, and the part of the event
+/// read before, to read the kept one into when it is of the same kind.
+struct Parts {
+    stream: Stream,
+    before: Option<KindPart>,
+    kept: Option<KindPart>,
+}
+
+// Every multi-field structure below is read in schema order: as statements in that order
+// where it is read in place, else as a struct expression whose fields are written in that
+// order (Rust evaluates field initialisers in the order written).
 impl<'a, const V: u8> Cursor<'a, V> {
     fn new(input: &'a [u8], fields: &Fields, together: bool) -> Self {
         Cursor {
@@ -571,6 +609,26 @@ impl<'a, const V: u8> Cursor<'a, V> {
         self.str(field).map(str::to_owned)
     }
 
+    /// [`Cursor::string`] into `into`, in its buffer when it has one.
+    #[inline(always)]
+    fn string_into(&mut self, field: &'static str, into: &mut String) -> Result<()> {
+        if let [0, rest @ ..] = self.rest {
+            self.rest = rest;
+            into.clear();
+            return Ok(());
+        }
+        let text = self.str(field)?;
+        if into.capacity() == 0 {
+            // Exactly its length, as a fresh read gives (events are held by the hundred
+            // thousand).
+            *into = text.to_owned();
+        } else {
+            into.clear();
+            into.push_str(text);
+        }
+        Ok(())
+    }
+
     fn boolean(&mut self, field: &'static str) -> Result<bool> {
         match self.rest.first() {
             Some(0) => {
@@ -640,6 +698,21 @@ impl<'a, const V: u8> Cursor<'a, V> {
     #[inline(always)]
     fn optional_string(&mut self, field: &'static str) -> Result<Option<String>> {
         self.optional(field, |c| c.string(field))
+    }
+
+    /// [`Cursor::optional_string`] into `into`, in its buffer when it has one.
+    #[inline(always)]
+    fn optional_string_into(
+        &mut self,
+        field: &'static str,
+        into: &mut Option<String>,
+    ) -> Result<()> {
+        if self.present(field)? {
+            self.string_into(field, into.get_or_insert_with(String::new))
+        } else {
+            *into = None;
+            Ok(())
+        }
     }
 
     /// Starts the next block of an array or map: `None` at the end (a zero count).
@@ -734,6 +807,32 @@ impl<'a, const V: u8> Cursor<'a, V> {
         self.array(field, 1, |c| c.string(field))
     }
 
+    /// [`Cursor::strings`] into `into`, in its strings' buffers as far as it has them.
+    #[inline]
+    fn strings_into(&mut self, field: &'static str, into: &mut Vec<String>) -> Result<()> {
+        if self.empty_collection() {
+            into.clear();
+            return Ok(());
+        }
+        let mut count = 0;
+        while let Some(block) = self.block(field, 1)? {
+            // As `array` reserves for a fresh list.
+            if into.capacity() == 0 {
+                into.reserve_exact(block.count);
+            }
+            for _ in 0..block.count {
+                match into.get_mut(count) {
+                    Some(string) => self.string_into(field, string)?,
+                    None => into.push(self.string(field)?),
+                }
+                count += 1;
+            }
+            self.end_block(field, block)?;
+        }
+        into.truncate(count);
+        Ok(())
+    }
+
     /// A `{"type": "map", "values": "string"}`. A key written twice keeps its last value,
     /// as serde's map visitor does.
     #[inline]
@@ -813,46 +912,51 @@ impl<'a, const V: u8> Cursor<'a, V> {
         Ok(map)
     }
 
-    fn watch_event(&mut self) -> Result<WatchEvent> {
-        let cluster_id = self.string("cluster_id")?;
-        let collector_id = self.string("collector_id")?;
-        let sequence = self.long("sequence")?;
+    /// Reads every field into `event` (see [`read_watch_event_into`]).
+    fn watch_event(&mut self, event: &mut WatchEvent) -> Result<()> {
+        self.string_into("cluster_id", &mut event.cluster_id)?;
+        self.string_into("collector_id", &mut event.collector_id)?;
+        event.sequence = self.long("sequence")?;
         // Older versions have the first symbols of today's enums, in the same order.
         let stream = self.symbol("stream", &STREAMS[..if V >= 4 { 8 } else { 3 }])?;
-        let event_type = self.symbol("event_type", &EVENT_TYPES[..if V >= 3 { 8 } else { 7 }])?;
-        let resource_version = self.string("resource_version")?;
-        let resource_version_num = self.optional_long("resource_version_num")?;
-        let observed_at_ms = self.optional_long("observed_at_ms")?;
-        let metadata = self.optional("metadata", Self::object_meta)?;
+        event.stream = stream;
+        event.event_type = self.symbol("event_type", &EVENT_TYPES[..if V >= 3 { 8 } else { 7 }])?;
+        self.string_into("resource_version", &mut event.resource_version)?;
+        event.resource_version_num = self.optional_long("resource_version_num")?;
+        event.observed_at_ms = self.optional_long("observed_at_ms")?;
+        if self.present("metadata")? {
+            self.object_meta(event.metadata.get_or_insert_with(ObjectMeta::default))?;
+        } else {
+            event.metadata = None;
+        }
         // One optional field per kind on the wire; the event keeps the one of its stream
-        // (the serde path reads them all and does the same).
-        let mut part = None;
-        self.part("ip", Stream::Ip, stream, &mut part, Self::ip, KindPart::Ip)?;
+        // (the serde path reads them all and does the same), read into the part of the
+        // event before when that was of the same kind.
+        let mut parts = Parts {
+            stream,
+            before: event.part.take(),
+            kept: None,
+        };
+        self.part("ip", Stream::Ip, &mut parts, Self::ip)?;
         self.part(
             "subnet",
             Stream::Subnet,
-            stream,
-            &mut part,
-            Self::subnet,
-            KindPart::Subnet,
+            &mut parts,
+            |c, subnet: &mut SubnetInfo| {
+                *subnet = c.subnet()?;
+                Ok(())
+            },
         )?;
-        self.part(
-            "pod",
-            Stream::Pod,
-            stream,
-            &mut part,
-            Self::pod,
-            KindPart::Pod,
-        )?;
-        let raw_object = if V < 2 {
-            None
-        } else if self.fields.raw_object {
-            self.optional_string("raw_object")?
+        self.part("pod", Stream::Pod, &mut parts, Self::pod)?;
+        if V >= 2 && self.fields.raw_object {
+            self.optional_string_into("raw_object", &mut event.raw_object)?;
         } else {
-            self.skip_optional_string("raw_object")?;
-            None
-        };
-        let remediation = if V >= 3 {
+            if V >= 2 {
+                self.skip_optional_string("raw_object")?;
+            }
+            event.raw_object = None;
+        }
+        event.remediation = if V >= 3 {
             self.optional("remediation", Self::remediation)?
         } else {
             None
@@ -862,108 +966,100 @@ impl<'a, const V: u8> Cursor<'a, V> {
             self.part(
                 "ip_pool",
                 Stream::IpPool,
-                stream,
-                &mut part,
-                Self::ip_pool,
-                KindPart::IpPool,
+                &mut parts,
+                |c, pool: &mut IpPoolInfo| {
+                    *pool = c.ip_pool()?;
+                    Ok(())
+                },
             )?;
             self.part(
                 "ip_reservation",
                 Stream::OverlappingRangeIpReservation,
-                stream,
-                &mut part,
-                Self::ip_reservation,
-                KindPart::IpReservation,
+                &mut parts,
+                |c, reservation: &mut IpReservationInfo| {
+                    *reservation = c.ip_reservation()?;
+                    Ok(())
+                },
             )?;
             self.part(
                 "spider_ip_pool",
                 Stream::SpiderIpPool,
-                stream,
-                &mut part,
-                Self::spider_ip_pool,
-                KindPart::SpiderIpPool,
+                &mut parts,
+                |c, pool: &mut SpiderIpPoolInfo| {
+                    *pool = c.spider_ip_pool()?;
+                    Ok(())
+                },
             )?;
             self.part(
                 "spider_endpoint",
                 Stream::SpiderEndpoint,
-                stream,
-                &mut part,
-                Self::spider_endpoint,
-                KindPart::SpiderEndpoint,
+                &mut parts,
+                |c, endpoint: &mut SpiderEndpointInfo| {
+                    *endpoint = c.spider_endpoint()?;
+                    Ok(())
+                },
             )?;
         }
         self.check_unchecked()?;
-        Ok(WatchEvent {
-            cluster_id,
-            collector_id,
-            sequence,
-            stream,
-            event_type,
-            resource_version,
-            resource_version_num,
-            observed_at_ms,
-            metadata,
-            part,
-            raw_object,
-            remediation,
-        })
-    }
-
-    /// One of the per-kind optional fields: read in any case (it must be well-formed),
-    /// kept when it is of the event's stream.
-    #[inline(always)]
-    fn part<P>(
-        &mut self,
-        field: &'static str,
-        kind: Stream,
-        stream: Stream,
-        part: &mut Option<KindPart>,
-        read: impl FnOnce(&mut Self) -> Result<P>,
-        wrap: impl FnOnce(Box<P>) -> KindPart,
-    ) -> Result<()> {
-        if self.present(field)? {
-            let found = read(self)?;
-            if kind == stream {
-                *part = Some(wrap(Box::new(found)));
-            }
-        }
+        event.part = parts.kept;
         Ok(())
     }
 
-    fn object_meta(&mut self) -> Result<ObjectMeta> {
-        Ok(ObjectMeta {
-            uid: self.string("metadata.uid")?,
-            name: self.string("metadata.name")?,
-            namespace: self.optional_string("metadata.namespace")?,
-            generation: self.optional_long("metadata.generation")?,
-            creation_timestamp_ms: self.optional_long("metadata.creation_timestamp_ms")?,
-            deletion_timestamp_ms: self.optional_long("metadata.deletion_timestamp_ms")?,
-            finalizers: self.strings("metadata.finalizers")?,
-            owner_references: if self.fields.owner_references {
-                // api_version, kind, name, uid: one byte each at least; controller's
-                // branch one.
-                self.array("metadata.owner_references", 5, Self::owner_reference)?
-            } else {
-                self.skip_array("metadata.owner_references", 5, |c| {
-                    c.owner_reference_skipped().map(drop)
-                })?;
-                Vec::new()
-            },
-            labels: match self.fields.labels {
-                Labels::All => self.string_map("metadata.labels")?,
-                Labels::Only(keys) => self.string_map_only("metadata.labels", keys)?,
-            },
-            annotations: if self.fields.annotations {
-                self.string_map("metadata.annotations")?
-            } else {
-                self.string_map_only("metadata.annotations", &[])?
-            },
-            last_update_ms: if V >= 2 {
-                self.optional_long("metadata.last_update_ms")?
-            } else {
-                None
-            },
-        })
+    /// One of the per-kind optional fields: read in any case (it must be well-formed),
+    /// kept when it is of the event's stream, read into the part before when that is of
+    /// its kind (`unwrap` gives its box back).
+    #[inline(always)]
+    fn part<P: KindPartOf>(
+        &mut self,
+        field: &'static str,
+        kind: Stream,
+        parts: &mut Parts,
+        read: impl FnOnce(&mut Self, &mut P) -> Result<()>,
+    ) -> Result<()> {
+        if !self.present(field)? {
+            return Ok(());
+        }
+        if kind != parts.stream {
+            return read(self, &mut P::default());
+        }
+        let mut part = parts.before.take().and_then(P::unwrap).unwrap_or_default();
+        read(self, &mut part)?;
+        parts.kept = Some(P::wrap(part));
+        Ok(())
+    }
+
+    fn object_meta(&mut self, meta: &mut ObjectMeta) -> Result<()> {
+        self.string_into("metadata.uid", &mut meta.uid)?;
+        self.string_into("metadata.name", &mut meta.name)?;
+        self.optional_string_into("metadata.namespace", &mut meta.namespace)?;
+        meta.generation = self.optional_long("metadata.generation")?;
+        meta.creation_timestamp_ms = self.optional_long("metadata.creation_timestamp_ms")?;
+        meta.deletion_timestamp_ms = self.optional_long("metadata.deletion_timestamp_ms")?;
+        self.strings_into("metadata.finalizers", &mut meta.finalizers)?;
+        meta.owner_references = if self.fields.owner_references {
+            // api_version, kind, name, uid: one byte each at least; controller's branch one.
+            self.array("metadata.owner_references", 5, Self::owner_reference)?
+        } else {
+            self.skip_array("metadata.owner_references", 5, |c| {
+                c.owner_reference_skipped().map(drop)
+            })?;
+            Vec::new()
+        };
+        meta.labels = match self.fields.labels {
+            Labels::All => self.string_map("metadata.labels")?,
+            Labels::Only(keys) => self.string_map_only("metadata.labels", keys)?,
+        };
+        meta.annotations = if self.fields.annotations {
+            self.string_map("metadata.annotations")?
+        } else {
+            self.string_map_only("metadata.annotations", &[])?
+        };
+        meta.last_update_ms = if V >= 2 {
+            self.optional_long("metadata.last_update_ms")?
+        } else {
+            None
+        };
+        Ok(())
     }
 
     /// An owner reference read and dropped: its strings checked, not copied.
@@ -987,30 +1083,29 @@ impl<'a, const V: u8> Cursor<'a, V> {
         })
     }
 
-    fn ip(&mut self) -> Result<IpInfo> {
-        Ok(IpInfo {
-            subnet: self.string("ip.subnet")?,
-            attach_subnets: self.strings("ip.attach_subnets")?,
-            pod_name: self.string("ip.pod_name")?,
-            pod_namespace: self.string("ip.pod_namespace")?,
-            node_name: self.detail("ip.node_name")?,
-            ip_address: self.string("ip.ip_address")?,
-            v4_ip_address: self.detail("ip.v4_ip_address")?,
-            v6_ip_address: self.detail("ip.v6_ip_address")?,
-            attach_ips: self.strings("ip.attach_ips")?,
-            mac_address: self.detail("ip.mac_address")?,
-            pod_type: self.string("ip.pod_type")?,
-        })
+    fn ip(&mut self, ip: &mut IpInfo) -> Result<()> {
+        self.string_into("ip.subnet", &mut ip.subnet)?;
+        self.strings_into("ip.attach_subnets", &mut ip.attach_subnets)?;
+        self.string_into("ip.pod_name", &mut ip.pod_name)?;
+        self.string_into("ip.pod_namespace", &mut ip.pod_namespace)?;
+        self.detail("ip.node_name", &mut ip.node_name)?;
+        self.string_into("ip.ip_address", &mut ip.ip_address)?;
+        self.detail("ip.v4_ip_address", &mut ip.v4_ip_address)?;
+        self.detail("ip.v6_ip_address", &mut ip.v6_ip_address)?;
+        self.strings_into("ip.attach_ips", &mut ip.attach_ips)?;
+        self.detail("ip.mac_address", &mut ip.mac_address)?;
+        self.string_into("ip.pod_type", &mut ip.pod_type)
     }
 
     /// A string of a part's details ([`Fields::part_details`]): read, or checked and left
     /// empty.
     #[inline(always)]
-    fn detail(&mut self, field: &'static str) -> Result<String> {
+    fn detail(&mut self, field: &'static str, into: &mut String) -> Result<()> {
         if self.fields.part_details {
-            self.string(field)
+            self.string_into(field, into)
         } else {
-            self.skip_str(field).map(|()| String::new())
+            into.clear();
+            self.skip_str(field)
         }
     }
 
@@ -1028,33 +1123,32 @@ impl<'a, const V: u8> Cursor<'a, V> {
         })
     }
 
-    fn pod(&mut self) -> Result<PodInfo> {
-        Ok(PodInfo {
-            phase: self.string("pod.phase")?,
-            node_name: self.detail("pod.node_name")?,
-            pod_ips: if self.fields.part_details {
-                self.strings("pod.pod_ips")?
-            } else {
-                self.skip_array("pod.pod_ips", 1, |c| c.skip_str("pod.pod_ips"))?;
-                Vec::new()
-            },
-            // Five strings and a boolean.
-            allocations: if self.fields.part_details {
-                self.array("pod.allocations", 6, Self::pod_allocation)?
-            } else {
-                self.skip_array("pod.allocations", 6, Self::pod_allocation_skipped)?;
-                Vec::new()
-            },
-            // Four strings (one of them the ips array's end) and a boolean.
-            network_status: if V < 4 {
-                Vec::new()
-            } else if self.fields.part_details {
-                self.array("pod.network_status", 5, Self::network_status)?
-            } else {
-                self.networks_read("pod.network_status")?
-            },
-            disruption_target: V >= 4 && self.boolean("pod.disruption_target")?,
-        })
+    fn pod(&mut self, pod: &mut PodInfo) -> Result<()> {
+        self.string_into("pod.phase", &mut pod.phase)?;
+        self.detail("pod.node_name", &mut pod.node_name)?;
+        if self.fields.part_details {
+            self.strings_into("pod.pod_ips", &mut pod.pod_ips)?;
+        } else {
+            pod.pod_ips.clear();
+            self.skip_array("pod.pod_ips", 1, |c| c.skip_str("pod.pod_ips"))?;
+        }
+        // Five strings and a boolean.
+        pod.allocations = if self.fields.part_details {
+            self.array("pod.allocations", 6, Self::pod_allocation)?
+        } else {
+            self.skip_array("pod.allocations", 6, Self::pod_allocation_skipped)?;
+            Vec::new()
+        };
+        // Four strings (one of them the ips array's end) and a boolean.
+        pod.network_status = if V < 4 {
+            Vec::new()
+        } else if self.fields.part_details {
+            self.array("pod.network_status", 5, Self::network_status)?
+        } else {
+            self.networks_read("pod.network_status")?
+        };
+        pod.disruption_target = V >= 4 && self.boolean("pod.disruption_target")?;
+        Ok(())
     }
 
     /// A pod allocation read and dropped: its strings checked, not copied.

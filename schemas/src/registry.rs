@@ -213,14 +213,17 @@ pub trait Record: Serialize + DeserializeOwned + 'static {
         }
     }
 
-    /// [`Record::read_version`] into a box. Records with a specialised decoder move the
-    /// record once, into the box, rather than through every wrapper on the way.
-    fn read_version_boxed(
+    /// [`Record::read_version`] into `into`, a record read before: records with a
+    /// specialised decoder fill it in place, reusing its allocations (see
+    /// [`crate::datum::read_watch_event_into`]). On error `into` may hold parts of both.
+    fn read_version_into(
         index: usize,
         body: &mut &[u8],
         fields: &Fields,
-    ) -> Result<Box<Self>, DatumError> {
-        Self::read_version(index, body, fields).map(Box::new)
+        into: &mut Self,
+    ) -> Result<(), DatumError> {
+        *into = Self::read_version(index, body, fields)?;
+        Ok(())
     }
 }
 
@@ -270,16 +273,20 @@ record!(
         }
     },
     #[inline]
-    fn read_version_boxed(
+    fn read_version_into(
         index: usize,
         body: &mut &[u8],
         fields: &Fields,
-    ) -> Result<Box<Self>, DatumError> {
+        into: &mut Self,
+    ) -> Result<(), DatumError> {
         match known_wire_version(index) {
-            Some(version) => Ok(crate::datum::read_watch_event_boxed_of(
-                version, fields, body,
+            Some(version) => Ok(crate::datum::read_watch_event_into(
+                version, fields, body, into,
             )?),
-            None => read_watch_event_elsewhere(index, body).map(Box::new),
+            None => {
+                *into = read_watch_event_elsewhere(index, body)?;
+                Ok(())
+            }
         }
     }
 );

@@ -92,6 +92,9 @@ pub struct Analyzer {
     stats: AnalyzerStats,
     released: Vec<Released>,
     alerts: Vec<Alert>,
+    /// The latest event analysed, for the caller to read the next one into
+    /// ([`Analyzer::take_spare`]).
+    spare: Option<Box<WatchEvent>>,
 }
 
 /// Bookmarks' (version, observation time), lowest version first.
@@ -211,6 +214,7 @@ impl Analyzer {
             stats: AnalyzerStats::default(),
             released: Vec::new(),
             alerts: Vec::new(),
+            spare: None,
             config,
         }
     }
@@ -268,6 +272,7 @@ impl Analyzer {
             stats: checkpoint.stats,
             released: Vec::new(),
             alerts: Vec::new(),
+            spare: None,
             config,
         })
     }
@@ -338,6 +343,13 @@ impl Analyzer {
         self.released = released;
     }
 
+    /// An event the analysis is done with (the latest one applied; what the state keeps
+    /// of it was copied or moved out), for a source to read its next event into so that
+    /// reading allocates next to nothing (see [`crate::offline::source::Source::recycle`]).
+    pub fn take_spare(&mut self) -> Option<Box<WatchEvent>> {
+        self.spare.take()
+    }
+
     /// Nothing at or below `rv` is still to come: the input is merged in version order
     /// (see [`ReorderBuffer::pass`]). What is held up to it is analysed now instead of
     /// waiting for quiet streams.
@@ -386,11 +398,12 @@ impl Analyzer {
                     self.state.start_epoch();
                     out.push(Output::NewEpoch(change));
                 }
-                Released::Event(event) => {
+                Released::Event(mut event) => {
                     if let Some(rv) = event.resource_version_num {
                         self.pass_clock_marks(rv, out);
                     }
-                    self.apply(event, out);
+                    self.apply(&mut event, out);
+                    self.spare = Some(event);
                 }
             }
         }
@@ -432,8 +445,8 @@ impl Analyzer {
         self.run_timers(out);
     }
 
-    fn apply(&mut self, event: Box<WatchEvent>, out: &mut Vec<Output>) {
-        let located = self.state.locate(&event);
+    fn apply(&mut self, event: &mut WatchEvent, out: &mut Vec<Output>) {
+        let located = self.state.locate(event);
         let event_ref = located.at.clone();
         self.last_rv = event_ref.resource_version();
         if let Some(t) = event_ref.time_ms() {

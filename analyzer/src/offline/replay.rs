@@ -133,6 +133,9 @@ pub fn replay(paths: &[PathBuf], options: &ReplayOptions) -> Result<ReplayOutcom
             outcome.rv_range = Some((lo.min(rv), hi.max(rv)));
         }
         analyzer.step(event, &mut outcome.outputs);
+        if let Some(spare) = analyzer.take_spare() {
+            sources[index].recycle(spare);
+        }
         if in_order {
             if let Some(next) = lowest_next(&heads) {
                 analyzer.input_passed(next.saturating_sub(1), &mut outcome.outputs);

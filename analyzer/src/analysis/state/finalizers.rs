@@ -37,14 +37,14 @@ pub struct Finalizers(Option<List>);
 
 impl Finalizers {
     /// The finalizers `names`, sharing the copy of an equal list seen before.
-    pub fn new(names: Vec<String>) -> Self {
+    pub fn new(names: &[String]) -> Self {
         if names.is_empty() {
             return Finalizers(None);
         }
         let hash = list_hash(names.iter().map(String::as_str));
         let list = LISTS.get_or_make(
             hash,
-            |list| same(list, &names),
+            |list| same(list, names),
             || names.iter().map(|n| Box::from(n.as_str())).collect(),
             |list| list_hash(list.iter().map(|n| &**n)),
         );
@@ -53,9 +53,9 @@ impl Finalizers {
 
     /// [`Finalizers::new`], keeping `previous` (the object's version before) when the list
     /// did not change: the common case, and then nothing is looked up.
-    pub fn new_or_same(names: Vec<String>, previous: Option<&Finalizers>) -> Self {
+    pub fn new_or_same(names: &[String], previous: Option<&Finalizers>) -> Self {
         match previous {
-            Some(previous) if same(previous, &names) => previous.clone(),
+            Some(previous) if same(previous, names) => previous.clone(),
             _ => Finalizers::new(names),
         }
     }
@@ -88,7 +88,7 @@ impl Serialize for Finalizers {
 
 impl<'de> Deserialize<'de> for Finalizers {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(Finalizers::new(Vec::<String>::deserialize(deserializer)?))
+        Ok(Finalizers::new(&Vec::<String>::deserialize(deserializer)?))
     }
 }
 
@@ -98,21 +98,21 @@ mod tests {
 
     #[test]
     fn equal_finalizer_lists_share_one_copy_and_keep_their_order() {
-        let a = Finalizers::new(vec!["x.io/one".into(), "x.io/two".into()]);
-        let b = Finalizers::new(vec!["x.io/one".into(), "x.io/two".into()]);
-        let c = Finalizers::new(vec!["x.io/two".into(), "x.io/one".into()]);
+        let a = Finalizers::new(&["x.io/one".into(), "x.io/two".into()]);
+        let b = Finalizers::new(&["x.io/one".into(), "x.io/two".into()]);
+        let c = Finalizers::new(&["x.io/two".into(), "x.io/one".into()]);
         assert!(Arc::ptr_eq(a.0.as_ref().unwrap(), b.0.as_ref().unwrap()));
         assert_eq!(&*a, ["x.io/one".into(), "x.io/two".into()] as [Box<str>; 2]);
         assert_ne!(a, c);
         assert_eq!(c.join(", "), "x.io/two, x.io/one");
-        let again = Finalizers::new_or_same(vec!["x.io/one".into(), "x.io/two".into()], Some(&c));
+        let again = Finalizers::new_or_same(&["x.io/one".into(), "x.io/two".into()], Some(&c));
         assert!(Arc::ptr_eq(
             a.0.as_ref().unwrap(),
             again.0.as_ref().unwrap()
         ));
-        let kept = Finalizers::new_or_same(vec!["x.io/two".into(), "x.io/one".into()], Some(&c));
+        let kept = Finalizers::new_or_same(&["x.io/two".into(), "x.io/one".into()], Some(&c));
         assert!(Arc::ptr_eq(c.0.as_ref().unwrap(), kept.0.as_ref().unwrap()));
-        assert!(Finalizers::new(Vec::new()).is_empty());
+        assert!(Finalizers::new(&[]).is_empty());
         assert_eq!(std::mem::size_of::<Finalizers>(), 8);
         let json = serde_json::to_string(&a).unwrap();
         assert_eq!(json, r#"["x.io/one","x.io/two"]"#);

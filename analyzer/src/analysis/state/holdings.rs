@@ -336,7 +336,7 @@ mod tests {
         .is_empty());
         assert!(part_holdings("mcast-querier.s", &ip("mcast-querier.s", "", "x")).is_empty());
         let reserved = Part::new(
-            EventBuilder::ip("a.ns", "s")
+            &mut EventBuilder::ip("a.ns", "s")
                 .ip_of("ns", "a", "10.0.0.2", "")
                 .added()
                 .part

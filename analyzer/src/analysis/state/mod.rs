@@ -21,7 +21,7 @@ use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 use smol_str::SmolStr;
 
-use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, KindPart, Stream, WatchEvent};
+use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, KindPart, ObjectMeta, Stream, WatchEvent};
 
 pub use finalizers::Finalizers;
 pub use holdings::{Holding, Holdings, PoolRef, Scope};
@@ -192,7 +192,7 @@ impl From<ReadRecord> for ObjectRecord {
             first_ms: saved.first_ms,
             deletion: Deletion::of(saved.deletion_requested, saved.deletion_ms, &saved.last),
             last: saved.last,
-            part: Part::new(saved.part, saved.reserved, None),
+            part: Part::new(&mut { saved.part }, saved.reserved, None),
         }
     }
 }
@@ -603,8 +603,9 @@ impl ClusterState {
 
     /// Applies one event, in resourceVersion order.
     pub fn apply(&mut self, event: WatchEvent) -> Applied {
+        let mut event = event;
         let located = self.locate(&event);
-        self.apply_located(Box::new(event), located)
+        self.apply_located(&mut event, located)
     }
 
     /// Points at `event` like [`EventRef::of`] and finds the record held under its name:
@@ -645,8 +646,10 @@ impl ClusterState {
     }
 
     /// [`ClusterState::apply`], with the event already located (the engine keeps its
-    /// [`EventRef`] for the rules; the record shares its name).
-    pub fn apply_located(&mut self, event: Box<WatchEvent>, located: Located) -> Applied {
+    /// [`EventRef`] for the rules; the record shares its name). What the record keeps is
+    /// copied or moved out of `event`; the rest is left for the event's next reading to
+    /// reuse.
+    pub fn apply_located(&mut self, event: &mut WatchEvent, located: Located) -> Applied {
         let Located { at, slot } = located;
         if event.event_type == EventType::SyncEnd {
             self.listed
@@ -910,18 +913,28 @@ struct Previous {
 /// `like`: the part of the record held under its name, whose shared fields the new part
 /// takes when they are alike.
 fn record_of(
-    mut event: Box<WatchEvent>,
+    event: &mut WatchEvent,
     last: EventRef,
     previous: Option<&Previous>,
     like: Option<&Part>,
 ) -> ObjectRecord {
-    let meta = event.metadata.take().unwrap_or_default();
-    let mut part = event
-        .part
-        .take()
-        .or_else(|| KindPart::empty(event.stream))
-        .unwrap_or(KindPart::Pod(Default::default()));
-    drop_unread(&mut part);
+    let no_meta;
+    let meta = match &event.metadata {
+        Some(meta) => meta,
+        None => {
+            no_meta = ObjectMeta::default();
+            &no_meta
+        }
+    };
+    let mut no_part;
+    let part = match &mut event.part {
+        Some(part) => part,
+        None => {
+            no_part = KindPart::empty(event.stream).unwrap_or(KindPart::Pod(Default::default()));
+            &mut no_part
+        }
+    };
+    drop_unread(part);
     let reserved = meta
         .labels
         .get(IP_RESERVED_LABEL)
@@ -932,7 +945,7 @@ fn record_of(
             Some(p) => p.uid.clone(),
             None => Uid::new(&meta.uid),
         },
-        finalizers: Finalizers::new_or_same(meta.finalizers, previous.map(|p| &p.finalizers)),
+        finalizers: Finalizers::new_or_same(&meta.finalizers, previous.map(|p| &p.finalizers)),
         first_rv: previous.map_or(last.rv, |p| p.first_rv),
         first_ms: previous.map_or(last.time_ms, |p| p.first_ms),
         deletion: Deletion::of(

@@ -153,18 +153,22 @@ impl PodPart {
     /// keeps what rules read (as the Avro decoder reads it, `Fields::part_details`): the
     /// networks other than the default (whose addresses the primary CNI's own records
     /// hold), without interface and MAC address.
-    pub fn new(mut pod: PodInfo, like: Option<&PodPart>) -> Self {
+    ///
+    /// `pod` is an event's: what the part keeps is copied or moved out of it, and the rest
+    /// is left for the event's next reading to reuse.
+    pub fn new(pod: &mut PodInfo, like: Option<&PodPart>) -> Self {
         pod.network_status.retain(|network| !network.default);
         if !pod.network_status.is_empty() {
             // Its own networks: nothing to share.
-            for network in &mut pod.network_status {
+            let mut network_status = std::mem::take(&mut pod.network_status);
+            for network in &mut network_status {
                 network.interface = String::new();
                 network.mac = String::new();
             }
             return PodPart(Arc::new(PodFields {
                 phase: SmolStr::new(&pod.phase),
                 disruption_target: pod.disruption_target,
-                network_status: pod.network_status.into_boxed_slice(),
+                network_status: network_status.into_boxed_slice(),
             }));
         }
         let alike = |f: &PodFields| {
@@ -189,8 +193,8 @@ impl PodPart {
 }
 
 impl From<PodInfo> for PodPart {
-    fn from(pod: PodInfo) -> Self {
-        PodPart::new(pod, None)
+    fn from(mut pod: PodInfo) -> Self {
+        PodPart::new(&mut pod, None)
     }
 }
 
@@ -223,15 +227,15 @@ impl IpPart {
 
     /// The part of `ip`, labelled reserved or not, sharing what it has alike with `like`
     /// (the object's version before).
-    pub fn new(ip: IpInfo, reserved: bool, like: Option<&IpPart>) -> Self {
+    pub fn new(ip: &mut IpInfo, reserved: bool, like: Option<&IpPart>) -> Self {
         IpPart {
             pod: joined(&ip.pod_namespace, &ip.pod_name),
             ip_address: SmolStr::new(&ip.ip_address),
-            common: IpCommon::shared(&ip, reserved, like),
+            common: IpCommon::shared(ip, reserved, like),
             attachments: (!ip.attach_subnets.is_empty() || !ip.attach_ips.is_empty()).then(|| {
                 Box::new(Attachments {
-                    subnets: ip.attach_subnets.into_boxed_slice(),
-                    ips: ip.attach_ips.into_boxed_slice(),
+                    subnets: std::mem::take(&mut ip.attach_subnets).into_boxed_slice(),
+                    ips: std::mem::take(&mut ip.attach_ips).into_boxed_slice(),
                 })
             }),
         }
@@ -275,8 +279,8 @@ fn joined(namespace: &str, name: &str) -> SmolStr {
 }
 
 impl From<IpInfo> for IpPart {
-    fn from(ip: IpInfo) -> Self {
-        IpPart::new(ip, false, None)
+    fn from(mut ip: IpInfo) -> Self {
+        IpPart::new(&mut ip, false, None)
     }
 }
 
@@ -298,20 +302,23 @@ impl From<&IpPart> for IpInfo {
 impl Part {
     /// What the rules read of `part`; `reserved`: the object carries kube-ovn's
     /// `ip_reserved: "true"` label (read of IPs only); `like`: the object's version
-    /// before, whose shared fields it takes when they are alike.
-    pub fn new(part: KindPart, reserved: bool, like: Option<&Part>) -> Self {
+    /// before, whose shared fields it takes when they are alike. `part` is an event's:
+    /// what the record keeps is copied or moved out, the rest left for the event's next
+    /// reading to reuse.
+    pub fn new(part: &mut KindPart, reserved: bool, like: Option<&Part>) -> Self {
+        use std::mem::take;
         match part {
-            KindPart::Pod(pod) => Part::Pod(PodPart::new(*pod, like.and_then(Part::pod))),
-            KindPart::Ip(ip) => Part::Ip(Box::new(IpPart::new(
-                *ip,
-                reserved,
-                like.and_then(Part::ip),
-            ))),
-            KindPart::Subnet(subnet) => Part::Subnet(subnet),
-            KindPart::IpPool(pool) => Part::IpPool(pool),
-            KindPart::IpReservation(reservation) => Part::IpReservation(reservation),
-            KindPart::SpiderIpPool(pool) => Part::SpiderIpPool(pool),
-            KindPart::SpiderEndpoint(endpoint) => Part::SpiderEndpoint(endpoint),
+            KindPart::Pod(pod) => Part::Pod(PodPart::new(pod, like.and_then(Part::pod))),
+            KindPart::Ip(ip) => {
+                Part::Ip(Box::new(IpPart::new(ip, reserved, like.and_then(Part::ip))))
+            }
+            KindPart::Subnet(subnet) => Part::Subnet(Box::new(take(subnet))),
+            KindPart::IpPool(pool) => Part::IpPool(Box::new(take(pool))),
+            KindPart::IpReservation(reservation) => {
+                Part::IpReservation(Box::new(take(reservation)))
+            }
+            KindPart::SpiderIpPool(pool) => Part::SpiderIpPool(Box::new(take(pool))),
+            KindPart::SpiderEndpoint(endpoint) => Part::SpiderEndpoint(Box::new(take(endpoint))),
         }
     }
 
@@ -338,8 +345,8 @@ impl Part {
 }
 
 impl From<KindPart> for Part {
-    fn from(part: KindPart) -> Self {
-        Part::new(part, false, None)
+    fn from(mut part: KindPart) -> Self {
+        Part::new(&mut part, false, None)
     }
 }
 
@@ -407,15 +414,15 @@ mod tests {
             ip_address: "10.16.0.9".into(),
             ..IpInfo::default()
         };
-        let before = IpPart::new(ip("s1"), false, None);
-        let after = IpPart::new(ip("s1"), false, Some(&before));
+        let before = IpPart::new(&mut ip("s1"), false, None);
+        let after = IpPart::new(&mut ip("s1"), false, Some(&before));
         assert!(Arc::ptr_eq(&before.common, &after.common));
-        let moved = IpPart::new(ip("s2"), false, Some(&before));
+        let moved = IpPart::new(&mut ip("s2"), false, Some(&before));
         assert_eq!(moved.subnet(), "s2");
-        let reserved = IpPart::new(ip("s1"), true, Some(&before));
+        let reserved = IpPart::new(&mut ip("s1"), true, Some(&before));
         assert!(reserved.reserved() && !Arc::ptr_eq(&before.common, &reserved.common));
         assert_eq!(
-            IpPart::new(ip("s1"), false, Some(&moved)).common,
+            IpPart::new(&mut ip("s1"), false, Some(&moved)).common,
             before.common,
             "found in the table when the one before differs"
         );

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ipaudit_schemas::{ContainerError, ContainerReader, Fields, WatchEvent};
+use ipaudit_schemas::{ContainerError, ContainerReader, EventType, Fields, Stream, WatchEvent};
 
 use super::{unversioned_problem, Position, Problem, ProblemLog, SourceError, SourceItem};
 
@@ -26,6 +26,9 @@ pub struct AvroFileSource {
     index: u64,
     reader: ContainerReader<WatchEvent, BufReader<File>>,
     total_bytes: u64,
+    /// An event handed back once analysed ([`AvroFileSource::recycle`]): the next one is
+    /// read into it, reusing its strings.
+    spare: Option<Box<WatchEvent>>,
 }
 
 impl AvroFileSource {
@@ -49,6 +52,7 @@ impl AvroFileSource {
             index: 0,
             reader,
             total_bytes,
+            spare: None,
         })
     }
 
@@ -61,6 +65,12 @@ impl AvroFileSource {
     pub fn progress(&self) -> Arc<AtomicU64> {
         self.reader.bytes_read()
     }
+
+    /// Takes back an event this source gave and the analysis is done with: the next
+    /// event is read into it, so that reading one allocates next to nothing.
+    pub fn recycle(&mut self, event: Box<WatchEvent>) {
+        self.spare = Some(event);
+    }
 }
 
 impl Iterator for AvroFileSource {
@@ -71,11 +81,14 @@ impl Iterator for AvroFileSource {
             if let Some(item) = self.log.next_item() {
                 return Some(item);
             }
-            let Some(next) = self.reader.next_boxed() else {
+            let mut event = self.spare.take().unwrap_or_else(|| {
+                Box::new(WatchEvent::new(Stream::Unknown, EventType::Bookmark, ""))
+            });
+            let Some(next) = self.reader.next_into(&mut event) else {
                 return self.log.finish();
             };
             match next {
-                Ok(event) => {
+                Ok(()) => {
                     let index = self.index;
                     self.index += 1;
                     let Some(message) = unversioned_problem(&event) else {
@@ -91,8 +104,10 @@ impl Iterator for AvroFileSource {
                         skipped: true,
                         bytes: 0,
                     });
+                    self.spare = Some(event);
                 }
                 Err(error) => {
+                    self.spare = Some(event);
                     let (position, bytes) = match &error {
                         ContainerError::Corrupt {
                             index,

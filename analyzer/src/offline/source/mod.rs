@@ -288,6 +288,14 @@ pub enum Source {
 }
 
 impl Source {
+    /// Takes back an event it gave, once analysed ([`crate::analysis::engine::Analyzer::take_spare`]):
+    /// an Avro file reads its next event into it; the other formats build theirs and drop it.
+    pub fn recycle(&mut self, event: Box<WatchEvent>) {
+        if let Source::Avro(source) = self {
+            source.recycle(event);
+        }
+    }
+
     /// Opens a file, detecting its format.
     pub fn open(path: &Path) -> Result<Source, SourceError> {
         match detect_file(path)? {
