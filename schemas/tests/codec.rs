@@ -322,6 +322,14 @@ fn a_recording_by_a_newer_collector_reads_its_known_kinds_and_marks_new_ones_unk
     assert_eq!(unknown.resource_version, known.resource_version);
     assert!(unknown.part.is_none());
     assert!(reader.next().is_none());
+    // Read into the event before, as replay reads: the same two events.
+    let mut reader = ContainerReader::<WatchEvent, _>::new(&bytes[..]).unwrap();
+    let mut into = WatchEvent::new(Stream::Pod, EventType::Added, "1");
+    reader.next_into(&mut into).unwrap().unwrap();
+    assert_eq!(into, known);
+    reader.next_into(&mut into).unwrap().unwrap();
+    assert_eq!(into, unknown);
+    assert!(reader.next_into(&mut into).is_none());
 }
 
 #[test]
