@@ -185,6 +185,7 @@ type ReadRecord = SavedRecord<Uid, Finalizers, Millis, EventRef, EventRef, KindP
 
 impl From<ReadRecord> for ObjectRecord {
     fn from(saved: ReadRecord) -> Self {
+        let mut part = saved.part;
         ObjectRecord {
             uid: saved.uid,
             finalizers: saved.finalizers,
@@ -192,7 +193,7 @@ impl From<ReadRecord> for ObjectRecord {
             first_ms: saved.first_ms,
             deletion: Deletion::of(saved.deletion_requested, saved.deletion_ms, &saved.last),
             last: saved.last,
-            part: Part::new(&mut { saved.part }, saved.reserved, None),
+            part: Part::new(&mut part, saved.reserved, None),
         }
     }
 }
@@ -602,8 +603,7 @@ impl ClusterState {
     }
 
     /// Applies one event, in resourceVersion order.
-    pub fn apply(&mut self, event: WatchEvent) -> Applied {
-        let mut event = event;
+    pub fn apply(&mut self, mut event: WatchEvent) -> Applied {
         let located = self.locate(&event);
         self.apply_located(&mut event, located)
     }
