@@ -7,6 +7,8 @@
 //! cargo build --release -p ipaudit-analyzer --bin replay-bench --bin analyzer
 //! target/release/replay-bench generate --out /tmp/ipaudit-history.avro
 //! target/release/replay-bench run /tmp/ipaudit-history.avro
+//! # generate also writes the findings its planted leaks must give beside the history
+//! # (/tmp/ipaudit-history.avro.planted.json); run checks the replay's findings against it
 //! # object content like a real cluster's (~600 bytes an event), and an older schema:
 //! target/release/replay-bench generate --realistic --out /tmp/realistic.avro
 //! target/release/replay-bench generate --schema-version 2 --out /tmp/history-v2.avro
@@ -72,10 +74,16 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4))]
         schema_version: Option<u32>,
     },
-    /// Replay a file and print events/s and peak memory.
+    /// Replay a file and print events/s and peak memory; then check the findings against
+    /// the leaks `generate` planted (exactly those alerts fire, nothing else) and fail
+    /// when they differ.
     Run {
         /// The history file.
         file: PathBuf,
+        /// The planted leaks' findings [default: FILE.planted.json, as `generate` writes
+        /// it; when that file is missing, the findings are not checked].
+        #[arg(long)]
+        planted: Option<PathBuf>,
     },
     /// Only decode a file (no analysis), to split the cost: the fields replay reads.
     Decode {
@@ -135,7 +143,7 @@ fn main() -> anyhow::Result<()> {
             let realism = realistic.then_some(Realism { subnets });
             generate(&out, output, realism, subnets, ips, events, leak_one_in)
         }
-        Command::Run { file } => run(&file),
+        Command::Run { file, planted } => run(&file, planted),
         Command::Decode { file, all_fields } => decode(&file, all_fields),
         Command::ApacheDecode { file } => apache_decode(&file),
         Command::Inflate { file, rounds } => inflate(&file, rounds),
@@ -413,9 +421,13 @@ fn address_of(i: usize, subnet: usize, subnets: usize) -> String {
 /// IP `i` on `subnet`: a subnet holds IPs `subnet`, `subnet + subnets`, ..., and the
 /// `i / subnets`-th of them gets host address `i / subnets + 2`: unique in its /24 for up
 /// to 253 IPs per subnet.
+/// The name of IP `i` on `subnet`.
+fn ip_name(i: usize, subnet: usize) -> String {
+    format!("pod-{i}.ns-{}", subnet % 500)
+}
+
 fn ip_builder(i: usize, subnet: usize, subnets: usize) -> EventBuilder {
-    let name = format!("pod-{i}.ns-{}", subnet % 500);
-    EventBuilder::ip(&name, &format!("subnet-{subnet}"))
+    EventBuilder::ip(&ip_name(i, subnet), &format!("subnet-{subnet}"))
         .uid(&format!("ip-uid-{i}"))
         .ip_of(
             &format!("ns-{}", subnet % 500),
@@ -472,10 +484,14 @@ fn generate(
     }
     // Teardown of every fourth subnet: healthy order, except one in `leak_one_in`
     // whose subnet goes first and whose IPs then hang on their finalizer.
+    let mut planted = Vec::new();
     for s in (0..subnets).step_by(4) {
         let leaks = s % (leak_one_in * 4) == 0;
         let members: Vec<usize> = (s..ips).step_by(subnets).collect();
         if leaks {
+            for &i in &members {
+                planted.extend(Finding::leaked_ip(&ip_name(i, s)));
+            }
             h.emit(
                 EventBuilder::subnet(&format!("subnet-{s}")).uid(&format!("subnet-uid-{s}")),
                 EventType::Deleted,
@@ -501,20 +517,78 @@ fn generate(
     }
     h.output.finish()?;
     let size = std::fs::metadata(out)?.len();
+    planted.sort();
+    let planted_path = planted_path(out);
+    std::fs::write(&planted_path, serde_json::to_vec_pretty(&planted)?)
+        .with_context(|| format!("cannot write {}", planted_path.display()))?;
     println!(
-        "wrote {} events ({} subnets, {} IPs, rv up to {}) to {} ({:.1} MiB) in {:.1?}",
+        "wrote {} events ({} subnets, {} IPs, rv up to {}) to {} ({:.1} MiB) in {:.1?}; the {} findings its leaks must give to {}",
         h.written,
         subnets,
         ips,
         h.rv,
         out.display(),
         size as f64 / 1048576.0,
-        started.elapsed()
+        started.elapsed(),
+        planted.len(),
+        planted_path.display()
     );
     Ok(())
 }
 
-fn run(file: &Path) -> anyhow::Result<()> {
+/// An alert a generated history must raise, by rule and subject.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+struct Finding {
+    rule: String,
+    subject_kind: String,
+    subject_name: String,
+}
+
+impl Finding {
+    /// What an IP left behind by its subnet's early deletion raises: the deletion order
+    /// itself, and the IP stuck on its finalizer.
+    fn leaked_ip(name: &str) -> [Finding; 2] {
+        ["ip-stuck-terminating", "subnet-deleted-before-ip"].map(|rule| Finding {
+            rule: rule.to_owned(),
+            subject_kind: "IP".to_owned(),
+            subject_name: name.to_owned(),
+        })
+    }
+}
+
+/// Where `generate` writes the findings of the leaks it planted in `history`.
+fn planted_path(history: &Path) -> PathBuf {
+    let mut path = history.as_os_str().to_owned();
+    path.push(".planted.json");
+    PathBuf::from(path)
+}
+
+/// Checks that the alerts fired are exactly the planted leaks' findings.
+fn check_findings(fired: &[Finding], planted_file: &Path) -> anyhow::Result<String> {
+    let planted: Vec<Finding> = serde_json::from_slice(
+        &std::fs::read(planted_file)
+            .with_context(|| format!("cannot read {}", planted_file.display()))?,
+    )
+    .with_context(|| format!("{} is not a list of findings", planted_file.display()))?;
+    let planted: std::collections::BTreeSet<&Finding> = planted.iter().collect();
+    let fired: std::collections::BTreeSet<&Finding> = fired.iter().collect();
+    let missing: Vec<_> = planted.difference(&fired).take(10).collect();
+    let unexpected: Vec<_> = fired.difference(&planted).take(10).collect();
+    anyhow::ensure!(
+        missing.is_empty() && unexpected.is_empty(),
+        "the findings differ from the planted leaks ({}): {} fired, {} planted; missing (first 10): {missing:?}; not planted (first 10): {unexpected:?}",
+        planted_file.display(),
+        fired.len(),
+        planted.len()
+    );
+    Ok(format!(
+        "findings: exactly the {} planted ({})",
+        planted.len(),
+        planted_file.display()
+    ))
+}
+
+fn run(file: &Path, planted: Option<PathBuf>) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut outcome = replay(&[file.to_owned()], &ReplayOptions::default())?;
     let elapsed = started.elapsed();
@@ -533,6 +607,24 @@ fn run(file: &Path) -> anyhow::Result<()> {
         events as f64 / elapsed.as_secs_f64(),
         peak_rss_kib().map_or_else(|| "?".into(), |k| (k / 1024).to_string())
     );
+    let planted = planted.unwrap_or_else(|| planted_path(file));
+    if !planted.exists() {
+        println!(
+            "findings not checked: no {} (written by generate)",
+            planted.display()
+        );
+        return Ok(());
+    }
+    let fired: Vec<Finding> = findings
+        .alerts
+        .iter()
+        .map(|h| Finding {
+            rule: h.fired.rule.clone(),
+            subject_kind: h.fired.subject_kind.clone(),
+            subject_name: h.fired.subject_name.clone(),
+        })
+        .collect();
+    println!("{}", check_findings(&fired, &planted)?);
     Ok(())
 }
 

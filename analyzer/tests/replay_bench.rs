@@ -1,0 +1,115 @@
+//! `replay-bench`: the benchmark checks the findings of a history it generated against the
+//! leaks it planted, so that a faster replay that finds less fails instead of reporting a
+//! figure.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn replay_bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_replay-bench"))
+        .args(args)
+        .output()
+        .expect("replay-bench runs")
+}
+
+fn generate(history: &Path) {
+    let out = replay_bench(&[
+        "generate",
+        "--subnets",
+        "40",
+        "--ips",
+        "800",
+        "--events",
+        "4000",
+        "--leak-one-in",
+        "2",
+        "--out",
+        history.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_generated_history_replays_to_exactly_the_findings_of_its_planted_leaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.avro");
+    generate(&history);
+    let planted: Vec<serde_json::Value> = serde_json::from_slice(
+        &std::fs::read(dir.path().join("history.avro.planted.json")).unwrap(),
+    )
+    .unwrap();
+    // 10 of the 40 subnets are torn down, every second of them early: 5 subnets of 20 IPs,
+    // each IP stuck on its finalizer after its subnet's deletion.
+    assert_eq!(planted.len(), 200);
+    assert!(planted
+        .iter()
+        .all(|f| f["subject_kind"] == "IP" && f["subject_name"].as_str().is_some()));
+    let out = replay_bench(&["run", history.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("findings: exactly the 200 planted"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn findings_that_differ_from_the_planted_leaks_fail_the_run_and_say_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.avro");
+    generate(&history);
+    let planted_file = dir.path().join("history.avro.planted.json");
+    let mut planted: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&planted_file).unwrap()).unwrap();
+    let dropped = planted.remove(0);
+    planted.push(serde_json::json!({
+        "rule": "duplicate-ip",
+        "subject_kind": "IP",
+        "subject_name": "never-planted",
+    }));
+    let edited = dir.path().join("edited.json");
+    std::fs::write(&edited, serde_json::to_vec(&planted).unwrap()).unwrap();
+    let out = replay_bench(&[
+        "run",
+        history.to_str().unwrap(),
+        "--planted",
+        edited.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a difference must fail the run");
+    assert!(
+        stderr.contains("the findings differ from the planted leaks"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("never-planted"),
+        "the finding that did not fire: {stderr}"
+    );
+    assert!(
+        stderr.contains(dropped["subject_name"].as_str().unwrap()),
+        "the finding fired but not planted: {stderr}"
+    );
+}
+
+#[test]
+fn a_history_without_its_planted_leaks_is_replayed_and_said_unchecked() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.avro");
+    generate(&history);
+    std::fs::remove_file(dir.path().join("history.avro.planted.json")).unwrap();
+    let out = replay_bench(&["run", history.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("findings not checked"));
+}
