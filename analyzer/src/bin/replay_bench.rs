@@ -418,14 +418,14 @@ fn address_of(i: usize, subnet: usize, subnets: usize) -> String {
     format!("10.{}.{}.{host}", subnet / 256 % 256, subnet % 256)
 }
 
-/// IP `i` on `subnet`: a subnet holds IPs `subnet`, `subnet + subnets`, ..., and the
-/// `i / subnets`-th of them gets host address `i / subnets + 2`: unique in its /24 for up
-/// to 253 IPs per subnet.
 /// The name of IP `i` on `subnet`.
 fn ip_name(i: usize, subnet: usize) -> String {
     format!("pod-{i}.ns-{}", subnet % 500)
 }
 
+/// IP `i` on `subnet`: a subnet holds IPs `subnet`, `subnet + subnets`, ..., and the
+/// `i / subnets`-th of them gets host address `i / subnets + 2`: unique in its /24 for up
+/// to 253 IPs per subnet.
 fn ip_builder(i: usize, subnet: usize, subnets: usize) -> EventBuilder {
     EventBuilder::ip(&ip_name(i, subnet), &format!("subnet-{subnet}"))
         .uid(&format!("ip-uid-{i}"))
