@@ -36,7 +36,7 @@ pub use event::{
     SubnetInfo, WatchEvent,
 };
 pub use kinds::{Ipam, KindSpec, KINDS};
-pub use message::{decode, encode, DecodeError, EncodeError};
+pub use message::{decode, decode_into, encode, DecodeError, EncodeError};
 pub use registry::{DatumError, Record, SchemaSet, SchemaVersion};
 
 /// kube-ovn's finalizer on IPs and Subnets since v1.13.0.

@@ -1,6 +1,7 @@
 //! Kafka messages: Avro single-object encoding (`C3 01`, 8-byte CRC-64-AVRO fingerprint,
 //! then the datum), readable by any Avro implementation that knows the schema.
 
+use crate::datum::Fields;
 use crate::registry::{DatumError, Record};
 
 /// The two magic bytes that open every single-object-encoded message.
@@ -82,6 +83,41 @@ pub fn encode<T: Record>(record: &T) -> Result<Vec<u8>, EncodeError> {
 
 /// Decodes a single-object-encoded record written with any known version of its schema.
 pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let (index, version, mut body) = datum::<T>(bytes)?;
+    let record = T::schemas()
+        .read_datum::<T>(index, &mut body)
+        .map_err(|source| DecodeError::Malformed {
+            record: T::NAME,
+            version,
+            source,
+        })?;
+    no_trailing_bytes::<T>(body)?;
+    Ok(record)
+}
+
+/// [`decode`] into `into`, a record decoded before, keeping `fields` (of a WatchEvent;
+/// other records are read whole): a record with a specialised decoder is filled in place,
+/// reusing its allocations (see [`Record::read_version_into`]), so that a consumer that
+/// hands each record back allocates next to nothing. On error `into` may hold parts of
+/// two records.
+pub fn decode_into<T: Record>(
+    bytes: &[u8],
+    fields: &Fields,
+    into: &mut T,
+) -> Result<(), DecodeError> {
+    let (index, version, mut body) = datum::<T>(bytes)?;
+    T::read_version_into(index, &mut body, fields, into).map_err(|source| {
+        DecodeError::Malformed {
+            record: T::NAME,
+            version,
+            source,
+        }
+    })?;
+    no_trailing_bytes::<T>(body)
+}
+
+/// A message's schema version (index in the record's schemas, and number) and datum.
+fn datum<T: Record>(bytes: &[u8]) -> Result<(usize, u32, &[u8]), DecodeError> {
     if bytes.len() < HEADER_LEN {
         return Err(DecodeError::TooShort { len: bytes.len() });
     }
@@ -98,20 +134,17 @@ pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, DecodeError> {
             fingerprint: u64::from_le_bytes(fingerprint.try_into().unwrap_or_default()),
         }
     })?;
-    let version = set.versions()[index].version;
-    let mut body = &bytes[HEADER_LEN..];
-    let record =
-        set.read_datum::<T>(index, &mut body)
-            .map_err(|source| DecodeError::Malformed {
-                record: T::NAME,
-                version,
-                source,
-            })?;
-    if !body.is_empty() {
-        return Err(DecodeError::TrailingBytes {
+    Ok((index, set.versions()[index].version, &bytes[HEADER_LEN..]))
+}
+
+/// Bytes after a complete datum are an error.
+fn no_trailing_bytes<T: Record>(body: &[u8]) -> Result<(), DecodeError> {
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(DecodeError::TrailingBytes {
             record: T::NAME,
             extra: body.len(),
-        });
+        })
     }
-    Ok(record)
 }

@@ -3,9 +3,11 @@
 use apache_avro::{to_value, types::Value, Schema};
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::container::{ContainerReader, ContainerWriter};
+use ipaudit_schemas::datum::{decode_watch_event_of, Fields, WireVersion};
 use ipaudit_schemas::{
-    decode, encode, Alert, AlertStatus, Cleanup, CleanupAction, CleanupCommand, ContainerError,
-    DecodeError, EventType, Evidence, OwnerReference, Record, Severity, Stream, WatchEvent,
+    decode, decode_into, encode, Alert, AlertStatus, Cleanup, CleanupAction, CleanupCommand,
+    ContainerError, DecodeError, EventType, Evidence, OwnerReference, Record, Severity, Stream,
+    WatchEvent,
 };
 use proptest::prelude::*;
 
@@ -391,6 +393,54 @@ fn every_truncation_of_a_message_is_an_error() {
             );
         }
     }
+}
+
+#[test]
+fn messages_decoded_into_the_event_before_read_as_decoded_afresh() {
+    let mut events = events_of_every_new_kind();
+    events.push(rich_ip_event());
+    events.push(events_of_every_new_kind()[0].clone());
+    let analysis = Fields::analysis(&["ovn.kubernetes.io/ip_reserved"]);
+    let mut whole = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
+    let mut kept = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
+    // Each event as today's schema writes it and, for the kinds v3 knew, as v3 did.
+    let v3_knew = |e: &WatchEvent| matches!(e.stream, Stream::Pod | Stream::Ip | Stream::Subnet);
+    for (event, older) in events
+        .iter()
+        .flat_map(|e| [(e, false), (e, true)])
+        .filter(|(e, older)| !older || v3_knew(e))
+    {
+        let bytes = if older {
+            encode_with(3, event)
+        } else {
+            encode(event).unwrap()
+        };
+        decode_into(&bytes, &Fields::ALL, &mut whole).unwrap();
+        assert_eq!(whole, decode::<WatchEvent>(&bytes).unwrap());
+        // A cut message is an error, and the next message reads whole all the same.
+        assert!(decode_into(&bytes[..bytes.len() - 1], &analysis, &mut kept).is_err());
+        decode_into(&bytes, &analysis, &mut kept).unwrap();
+        let datum = &bytes[ipaudit_schemas::message::HEADER_LEN..];
+        let version = if older {
+            WireVersion::V3
+        } else {
+            WireVersion::V4
+        };
+        assert_eq!(
+            kept,
+            decode_watch_event_of(version, &analysis, datum).unwrap()
+        );
+    }
+    let mut bytes = encode(&rich_ip_event()).unwrap();
+    bytes.push(0);
+    assert!(matches!(
+        decode_into(&bytes, &analysis, &mut kept),
+        Err(DecodeError::TrailingBytes { extra: 1, .. })
+    ));
+    assert!(matches!(
+        decode_into(&bytes[..4], &analysis, &mut kept),
+        Err(DecodeError::TooShort { len: 4 })
+    ));
 }
 
 #[test]

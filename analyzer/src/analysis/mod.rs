@@ -10,3 +10,10 @@ pub mod fix;
 pub mod reorder;
 pub mod rules;
 pub mod state;
+
+use ipaudit_schemas::Fields;
+
+/// The fields of an event the analysis reads, recorded or consumed: no raw object,
+/// annotations or owner references, and of the labels only kube-ovn's `ip_reserved` (an
+/// IP a user reserved by hand is not a leak). Decoders skip the rest.
+pub const ANALYSIS_FIELDS: Fields = Fields::analysis(&[state::IP_RESERVED_LABEL]);

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ipaudit_runtime::kafka::NoOffset;
 use ipaudit_runtime::telemetry::InternalEvent as _;
-use ipaudit_schemas::{decode, WatchEvent};
+use ipaudit_schemas::{decode_into, EventType, Stream, WatchEvent};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -24,6 +24,7 @@ use tokio::sync::{watch, Notify};
 use tracing::{info, warn};
 
 use crate::analysis::engine::{Analyzer, AnalyzerConfig, Output};
+use crate::analysis::ANALYSIS_FIELDS;
 use crate::live::group::{GroupContext, GroupEvent, GroupShared, PartitionMap, SnapshotScan};
 use crate::live::metrics::Metrics;
 use crate::live::sinks::{run_delivery, AlertSink, DeliveryConfig};
@@ -161,13 +162,19 @@ pub async fn run(
     let mut outputs = Vec::new();
     let mut at_end = HashSet::new();
     let mut last_checkpoint_cost = Duration::ZERO;
+    // Each message is decoded into the event analysed before (its strings reused), of the
+    // fields the analysis reads.
+    let mut spare: Option<Box<WatchEvent>> = None;
     loop {
         tokio::select! {
             message = consumer.recv() => match message {
                 Ok(message) => {
                     let (partition, offset) = (message.partition(), message.offset());
-                    match message.payload().map(decode::<WatchEvent>) {
-                        Some(Ok(event)) => {
+                    let mut event = spare.take().unwrap_or_else(|| {
+                        Box::new(WatchEvent::new(Stream::Unknown, EventType::Bookmark, ""))
+                    });
+                    match message.payload().map(|payload| decode_into(payload, &ANALYSIS_FIELDS, &mut *event)) {
+                        Some(Ok(())) => {
                             let span = tracing::debug_span!(
                                 "consume",
                                 partition,
@@ -186,12 +193,15 @@ pub async fn run(
                                 .entry(event.cluster_id.clone())
                                 .or_insert_with(|| Analyzer::new(config.analyzer.clone()));
                             analyzer.step(event, &mut outputs);
+                            spare = analyzer.take_spare();
                         }
                         Some(Err(error)) => {
+                            spare = Some(event);
                             MessageUndecodable { partition, offset, error: &error }.emit(&metrics);
                             store.dead_letter(&config.topic, partition, offset, &error.to_string(), message.payload())?;
                         }
                         None => {
+                            spare = Some(event);
                             MessageUndecodable { partition, offset, error: &"empty message" }.emit(&metrics);
                             store.dead_letter(&config.topic, partition, offset, "empty message", None)?;
                         }

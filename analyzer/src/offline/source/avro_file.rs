@@ -10,14 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ipaudit_schemas::{ContainerError, ContainerReader, EventType, Fields, Stream, WatchEvent};
+use ipaudit_schemas::{ContainerError, ContainerReader, EventType, Stream, WatchEvent};
+
+pub use crate::analysis::ANALYSIS_FIELDS;
 
 use super::{unversioned_problem, Position, Problem, ProblemLog, SourceError, SourceItem};
-
-/// The fields of a recorded event the analysis reads: no raw object, annotations or owner
-/// references, and of the labels only kube-ovn's `ip_reserved` (an IP a user reserved by
-/// hand is not a leak).
-pub const ANALYSIS_FIELDS: Fields = Fields::analysis(&[crate::analysis::state::IP_RESERVED_LABEL]);
 
 /// Reads a container file; a corrupt block is reported and skipped.
 pub struct AvroFileSource {
