@@ -93,6 +93,17 @@ enum Command {
         #[arg(long)]
         all_fields: bool,
     },
+    /// Decode the events of a file as `analyzer run` gets them from Kafka, single-object
+    /// messages, in memory: each afresh with every field (`decode`, as the live analyzer
+    /// did), then each into the one before with the fields the analysis reads
+    /// (`decode_into`, as it does now); prints both rates side by side.
+    Messages {
+        /// The history file.
+        file: PathBuf,
+        /// Rounds over the messages (the best is shown).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Decode a file with apache-avro's generic `Reader` into `Value`s (no resolution, no
     /// analysis): the yardstick of issue 11.
     ApacheDecode {
@@ -146,6 +157,7 @@ fn main() -> anyhow::Result<()> {
         Command::Run { file, planted } => run(&file, planted),
         Command::Decode { file, all_fields } => decode(&file, all_fields),
         Command::ApacheDecode { file } => apache_decode(&file),
+        Command::Messages { file, rounds } => messages(&file, rounds),
         Command::Inflate { file, rounds } => inflate(&file, rounds),
         Command::Compare {
             file,
@@ -649,6 +661,50 @@ fn decode(file: &Path, all_fields: bool) -> anyhow::Result<()> {
     println!(
         "decoded {events} events in {elapsed:.2?}: {:.0} events/s",
         events as f64 / elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+fn messages(file: &Path, rounds: usize) -> anyhow::Result<()> {
+    let reader = BufReader::with_capacity(1 << 20, File::open(file)?);
+    let mut messages = Vec::new();
+    for event in ContainerReader::<WatchEvent, _>::new(reader)? {
+        messages.push(ipaudit_schemas::encode(&event?)?);
+    }
+    let bytes: usize = messages.iter().map(Vec::len).sum();
+    let best = |mut one_round: Box<dyn FnMut() -> anyhow::Result<()> + '_>| {
+        let mut best = f64::INFINITY;
+        for _ in 0..rounds.max(1) {
+            let started = Instant::now();
+            one_round()?;
+            best = best.min(started.elapsed().as_secs_f64());
+        }
+        anyhow::Ok(best)
+    };
+    let afresh = best(Box::new(|| {
+        for message in &messages {
+            std::hint::black_box(ipaudit_schemas::decode::<WatchEvent>(message)?);
+        }
+        Ok(())
+    }))?;
+    let mut event = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
+    let into = best(Box::new(|| {
+        for message in &messages {
+            ipaudit_schemas::decode_into(message, &ANALYSIS_FIELDS, &mut event)?;
+            std::hint::black_box(&event);
+        }
+        Ok(())
+    }))?;
+    let count = messages.len() as f64;
+    println!(
+        "{} messages ({:.1} MiB), best of {rounds}: decode afresh, every field {:.3} s ({:.0}/s); decode_into the event before, analysis fields {:.3} s ({:.0}/s); ratio {:.3}",
+        messages.len(),
+        bytes as f64 / 1048576.0,
+        afresh,
+        count / afresh,
+        into,
+        count / into,
+        into / afresh
     );
     Ok(())
 }
