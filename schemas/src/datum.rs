@@ -276,7 +276,7 @@ pub fn read_watch_event_of(
     fields: &Fields,
     input: &mut &[u8],
 ) -> Result<WatchEvent, WireError> {
-    let mut event = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
+    let mut event = WatchEvent::blank();
     read_watch_event_into(version, fields, input, &mut event)?;
     Ok(event)
 }
@@ -1006,8 +1006,8 @@ impl<'a, const V: u8> Cursor<'a, V> {
     }
 
     /// One of the per-kind optional fields: read in any case (it must be well-formed),
-    /// kept when it is of the event's stream, read into the part before when that is of
-    /// its kind (`unwrap` gives its box back).
+    /// kept when it is of the event's stream, read into the part of the event before
+    /// when that is of its kind.
     #[inline(always)]
     fn part<P: KindPartOf>(
         &mut self,

@@ -491,6 +491,12 @@ impl WatchEvent {
         }
     }
 
+    /// An event with nothing in it yet, for a decoder to read one into
+    /// ([`crate::datum::read_watch_event_into`], [`crate::decode_into`]).
+    pub fn blank() -> Self {
+        WatchEvent::new(Stream::Unknown, EventType::Bookmark, "")
+    }
+
     /// The object's uid, or "" for markers.
     pub fn uid(&self) -> &str {
         self.metadata.as_ref().map_or("", |m| m.uid.as_str())

@@ -401,8 +401,8 @@ fn messages_decoded_into_the_event_before_read_as_decoded_afresh() {
     events.push(rich_ip_event());
     events.push(events_of_every_new_kind()[0].clone());
     let analysis = Fields::analysis(&["ovn.kubernetes.io/ip_reserved"]);
-    let mut whole = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
-    let mut kept = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
+    let mut whole = WatchEvent::blank();
+    let mut kept = WatchEvent::blank();
     // Each event as today's schema writes it and, for the kinds v3 knew, as v3 did.
     let v3_knew = |e: &WatchEvent| matches!(e.stream, Stream::Pod | Stream::Ip | Stream::Subnet);
     for (event, older) in events

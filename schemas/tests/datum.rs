@@ -603,7 +603,7 @@ proptest! {
         analysis in any::<bool>(),
     ) {
         let fields = if analysis { Fields::analysis(WANTED_LABELS) } else { Fields::ALL };
-        let mut into = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
+        let mut into = WatchEvent::blank();
         for (event, cut) in events.iter().zip(&cuts) {
             let bytes = encode_datum(event, None);
             let fresh = decode_watch_event_of(WireVersion::V4, &fields, &bytes).unwrap();
@@ -1335,7 +1335,7 @@ proptest! {
                 Fields::analysis(WANTED_LABELS),
             )
             .unwrap();
-            let mut into = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
+            let mut into = WatchEvent::blank();
             let reused: Vec<WatchEvent> = std::iter::from_fn(|| {
                 reader.next_into(&mut into).map(|read| read.map(|()| into.clone()))
             })

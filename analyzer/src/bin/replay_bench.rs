@@ -651,7 +651,7 @@ fn decode(file: &Path, all_fields: bool) -> anyhow::Result<()> {
     let mut events = 0u64;
     // As replay reads them: each into the event before.
     let mut reader = ContainerReader::<WatchEvent, _>::with_fields(reader, fields)?;
-    let mut event = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
+    let mut event = WatchEvent::blank();
     while let Some(read) = reader.next_into(&mut event) {
         read?;
         std::hint::black_box(&event);
@@ -687,7 +687,7 @@ fn messages(file: &Path, rounds: usize) -> anyhow::Result<()> {
         }
         Ok(())
     }))?;
-    let mut event = WatchEvent::new(Stream::Unknown, EventType::Bookmark, "");
+    let mut event = WatchEvent::blank();
     let into = best(Box::new(|| {
         for message in &messages {
             ipaudit_schemas::decode_into(message, &ANALYSIS_FIELDS, &mut event)?;

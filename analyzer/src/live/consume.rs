@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ipaudit_runtime::kafka::NoOffset;
 use ipaudit_runtime::telemetry::InternalEvent as _;
-use ipaudit_schemas::{decode_into, EventType, Stream, WatchEvent};
+use ipaudit_schemas::{decode_into, WatchEvent};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -171,7 +171,7 @@ pub async fn run(
                 Ok(message) => {
                     let (partition, offset) = (message.partition(), message.offset());
                     let mut event = spare.take().unwrap_or_else(|| {
-                        Box::new(WatchEvent::new(Stream::Unknown, EventType::Bookmark, ""))
+                        Box::new(WatchEvent::blank())
                     });
                     match message.payload().map(|payload| decode_into(payload, &ANALYSIS_FIELDS, &mut *event)) {
                         Some(Ok(())) => {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ipaudit_schemas::{ContainerError, ContainerReader, EventType, Stream, WatchEvent};
+use ipaudit_schemas::{ContainerError, ContainerReader, WatchEvent};
 
 pub use crate::analysis::ANALYSIS_FIELDS;
 
@@ -78,9 +78,10 @@ impl Iterator for AvroFileSource {
             if let Some(item) = self.log.next_item() {
                 return Some(item);
             }
-            let mut event = self.spare.take().unwrap_or_else(|| {
-                Box::new(WatchEvent::new(Stream::Unknown, EventType::Bookmark, ""))
-            });
+            let mut event = self
+                .spare
+                .take()
+                .unwrap_or_else(|| Box::new(WatchEvent::blank()));
             let Some(next) = self.reader.next_into(&mut event) else {
                 return self.log.finish();
             };
