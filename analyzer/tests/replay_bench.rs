@@ -2,7 +2,7 @@
 //! leaks it planted, so that a faster replay that finds less fails instead of reporting a
 //! figure.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn replay_bench(args: &[&str]) -> Output {
@@ -10,6 +10,26 @@ fn replay_bench(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("replay-bench runs")
+}
+
+/// A small history generated in a temporary directory, and where its planted leaks'
+/// findings are written.
+struct Generated {
+    dir: tempfile::TempDir,
+    history: PathBuf,
+    planted: PathBuf,
+}
+
+fn generated() -> Generated {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.avro");
+    generate(&history);
+    let planted = dir.path().join("history.avro.planted.json");
+    Generated {
+        dir,
+        history,
+        planted,
+    }
 }
 
 fn generate(history: &Path) {
@@ -35,13 +55,14 @@ fn generate(history: &Path) {
 
 #[test]
 fn a_generated_history_replays_to_exactly_the_findings_of_its_planted_leaks() {
-    let dir = tempfile::tempdir().unwrap();
-    let history = dir.path().join("history.avro");
-    generate(&history);
-    let planted: Vec<serde_json::Value> = serde_json::from_slice(
-        &std::fs::read(dir.path().join("history.avro.planted.json")).unwrap(),
-    )
-    .unwrap();
+    // The directory lives as long as its binding.
+    let Generated {
+        dir: _dir,
+        history,
+        planted,
+    } = generated();
+    let planted: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(planted).unwrap()).unwrap();
     // 10 of the 40 subnets are torn down, every second of them early: 5 subnets of 20 IPs,
     // each IP stuck on its finalizer after its subnet's deletion.
     assert_eq!(planted.len(), 200);
@@ -63,12 +84,13 @@ fn a_generated_history_replays_to_exactly_the_findings_of_its_planted_leaks() {
 
 #[test]
 fn findings_that_differ_from_the_planted_leaks_fail_the_run_and_say_which() {
-    let dir = tempfile::tempdir().unwrap();
-    let history = dir.path().join("history.avro");
-    generate(&history);
-    let planted_file = dir.path().join("history.avro.planted.json");
+    let Generated {
+        dir,
+        history,
+        planted,
+    } = generated();
     let mut planted: Vec<serde_json::Value> =
-        serde_json::from_slice(&std::fs::read(&planted_file).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(planted).unwrap()).unwrap();
     let dropped = planted.remove(0);
     planted.push(serde_json::json!({
         "rule": "duplicate-ip",
@@ -101,10 +123,13 @@ fn findings_that_differ_from_the_planted_leaks_fail_the_run_and_say_which() {
 
 #[test]
 fn a_history_without_its_planted_leaks_is_replayed_and_said_unchecked() {
-    let dir = tempfile::tempdir().unwrap();
-    let history = dir.path().join("history.avro");
-    generate(&history);
-    std::fs::remove_file(dir.path().join("history.avro.planted.json")).unwrap();
+    // The directory lives as long as its binding.
+    let Generated {
+        dir: _dir,
+        history,
+        planted,
+    } = generated();
+    std::fs::remove_file(planted).unwrap();
     let out = replay_bench(&["run", history.to_str().unwrap()]);
     assert!(
         out.status.success(),

@@ -672,29 +672,20 @@ fn messages(file: &Path, rounds: usize) -> anyhow::Result<()> {
         messages.push(ipaudit_schemas::encode(&event?)?);
     }
     let bytes: usize = messages.iter().map(Vec::len).sum();
-    let best = |mut one_round: Box<dyn FnMut() -> anyhow::Result<()> + '_>| {
-        let mut best = f64::INFINITY;
-        for _ in 0..rounds.max(1) {
-            let started = Instant::now();
-            one_round()?;
-            best = best.min(started.elapsed().as_secs_f64());
-        }
-        anyhow::Ok(best)
-    };
-    let afresh = best(Box::new(|| {
+    let afresh = best_of(rounds, || {
         for message in &messages {
             std::hint::black_box(ipaudit_schemas::decode::<WatchEvent>(message)?);
         }
         Ok(())
-    }))?;
+    })?;
     let mut event = WatchEvent::blank();
-    let into = best(Box::new(|| {
+    let into = best_of(rounds, || {
         for message in &messages {
             ipaudit_schemas::decode_into(message, &ANALYSIS_FIELDS, &mut event)?;
             std::hint::black_box(&event);
         }
         Ok(())
-    }))?;
+    })?;
     let count = messages.len() as f64;
     println!(
         "{} messages ({:.1} MiB), best of {rounds}: decode afresh, every field {:.3} s ({:.0}/s); decode_into the event before, analysis fields {:.3} s ({:.0}/s); ratio {:.3}",
@@ -707,6 +698,17 @@ fn messages(file: &Path, rounds: usize) -> anyhow::Result<()> {
         into / afresh
     );
     Ok(())
+}
+
+/// The fastest of `rounds` runs of `round`, in seconds.
+fn best_of(rounds: usize, mut round: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..rounds.max(1) {
+        let started = Instant::now();
+        round()?;
+        best = best.min(started.elapsed().as_secs_f64());
+    }
+    Ok(best)
 }
 
 fn apache_decode(file: &Path) -> anyhow::Result<()> {
