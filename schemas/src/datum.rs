@@ -601,17 +601,15 @@ impl<'a, const V: u8> Cursor<'a, V> {
 
     #[inline(always)]
     fn string(&mut self, field: &'static str) -> Result<String> {
-        // Empty strings (unset fields) are common: no validation, no copy.
-        if let [0, rest @ ..] = self.rest {
-            self.rest = rest;
-            return Ok(String::new());
-        }
-        self.str(field).map(str::to_owned)
+        let mut string = String::new();
+        self.string_into(field, &mut string)?;
+        Ok(string)
     }
 
     /// [`Cursor::string`] into `into`, in its buffer when it has one.
     #[inline(always)]
     fn string_into(&mut self, field: &'static str, into: &mut String) -> Result<()> {
+        // Empty strings (unset fields) are common: no validation, no copy.
         if let [0, rest @ ..] = self.rest {
             self.rest = rest;
             into.clear();
