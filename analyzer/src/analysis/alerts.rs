@@ -9,13 +9,16 @@ use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 
 use ipaudit_schemas::{Alert, AlertStatus, Cleanup, Evidence, Severity};
+
+use crate::analysis::state::ResourceVersion;
 use sha2::{Digest, Sha256};
 
 /// Where in history a transition happens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Moment {
-    /// resourceVersion of the event that caused it (inline: one is made per event).
-    pub resource_version: smol_str::SmolStr,
+    /// resourceVersion of the event that caused it (one is made per event, written out
+    /// only for a transition).
+    pub resource_version: ResourceVersion,
     /// Event time, Unix ms (0 when the input has no times at all).
     pub time_ms: i64,
     /// resourceVersion epoch.

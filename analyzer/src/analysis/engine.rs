@@ -12,7 +12,7 @@ use crate::analysis::alerts::{AlertBook, Moment};
 use crate::analysis::dedupe::Dedupe;
 use crate::analysis::reorder::{EpochChange, Released, ReorderBuffer, ReorderConfig, ReorderStats};
 use crate::analysis::rules::{self, Change, Context, Rule, RuleConfig};
-use crate::analysis::state::ClusterState;
+use crate::analysis::state::{ClusterState, ResourceVersion};
 
 /// Settings of the analyzer core.
 #[derive(Debug, Clone)]
@@ -77,7 +77,7 @@ pub struct Analyzer {
     book: AlertBook,
     rules: Vec<Box<dyn Rule>>,
     cluster_id: String,
-    last_rv: smol_str::SmolStr,
+    last_rv: ResourceVersion,
     /// Event time of history as released so far: timers run on this clock, so that a
     /// grace period never expires ahead of events still held in the reorder buffer. It
     /// moves only with event time (event timestamps, observation times, bookmarks), never
@@ -139,7 +139,7 @@ struct CheckpointRef<'a> {
     book: &'a AlertBook,
     rules: Vec<(&'static str, serde_json::Value)>,
     cluster_id: &'a str,
-    last_rv: &'a str,
+    last_rv: String,
     history_now_ms: Option<i64>,
     clock_marks: &'a ClockMarks,
     latest_event_ms: Option<i64>,
@@ -218,7 +218,7 @@ impl Analyzer {
             book: AlertBook::new(),
             rules: rules::all(),
             cluster_id: config.default_cluster_id.clone(),
-            last_rv: smol_str::SmolStr::default(),
+            last_rv: ResourceVersion::default(),
             history_now_ms: None,
             clock_marks: ClockMarks::new(),
             latest_event_ms: None,
@@ -240,7 +240,7 @@ impl Analyzer {
             book: &self.book,
             rules: self.rules.iter().map(|r| (r.name(), r.save())).collect(),
             cluster_id: &self.cluster_id,
-            last_rv: &self.last_rv,
+            last_rv: self.last_rv.to_string(),
             history_now_ms: self.history_now_ms,
             clock_marks: &self.clock_marks,
             latest_event_ms: self.latest_event_ms,
@@ -276,7 +276,7 @@ impl Analyzer {
             book: checkpoint.book,
             rules,
             cluster_id: checkpoint.cluster_id,
-            last_rv: checkpoint.last_rv.into(),
+            last_rv: checkpoint.last_rv.as_str().into(),
             history_now_ms: checkpoint.history_now_ms,
             clock_marks: checkpoint.clock_marks,
             latest_event_ms: checkpoint.latest_event_ms,
@@ -461,7 +461,7 @@ impl Analyzer {
     fn apply(&mut self, event: &mut WatchEvent, out: &mut Vec<Output>) {
         let located = self.state.locate(event);
         let event_ref = located.at.clone();
-        self.last_rv = event_ref.resource_version();
+        self.last_rv = event_ref.version();
         if let Some(t) = event_ref.time_ms() {
             self.history_now_ms = Some(self.history_now_ms.map_or(t, |now| now.max(t)));
         }

@@ -86,9 +86,52 @@ impl EventRef {
         }
     }
 
+    /// Its resourceVersion, to be written out only if needed: the engine takes one per
+    /// event, and writing the number as text each time cost 1.6 % of a replay.
+    pub fn version(&self) -> ResourceVersion {
+        ResourceVersion {
+            rv: self.rv,
+            text: self.rv_text.clone(),
+        }
+    }
+
     /// Event time, Unix ms.
     pub fn time_ms(&self) -> Option<i64> {
         self.time_ms.get()
+    }
+}
+
+/// A resourceVersion as sent: its number, and its text only when that is not the number
+/// in decimal (an API server's always is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceVersion {
+    rv: i64,
+    text: Option<Box<SmolStr>>,
+}
+
+impl From<&str> for ResourceVersion {
+    fn from(text: &str) -> Self {
+        let rv = ipaudit_schemas::event::parse_resource_version(text).unwrap_or(-1);
+        ResourceVersion {
+            rv,
+            text: text_unless_decimal(text, rv),
+        }
+    }
+}
+
+impl Default for ResourceVersion {
+    /// None yet: written as `""`.
+    fn default() -> Self {
+        ResourceVersion::from("")
+    }
+}
+
+impl std::fmt::Display for ResourceVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.text {
+            Some(text) => f.write_str(text),
+            None => f.write_str(itoa::Buffer::new().format(self.rv)),
+        }
     }
 }
 
@@ -1340,6 +1383,8 @@ mod tests {
             let at = EventRef::of(&event);
             assert_eq!(at.rv_text.is_some(), kept, "{text}");
             assert_eq!(at.resource_version(), text);
+            assert_eq!(at.version().to_string(), text, "written out later");
+            assert_eq!(ResourceVersion::from(text).to_string(), text, "read back");
             let json = serde_json::to_value(&at).unwrap();
             assert_eq!(json["resource_version"], text, "saved as sent");
             assert_eq!(serde_json::from_value::<EventRef>(json).unwrap(), at);
