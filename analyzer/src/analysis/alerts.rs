@@ -9,9 +9,9 @@ use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 
 use ipaudit_schemas::{Alert, AlertStatus, Cleanup, Evidence, Severity};
+use sha2::{Digest, Sha256};
 
 use crate::analysis::state::ResourceVersion;
-use sha2::{Digest, Sha256};
 
 /// Where in history a transition happens.
 #[derive(Debug, Clone, PartialEq, Eq)]

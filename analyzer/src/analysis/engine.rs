@@ -104,8 +104,8 @@ pub struct Analyzer {
 }
 
 /// Analysed events kept for reading into; beyond, they are freed. A run of the 1M-event
-/// benchmark history is at most a few thousand (with 64 kept, 63 % were still freed); the
-/// replay's peak grows by about 1 MiB.
+/// benchmark history is at most a few thousand (with 64 kept, 63 % were still freed); kept,
+/// they cost 1-3 MiB of the replay's peak.
 const SPARES: usize = 4_096;
 
 /// Bookmarks' (version, observation time), lowest version first.
