@@ -74,14 +74,17 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4))]
         schema_version: Option<u32>,
     },
-    /// Replay a file and print events/s and peak memory; then check the findings against
-    /// the leaks `generate` planted (exactly those alerts fire, nothing else) and fail
-    /// when they differ.
+    /// Replay a history (an Avro file, or a kubectl recording of one) and print events/s
+    /// and peak memory; then check the findings against the leaks `generate` planted
+    /// (exactly those alerts fire, nothing else) and fail when they differ.
     Run {
-        /// The history file.
-        file: PathBuf,
-        /// The planted leaks' findings [default: FILE.planted.json, as `generate` writes
-        /// it; when that file is missing, the findings are not checked].
+        /// The history: an Avro file, or the files of a kubectl recording of it
+        /// (`kubectl-bench from-avro`), merged as `analyzer replay` merges them.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// The planted leaks' findings [default: FILE.planted.json beside the first file,
+        /// as `generate` writes it; when that file is missing, the findings are not
+        /// checked].
         #[arg(long)]
         planted: Option<PathBuf>,
     },
@@ -154,7 +157,7 @@ fn main() -> anyhow::Result<()> {
             let realism = realistic.then_some(Realism { subnets });
             generate(&out, output, realism, subnets, ips, events, leak_one_in)
         }
-        Command::Run { file, planted } => run(&file, planted),
+        Command::Run { files, planted } => run(&files, planted),
         Command::Decode { file, all_fields } => decode(&file, all_fields),
         Command::ApacheDecode { file } => apache_decode(&file),
         Command::Messages { file, rounds } => messages(&file, rounds),
@@ -600,9 +603,9 @@ fn check_findings(fired: &[Finding], planted_file: &Path) -> anyhow::Result<Stri
     ))
 }
 
-fn run(file: &Path, planted: Option<PathBuf>) -> anyhow::Result<()> {
+fn run(files: &[PathBuf], planted: Option<PathBuf>) -> anyhow::Result<()> {
     let started = Instant::now();
-    let mut outcome = replay(&[file.to_owned()], &ReplayOptions::default())?;
+    let mut outcome = replay(files, &ReplayOptions::default())?;
     let elapsed = started.elapsed();
     // As `analyzer replay` does: the state is not freed object by object at exit, and the
     // alert transitions move into the findings.
@@ -619,7 +622,9 @@ fn run(file: &Path, planted: Option<PathBuf>) -> anyhow::Result<()> {
         events as f64 / elapsed.as_secs_f64(),
         peak_rss_kib().map_or_else(|| "?".into(), |k| (k / 1024).to_string())
     );
-    let planted = planted.unwrap_or_else(|| planted_path(file));
+    let Some(planted) = planted.or_else(|| files.first().map(|f| planted_path(f))) else {
+        return Ok(());
+    };
     if !planted.exists() {
         println!(
             "findings not checked: no {} (written by generate)",
