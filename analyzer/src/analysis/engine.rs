@@ -465,7 +465,9 @@ impl Analyzer {
         if let Some(t) = event_ref.time_ms() {
             self.history_now_ms = Some(self.history_now_ms.map_or(t, |now| now.max(t)));
         }
-        let applied = self.state.apply_located(event, located);
+        let applied = self
+            .state
+            .apply_located(event, located, self.history_now_ms);
         if applied.stale {
             self.stats.stale += 1;
             return;
@@ -571,6 +573,131 @@ mod tests {
         for e in events {
             analyzer.step(e.clone(), out);
         }
+    }
+
+    /// An event as a kubectl recording without managedFields gives it: no observation
+    /// time, only the times the object shows.
+    fn as_recorded(mut event: WatchEvent, created_ms: i64) -> WatchEvent {
+        if let Some(meta) = event.metadata.as_mut() {
+            meta.creation_timestamp_ms = Some(created_ms);
+        }
+        event
+    }
+
+    #[test]
+    fn a_pod_deleted_without_a_deletion_timestamp_went_no_earlier_than_history_had_reached() {
+        // Minutes into a recording a pod goes, its DELETED event showing only its creation
+        // time, and kube-ovn deletes its IP a second later: no address outlived its pod
+        // by the grace period.
+        let minute = 60_000;
+        let events = vec![
+            as_recorded(EventBuilder::subnet("s").rv(1).added(), 0),
+            as_recorded(EventBuilder::pod("ns", "p").uid("p-1").rv(2).added(), 1_000),
+            as_recorded(
+                EventBuilder::ip("p.ns", "s")
+                    .uid("ip-1")
+                    .ip_of("ns", "p", "10.0.0.2", "")
+                    .rv(3)
+                    .added(),
+                1_000,
+            ),
+            as_recorded(
+                EventBuilder::pod("ns", "q").uid("q-1").rv(4).added(),
+                30 * minute,
+            ),
+            as_recorded(
+                EventBuilder::pod("ns", "p").uid("p-1").rv(5).deleted(),
+                1_000,
+            ),
+            as_recorded(
+                EventBuilder::ip("p.ns", "s")
+                    .uid("ip-1")
+                    .ip_of("ns", "p", "10.0.0.2", "")
+                    .rv(6)
+                    .deleting(30 * minute + 1_000)
+                    .modified(),
+                1_000,
+            ),
+            as_recorded(
+                EventBuilder::ip("p.ns", "s")
+                    .uid("ip-1")
+                    .ip_of("ns", "p", "10.0.0.2", "")
+                    .rv(7)
+                    .deleting(30 * minute + 1_000)
+                    .finalizers(&[])
+                    .deleted(),
+                1_000,
+            ),
+        ];
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        let mut out = Vec::new();
+        run(&mut analyzer, &events, &mut out);
+        analyzer.finish(None, &mut out);
+        let fired: Vec<_> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Alert(a) => Some((a.rule.clone(), a.subject_name.clone())),
+                Output::NewEpoch(_) => None,
+            })
+            .collect();
+        assert!(fired.is_empty(), "{fired:?}");
+    }
+
+    /// A pod and its IP with no time at all, the pod deleted, then the IP terminating at
+    /// `deleting_ms` (the first time history learns), then an IP of another pod created
+    /// at `later_ms`: the recording of a cluster whose objects show no creation times.
+    fn undated_until_the_ip_terminates(deleting_ms: i64, later_ms: i64) -> Vec<Output> {
+        let ip = || {
+            EventBuilder::ip("p.ns", "s")
+                .uid("ip-1")
+                .ip_of("ns", "p", "10.0.0.2", "")
+        };
+        let events = vec![
+            EventBuilder::subnet("s").rv(1).added(),
+            EventBuilder::pod("ns", "p").uid("p-1").rv(2).added(),
+            ip().rv(3).added(),
+            EventBuilder::pod("ns", "p").uid("p-1").rv(4).deleted(),
+            ip().rv(5).deleting(deleting_ms).modified(),
+            as_recorded(
+                EventBuilder::ip("q.ns", "s")
+                    .uid("ip-2")
+                    .ip_of("ns", "q", "10.0.0.3", "")
+                    .rv(6)
+                    .added(),
+                later_ms,
+            ),
+        ];
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        let mut out = Vec::new();
+        run(&mut analyzer, &events, &mut out);
+        analyzer.finish(None, &mut out);
+        out
+    }
+
+    fn fired(out: &[Output]) -> Vec<(String, String, i64)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Alert(a) => Some((a.rule.clone(), a.subject_name.clone(), a.fired_at_ms)),
+                Output::NewEpoch(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pod_gone_before_history_had_any_time_is_dated_at_the_first_time_it_learns() {
+        let t = 1_750_000_000_000;
+        // Its IP terminating a second later is no address outliving its pod: not since
+        // the epoch, as an undated deletion read before.
+        assert_eq!(
+            fired(&undated_until_the_ip_terminates(t, t + 1_000)),
+            vec![]
+        );
+        // Held past the grace period from then, it is.
+        let grace = RuleConfig::default().owner_grace_ms;
+        assert_eq!(
+            fired(&undated_until_the_ip_terminates(t, t + grace + 1_000)),
+            vec![("ip-without-pod".to_owned(), "p.ns".to_owned(), t + grace)]
+        );
     }
 
     #[test]

@@ -99,6 +99,15 @@ impl EventRef {
     pub fn time_ms(&self) -> Option<i64> {
         self.time_ms.get()
     }
+
+    /// Dates the event no earlier than `floor_ms` (when known): see
+    /// [`ClusterState::apply_located`]'s `history_ms`.
+    fn not_before(&mut self, floor_ms: Option<i64>) {
+        if let Some(floor) = floor_ms {
+            let time = self.time_ms().map_or(floor, |t| t.max(floor));
+            self.time_ms = Millis::from(Some(time));
+        }
+    }
 }
 
 /// A resourceVersion as sent: its number, and its text only when that is not the number
@@ -416,6 +425,10 @@ pub struct ClusterState {
     /// is applied whatever its version, since versions of two epochs do not compare.
     #[serde(default)]
     from_earlier_epoch: rustc_hash::FxHashSet<RecordKey>,
+    /// Some gone pod went before history had any time (a recording whose first events
+    /// show none): it is dated at the first time history learns.
+    #[serde(default)]
+    undated_gone_pods: bool,
     /// Where a `namespace/name` is put together to look a record up without allocating.
     #[serde(skip)]
     scratch: String,
@@ -436,6 +449,8 @@ struct Saved {
     tombstone_order: VecDeque<String>,
     #[serde(default)]
     from_earlier_epoch: rustc_hash::FxHashSet<RecordKey>,
+    #[serde(default)]
+    undated_gone_pods: bool,
 }
 
 impl From<Saved> for ClusterState {
@@ -454,6 +469,7 @@ impl From<Saved> for ClusterState {
             tombstones: saved.tombstones,
             tombstone_order: saved.tombstone_order,
             from_earlier_epoch: saved.from_earlier_epoch,
+            undated_gone_pods: saved.undated_gone_pods,
             scratch: String::new(),
         };
         let ClusterState {
@@ -648,7 +664,7 @@ impl ClusterState {
     /// Applies one event, in resourceVersion order.
     pub fn apply(&mut self, mut event: WatchEvent) -> Applied {
         let located = self.locate(&event);
-        self.apply_located(&mut event, located)
+        self.apply_located(&mut event, located, None)
     }
 
     /// Points at `event` like [`EventRef::of`] and finds the record held under its name:
@@ -692,8 +708,32 @@ impl ClusterState {
     /// [`EventRef`] for the rules; the record shares its name). What the record keeps is
     /// copied or moved out of `event`; the rest is left for the event's next reading to
     /// reuse.
-    pub fn apply_located(&mut self, event: &mut WatchEvent, located: Located) -> Applied {
-        let Located { at, slot } = located;
+    ///
+    /// `history_ms`: the time history had reached with the events before this one. A
+    /// deletion that neither an observation time nor a deletion timestamp dates is
+    /// remembered (a pod gone, a pool deleted) as no earlier than that: it came after
+    /// them, while its object shows an older time only (a kubectl recording dates a
+    /// DELETED object by its creation, or its last managedFields entry, when no deletion
+    /// was requested), which would make a grace period from its going seem long over.
+    /// A deletion timestamp is kept: it is when the deletion was asked for (and what an
+    /// audit log's DELETE request is matched by).
+    pub fn apply_located(
+        &mut self,
+        event: &mut WatchEvent,
+        located: Located,
+        history_ms: Option<i64>,
+    ) -> Applied {
+        let Located { mut at, slot } = located;
+        if let (Some(now), true) = (history_ms, self.undated_gone_pods) {
+            // Pods that went before history had a time went at the latest now: dated so,
+            // a grace period from their going starts here instead of at the epoch.
+            self.undated_gone_pods = false;
+            for gone in self.gone_pods.values_mut() {
+                if gone.at.time_ms().is_none() {
+                    gone.at.not_before(Some(now));
+                }
+            }
+        }
         if event.event_type == EventType::SyncEnd {
             self.listed
                 .entry(event.stream)
@@ -739,6 +779,14 @@ impl ClusterState {
                 return stale();
             }
             self.bury(uid, rv);
+            let dated_by_deletion = event.observed_at_ms.is_some()
+                || event
+                    .metadata
+                    .as_ref()
+                    .is_some_and(|m| m.deletion_timestamp_ms.is_some());
+            if !dated_by_deletion {
+                at.not_before(history_ms);
+            }
             if holdings::is_pool(stream) {
                 self.remember_pool_deletion(stream, &name, at.clone());
             }
@@ -828,6 +876,7 @@ impl ClusterState {
                 }
             }
         }
+        self.undated_gone_pods |= at.time_ms().is_none();
         self.gone_order.push_back((at.name.clone(), at.rv));
         self.gone_pods.insert(
             at.name.clone(),
