@@ -661,7 +661,9 @@ impl ClusterState {
             .collect();
     }
 
-    /// Applies one event, in resourceVersion order.
+    /// Applies one event, in resourceVersion order, without a history clock: a deletion is
+    /// dated by its event alone (the engine gives its clock to
+    /// [`ClusterState::apply_located`]).
     pub fn apply(&mut self, mut event: WatchEvent) -> Applied {
         let located = self.locate(&event);
         self.apply_located(&mut event, located, None)
