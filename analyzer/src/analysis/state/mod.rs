@@ -80,10 +80,7 @@ impl EventRef {
 
     /// Its resourceVersion as sent.
     pub fn resource_version(&self) -> SmolStr {
-        match &self.rv_text {
-            Some(text) => SmolStr::clone(text),
-            None => SmolStr::new(itoa::Buffer::new().format(self.rv)),
-        }
+        written_version(self.rv, self.rv_text.as_deref())
     }
 
     /// Its resourceVersion, to be written out only if needed: the engine takes one per
@@ -137,10 +134,16 @@ impl Default for ResourceVersion {
 
 impl std::fmt::Display for ResourceVersion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.text {
-            Some(text) => f.write_str(text),
-            None => f.write_str(itoa::Buffer::new().format(self.rv)),
-        }
+        f.write_str(&written_version(self.rv, self.text.as_deref()))
+    }
+}
+
+/// A resourceVersion as sent: `text` when it was kept (it is not `rv` in decimal), else
+/// `rv` in decimal.
+fn written_version(rv: i64, text: Option<&SmolStr>) -> SmolStr {
+    match text {
+        Some(text) => SmolStr::clone(text),
+        None => SmolStr::new(itoa::Buffer::new().format(rv)),
     }
 }
 
