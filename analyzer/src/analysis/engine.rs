@@ -584,6 +584,32 @@ mod tests {
         event
     }
 
+    /// IP `p.ns` of pod `ns/p` on subnet `s`.
+    fn ip_of_p() -> EventBuilder {
+        EventBuilder::ip("p.ns", "s")
+            .uid("ip-1")
+            .ip_of("ns", "p", "10.0.0.2", "")
+    }
+
+    /// What a fresh analyzer gives for `events`, finished at their latest time.
+    fn replayed(events: &[WatchEvent]) -> Vec<Output> {
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        let mut out = Vec::new();
+        run(&mut analyzer, events, &mut out);
+        analyzer.finish(None, &mut out);
+        out
+    }
+
+    /// The alerts among `out`: rule, subject and when it fired.
+    fn fired(out: &[Output]) -> Vec<(String, String, i64)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Alert(a) => Some((a.rule.clone(), a.subject_name.clone(), a.fired_at_ms)),
+                Output::NewEpoch(_) => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn a_pod_deleted_without_a_deletion_timestamp_went_no_earlier_than_history_had_reached() {
         // Minutes into a recording a pod goes, its DELETED event showing only its creation
@@ -593,14 +619,7 @@ mod tests {
         let events = vec![
             as_recorded(EventBuilder::subnet("s").rv(1).added(), 0),
             as_recorded(EventBuilder::pod("ns", "p").uid("p-1").rv(2).added(), 1_000),
-            as_recorded(
-                EventBuilder::ip("p.ns", "s")
-                    .uid("ip-1")
-                    .ip_of("ns", "p", "10.0.0.2", "")
-                    .rv(3)
-                    .added(),
-                1_000,
-            ),
+            as_recorded(ip_of_p().rv(3).added(), 1_000),
             as_recorded(
                 EventBuilder::pod("ns", "q").uid("q-1").rv(4).added(),
                 30 * minute,
@@ -610,18 +629,11 @@ mod tests {
                 1_000,
             ),
             as_recorded(
-                EventBuilder::ip("p.ns", "s")
-                    .uid("ip-1")
-                    .ip_of("ns", "p", "10.0.0.2", "")
-                    .rv(6)
-                    .deleting(30 * minute + 1_000)
-                    .modified(),
+                ip_of_p().rv(6).deleting(30 * minute + 1_000).modified(),
                 1_000,
             ),
             as_recorded(
-                EventBuilder::ip("p.ns", "s")
-                    .uid("ip-1")
-                    .ip_of("ns", "p", "10.0.0.2", "")
+                ip_of_p()
                     .rv(7)
                     .deleting(30 * minute + 1_000)
                     .finalizers(&[])
@@ -629,17 +641,7 @@ mod tests {
                 1_000,
             ),
         ];
-        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
-        let mut out = Vec::new();
-        run(&mut analyzer, &events, &mut out);
-        analyzer.finish(None, &mut out);
-        let fired: Vec<_> = out
-            .iter()
-            .filter_map(|o| match o {
-                Output::Alert(a) => Some((a.rule.clone(), a.subject_name.clone())),
-                Output::NewEpoch(_) => None,
-            })
-            .collect();
+        let fired = fired(&replayed(&events));
         assert!(fired.is_empty(), "{fired:?}");
     }
 
@@ -647,17 +649,12 @@ mod tests {
     /// `deleting_ms` (the first time history learns), then an IP of another pod created
     /// at `later_ms`: the recording of a cluster whose objects show no creation times.
     fn undated_until_the_ip_terminates(deleting_ms: i64, later_ms: i64) -> Vec<Output> {
-        let ip = || {
-            EventBuilder::ip("p.ns", "s")
-                .uid("ip-1")
-                .ip_of("ns", "p", "10.0.0.2", "")
-        };
-        let events = vec![
+        replayed(&[
             EventBuilder::subnet("s").rv(1).added(),
             EventBuilder::pod("ns", "p").uid("p-1").rv(2).added(),
-            ip().rv(3).added(),
+            ip_of_p().rv(3).added(),
             EventBuilder::pod("ns", "p").uid("p-1").rv(4).deleted(),
-            ip().rv(5).deleting(deleting_ms).modified(),
+            ip_of_p().rv(5).deleting(deleting_ms).modified(),
             as_recorded(
                 EventBuilder::ip("q.ns", "s")
                     .uid("ip-2")
@@ -666,21 +663,7 @@ mod tests {
                     .added(),
                 later_ms,
             ),
-        ];
-        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
-        let mut out = Vec::new();
-        run(&mut analyzer, &events, &mut out);
-        analyzer.finish(None, &mut out);
-        out
-    }
-
-    fn fired(out: &[Output]) -> Vec<(String, String, i64)> {
-        out.iter()
-            .filter_map(|o| match o {
-                Output::Alert(a) => Some((a.rule.clone(), a.subject_name.clone(), a.fired_at_ms)),
-                Output::NewEpoch(_) => None,
-            })
-            .collect()
+        ])
     }
 
     #[test]
