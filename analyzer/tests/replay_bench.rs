@@ -53,6 +53,21 @@ fn generate(history: &Path) {
     );
 }
 
+/// Checks that a `replay-bench run` succeeded and found exactly the 200 leaks `generate`
+/// planted; `context` says which run it was.
+fn assert_found_exactly_the_planted(out: &Output, context: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{context}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("findings: exactly the 200 planted"),
+        "{context}: {stdout}"
+    );
+}
+
 #[test]
 fn a_generated_history_replays_to_exactly_the_findings_of_its_planted_leaks() {
     // The directory lives as long as its binding.
@@ -70,16 +85,7 @@ fn a_generated_history_replays_to_exactly_the_findings_of_its_planted_leaks() {
         .iter()
         .all(|f| f["subject_kind"] == "IP" && f["subject_name"].as_str().is_some()));
     let out = replay_bench(&["run", history.to_str().unwrap()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("findings: exactly the 200 planted"),
-        "{stdout}"
-    );
+    assert_found_exactly_the_planted(&out, "the Avro history");
 }
 
 #[test]
@@ -169,15 +175,6 @@ fn a_kubectl_recording_of_a_generated_history_replays_to_its_planted_findings() 
         args.extend(files.iter().map(String::as_str));
         args.extend(["--planted", planted.to_str().unwrap()]);
         let out = replay_bench(&args);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{shape:?}: {stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            stdout.contains("findings: exactly the 200 planted"),
-            "{shape:?}: {stdout}"
-        );
+        assert_found_exactly_the_planted(&out, &format!("the recording {shape:?}"));
     }
 }
