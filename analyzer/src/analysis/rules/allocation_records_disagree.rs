@@ -75,14 +75,11 @@ fn sides(state: &ClusterState, pair: Pair, scope: &str, address: &str) -> Sides 
         second: BTreeSet::new(),
         evidence: Vec::new(),
     };
-    for key in state.holders_of(address) {
+    for (key, record) in state.records_holding(address) {
         if key.0 != first_stream && key.0 != second_stream {
             continue;
         }
-        let Some(record) = state.get(key.0, &key.1) else {
-            continue;
-        };
-        for holding in state.holdings_of(&key) {
+        for holding in holdings::holdings(&key.1, record) {
             if holding.address != address || unit_of(pair, &holding.scope, address).0 != scope {
                 continue;
             }

@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 
 use super::{evidence, Change, Context, Rule};
 use crate::analysis::alerts::Finding;
+use crate::analysis::state::holdings;
 use crate::analysis::state::{ClusterState, EventRef, RecordKey};
 
 const NAME: &str = "duplicate-ip";
@@ -72,14 +73,11 @@ type Owners = BTreeMap<String, BTreeMap<String, Vec<RecordKey>>>;
 
 fn owners_by_scope(state: &ClusterState, address: &str) -> Owners {
     let mut scopes = Owners::new();
-    for key in state.holders_of(address) {
-        let Some(record) = state.get(key.0, &key.1) else {
-            continue;
-        };
+    for (key, record) in state.records_holding(address) {
         if key.0 == Stream::Pod && (!record.is_live_pod() || record.is_terminating()) {
             continue;
         }
-        for holding in state.holdings_of(&key) {
+        for holding in holdings::holdings(&key.1, record) {
             if holding.address == address {
                 scopes
                     .entry(holding.scope.to_string())

@@ -88,7 +88,7 @@ fn check_record(ctx: &mut Context<'_>, key: &RecordKey, record: &ObjectRecord, c
     if !has_alert
         && named
             .iter()
-            .all(|(stream, name)| state.get(*stream, name).is_some())
+            .all(|(stream, name)| state.pool_live(*stream, name))
     {
         return;
     }

@@ -214,11 +214,8 @@ impl IpWithoutPod {
     /// Every allocation held for the pod `owner` (it appeared, changed uid or went).
     fn evaluate_owner(&mut self, ctx: &mut Context<'_>, owner: &str, cause: &EventRef) {
         let state = ctx.state;
-        for key in state.held_for(owner) {
-            let Some(record) = state.get(key.0, &key.1) else {
-                continue;
-            };
-            for holding in state.holdings_of(&key) {
+        for (key, record) in state.records_held_for(owner) {
+            for holding in holdings::holdings(&key.1, record) {
                 if holding.owner == owner {
                     self.evaluate_holding(ctx, &key, record, &holding, cause);
                 }

@@ -43,8 +43,10 @@ pub struct Released {
 /// (see [`super::ClusterState`]'s saved form).
 #[derive(Debug, Default)]
 pub(super) struct Indexes {
-    /// Records (IPs, SpiderEndpoints) by the pools they name: kind, then pool name.
-    pub naming: HashMap<Stream, HashMap<SmolStr, HashSet<RecordId>>>,
+    /// Pools by kind and name: the records (IPs, SpiderEndpoints) naming each, and
+    /// whether it is live, in one entry, so that a record's check of the pools it names
+    /// finds them where adding it to the index just looked.
+    pub pools: HashMap<Stream, HashMap<SmolStr, PoolEntry>>,
     /// IPAM records by the owners they hold addresses for.
     pub by_owner: HolderIndex,
     /// Records and pods by the addresses they hold.
@@ -52,6 +54,15 @@ pub(super) struct Indexes {
     /// whereabouts holdings carry no uid: the owner uid each of a record's addresses was
     /// bound to when it appeared.
     pub bindings: HashMap<RecordKey, AddressUids>,
+}
+
+/// A pool name's entry: kept while the pool is live or some record names it.
+#[derive(Debug, Default)]
+pub(super) struct PoolEntry {
+    /// The records naming it.
+    pub naming: HashSet<RecordId>,
+    /// A pool of this name is held.
+    pub live: bool,
 }
 
 /// The saved form of the indexes: the bindings (history: which pod each whereabouts
@@ -190,18 +201,67 @@ impl Indexes {
         Some(uid)
     }
 
+    /// Changes the entry of the pool `name` of `stream`, made if there is none.
+    fn add_to_pool_entry(
+        &mut self,
+        stream: Stream,
+        name: &str,
+        change: impl FnOnce(&mut PoolEntry),
+    ) {
+        let by_name = self.pools.entry(stream).or_default();
+        match by_name.get_mut(name) {
+            Some(entry) => change(entry),
+            None => {
+                let mut entry = PoolEntry::default();
+                change(&mut entry);
+                by_name.insert(SmolStr::new(name), entry);
+            }
+        }
+    }
+
+    /// Changes the entry of the pool `name` of `stream`, if there is one, and drops it
+    /// once the pool is not live and nothing names it.
+    fn change_pool_entry(
+        &mut self,
+        stream: Stream,
+        name: &str,
+        change: impl FnOnce(&mut PoolEntry),
+    ) {
+        let Some(by_name) = self.pools.get_mut(&stream) else {
+            return;
+        };
+        let Some(entry) = by_name.get_mut(name) else {
+            return;
+        };
+        change(entry);
+        if !entry.live && entry.naming.is_empty() {
+            by_name.remove(name);
+        }
+    }
+
+    /// Notes that the pool `name` of `stream` is held now (`live`) or no more.
+    pub fn set_pool_live(&mut self, stream: Stream, name: &str, live: bool) {
+        if live {
+            self.add_to_pool_entry(stream, name, |entry| entry.live = true);
+        } else {
+            self.change_pool_entry(stream, name, |entry| entry.live = false);
+        }
+    }
+
+    /// Whether the pool `name` of `stream` is held.
+    pub fn pool_live(&self, stream: Stream, name: &str) -> bool {
+        self.pools
+            .get(&stream)
+            .and_then(|by_name| by_name.get(name))
+            .is_some_and(|entry| entry.live)
+    }
+
     /// Adds what a record names and holds.
     pub fn add(&mut self, id: RecordId, pools: &[(Stream, &str)], held: &[Holding<'_>]) {
         for (stream, pool) in pools {
-            let by_name = self.naming.entry(*stream).or_default();
-            match by_name.get_mut(*pool) {
-                Some(set) => {
-                    set.insert(id);
-                }
-                None => {
-                    by_name.insert(SmolStr::new(pool), HashSet::from_iter([id]));
-                }
-            }
+            self.add_to_pool_entry(*stream, pool, |entry| {
+                entry.naming.insert(id);
+            });
         }
         let record_holds = holdings::is_record_holding(id.stream);
         for holding in held {
@@ -222,14 +282,9 @@ impl Indexes {
         keep: &[Holding<'_>],
     ) -> Vec<Released> {
         for (stream, pool) in pools {
-            if let Some(by_name) = self.naming.get_mut(stream) {
-                if let Some(set) = by_name.get_mut(*pool) {
-                    set.remove(&id);
-                    if set.is_empty() {
-                        by_name.remove(*pool);
-                    }
-                }
-            }
+            self.change_pool_entry(*stream, pool, |entry| {
+                entry.naming.remove(&id);
+            });
         }
         let mut released = Vec::new();
         // A pool keeps nearly all its allocations from one version to the next: look them

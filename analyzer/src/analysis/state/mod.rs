@@ -480,6 +480,9 @@ impl From<Saved> for ClusterState {
         } = &mut state;
         for (stream, records) in objects.iter() {
             for (slot, record) in records.slots() {
+                if holdings::is_pool(stream) {
+                    indexes.set_pool_live(stream, &record.last.name, true);
+                }
                 let held = holdings::holdings(&record.last.name, record);
                 let id = RecordId { stream, slot };
                 indexes.add(id, &holdings::pool_names(record.part()), &held);
@@ -510,14 +513,20 @@ impl ClusterState {
         self.get(pool.stream, &pool.name)
     }
 
+    /// Whether the pool `name` of `stream` is live: [`ClusterState::get`] of a pool,
+    /// answered by the entry that also lists the records naming it.
+    pub fn pool_live(&self, stream: Stream, name: &str) -> bool {
+        self.indexes.pool_live(stream, name)
+    }
+
     /// Records naming `pool`, sorted.
     pub fn naming(&self, pool: &PoolRef) -> Vec<RecordKey> {
         let ids = self
             .indexes
-            .naming
+            .pools
             .get(&pool.stream)
             .and_then(|by_name| by_name.get(pool.name.as_str()));
-        self.sorted_keys(ids.into_iter().flatten())
+        self.sorted_keys(ids.into_iter().flat_map(|entry| entry.naming.iter()))
     }
 
     /// The records `ids` stand for, sorted.
@@ -525,6 +534,22 @@ impl ClusterState {
         let mut keys: Vec<RecordKey> = ids.filter_map(|id| self.key_of(*id)).collect();
         keys.sort();
         keys
+    }
+
+    /// The records `ids` stand for, with their keys, sorted by key: read where they sit,
+    /// without looking each up by name again.
+    fn sorted_records<'a>(
+        &self,
+        ids: impl Iterator<Item = &'a RecordId>,
+    ) -> Vec<(RecordKey, &ObjectRecord)> {
+        let mut records: Vec<(RecordKey, &ObjectRecord)> = ids
+            .filter_map(|id| {
+                let record = self.objects.of(id.stream).at(id.slot)?;
+                Some(((id.stream, record.last.name.clone()), record))
+            })
+            .collect();
+        records.sort_by(|a, b| a.0.cmp(&b.0));
+        records
     }
 
     /// The key of the record `id`.
@@ -537,9 +562,14 @@ impl ClusterState {
     pub fn named_pools(&self) -> Vec<PoolRef> {
         let mut pools: Vec<PoolRef> = self
             .indexes
-            .naming
+            .pools
             .iter()
-            .flat_map(|(stream, by_name)| by_name.keys().map(|n| PoolRef::new(*stream, n)))
+            .flat_map(|(stream, by_name)| {
+                by_name
+                    .iter()
+                    .filter(|(_, entry)| !entry.naming.is_empty())
+                    .map(|(name, _)| PoolRef::new(*stream, name))
+            })
             .collect();
         pools.sort();
         pools
@@ -573,6 +603,16 @@ impl ClusterState {
         self.indexes.by_owner.holders(owner, |id| {
             of(id.stream) && self.holdings_by_id(id).iter().any(|h| h.owner == owner)
         })
+    }
+
+    /// The records holding addresses for `owner`, with their keys, sorted by key.
+    pub fn records_held_for(&self, owner: &str) -> Vec<(RecordKey, &ObjectRecord)> {
+        self.sorted_records(self.owner_holders(owner, |_| true).iter())
+    }
+
+    /// The records and pods holding `address`, with their keys, sorted by key.
+    pub fn records_holding(&self, address: &str) -> Vec<(RecordKey, &ObjectRecord)> {
+        self.sorted_records(self.address_holders(address).iter())
     }
 
     /// Records and pods holding `address`, sorted.
@@ -799,6 +839,9 @@ impl ClusterState {
                 self.remember_gone_pod(uid, at);
             }
             let before = slot.and_then(|s| self.objects.of_mut(stream).remove_at(s));
+            if before.is_some() && holdings::is_pool(stream) {
+                self.indexes.set_pool_live(stream, &name, false);
+            }
             let key: RecordKey = (stream, name);
             let released = match (&before, slot) {
                 (Some(record), Some(slot)) => {
@@ -839,7 +882,12 @@ impl ClusterState {
         let records = self.objects.of_mut(stream);
         let (slot, before) = match slot {
             Some(slot) => (slot, records.replace(slot, record)),
-            None => (records.insert_new(record), None),
+            None => {
+                if holdings::is_pool(stream) {
+                    self.indexes.set_pool_live(stream, &key.1, true);
+                }
+                (records.insert_new(record), None)
+            }
         };
         let (reindexed, released) = self.reindex(&key, slot, before.as_ref());
         Applied {
@@ -952,10 +1000,18 @@ impl ClusterState {
             }
             released
         };
-        if key.0 == Stream::Pod {
+        if key.0 == Stream::Pod && self.holds_owner_binding_kinds() {
             self.bind_holdings_to_pod(&key.1);
         }
         (true, released)
+    }
+
+    /// Whether any record of a kind whose holdings are bound to pod uids is held: until
+    /// one is, a pod has nothing to bind and its name need not be looked up.
+    fn holds_owner_binding_kinds(&self) -> bool {
+        Stream::ALL
+            .iter()
+            .any(|&stream| binds_owner_uid(stream) && self.objects.of(stream).len() > 0)
     }
 
     /// A pod appeared or changed: whereabouts holdings of its name that found no pod yet
@@ -1142,6 +1198,39 @@ mod tests {
         assert_eq!(state.naming(&subnet("s3")), [ip_key("a")]);
         state.apply(EventBuilder::ip("b", "s1").rv(4).deleted());
         assert!(state.naming(&subnet("s1")).is_empty());
+    }
+
+    #[test]
+    fn a_pool_is_live_from_its_addition_to_its_deletion_whether_or_not_records_name_it() {
+        let mut state = ClusterState::new();
+        assert!(!state.pool_live(Stream::Subnet, "s"));
+        state.apply(EventBuilder::ip("a", "s").rv(1).added());
+        assert!(!state.pool_live(Stream::Subnet, "s"), "named, not live");
+        state.apply(EventBuilder::subnet("s").rv(2).added());
+        assert!(state.pool_live(Stream::Subnet, "s"));
+        assert!(
+            !state.pool_live(Stream::IpPool, "s"),
+            "a pool of another kind"
+        );
+        state.apply(EventBuilder::subnet("s").uid("again").rv(3).added());
+        assert!(state.pool_live(Stream::Subnet, "s"), "replaced, still live");
+        state.apply(EventBuilder::subnet("s").uid("again").rv(4).deleted());
+        assert!(!state.pool_live(Stream::Subnet, "s"));
+        assert_eq!(state.naming(&subnet("s")), [ip_key("a")], "still named");
+        state.apply(EventBuilder::ip("a", "s").rv(5).deleted());
+        state.apply(EventBuilder::subnet("t").rv(6).added());
+        assert_eq!(
+            state.named_pools(),
+            [],
+            "a live pool that nothing names is not named"
+        );
+        let back: ClusterState =
+            serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+        assert!(
+            back.pool_live(Stream::Subnet, "t"),
+            "rebuilt from a checkpoint"
+        );
+        assert!(!back.pool_live(Stream::Subnet, "s"));
     }
 
     #[test]
@@ -1508,6 +1597,15 @@ mod tests {
         for i in 0..40 {
             let owner = format!("default/web-{i}");
             assert_eq!(back.held_for(&owner), state.held_for(&owner), "{owner}");
+            let read_where_they_sit: Vec<RecordKey> = back
+                .records_held_for(&owner)
+                .into_iter()
+                .map(|(key, record)| {
+                    assert_eq!(key.1, record.last.name);
+                    key
+                })
+                .collect();
+            assert_eq!(read_where_they_sit, state.held_for(&owner), "{owner}");
             for address in [
                 format!("10.0.0.{i}"),
                 format!("10.1.0.{i}"),
