@@ -178,3 +178,48 @@ fn a_kubectl_recording_of_a_generated_history_replays_to_its_planted_findings() 
         assert_found_exactly_the_planted(&out, &format!("the recording {shape:?}"));
     }
 }
+
+#[test]
+fn state_bench_classes_times_every_event_of_a_history_under_its_kind_and_type() {
+    let Generated {
+        dir: _dir,
+        history,
+        planted: _,
+    } = generated();
+    let out = Command::new(env!("CARGO_BIN_EXE_state-bench"))
+        .args(["classes", history.to_str().unwrap()])
+        .output()
+        .expect("state-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "IP ADDED   800   1.2   1500   30.0 %": kind, type, events, ms, ns/event, share.
+    let rows: Vec<(String, u64)> = stdout
+        .lines()
+        .filter(|line| line.ends_with('%') && !line.starts_with("kind"))
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            (
+                format!("{} {}", words[0], words[1]),
+                words[2].parse().unwrap(),
+            )
+        })
+        .collect();
+    let events = |class: &str| rows.iter().find(|(c, _)| c == class).map(|(_, n)| *n);
+    assert_eq!(events("IP ADDED"), Some(800), "{stdout}");
+    assert_eq!(events("Pod ADDED"), Some(800), "{stdout}");
+    assert_eq!(events("Subnet ADDED"), Some(40), "{stdout}");
+    // Every event the replay reads is counted once, in some class.
+    let replayed = replay_bench(&["run", history.to_str().unwrap()]);
+    let replayed = String::from_utf8_lossy(&replayed.stdout);
+    let total: u64 = replayed
+        .split_whitespace()
+        .skip_while(|word| *word != "replayed")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("replay-bench says how many events it replayed");
+    assert_eq!(rows.iter().map(|(_, n)| n).sum::<u64>(), total, "{stdout}");
+}
