@@ -531,9 +531,10 @@ impl ClusterState {
 
     /// The records `ids` stand for, sorted.
     fn sorted_keys<'a>(&self, ids: impl Iterator<Item = &'a RecordId>) -> Vec<RecordKey> {
-        let mut keys: Vec<RecordKey> = ids.filter_map(|id| self.key_of(*id)).collect();
-        keys.sort();
-        keys
+        self.sorted_records(ids)
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect()
     }
 
     /// The records `ids` stand for, with their keys, sorted by key: read where they sit,
@@ -592,11 +593,6 @@ impl ClusterState {
             && (self.pool_deletion(stream, name).is_some() || self.listed.contains_key(&stream))
     }
 
-    /// IPAM records holding addresses for `owner` (`namespace/name`), sorted.
-    pub fn held_for(&self, owner: &str) -> Vec<RecordKey> {
-        self.sorted_keys(self.owner_holders(owner, |_| true).iter())
-    }
-
     /// The records of the kinds `of` takes holding addresses for `owner`, in no order
     /// (pools whatever their kind: they are not confirmed one by one).
     fn owner_holders(&self, owner: &str, of: impl Fn(Stream) -> bool) -> HolderIds {
@@ -605,7 +601,8 @@ impl ClusterState {
         })
     }
 
-    /// The records holding addresses for `owner`, with their keys, sorted by key.
+    /// The IPAM records holding addresses for `owner` (`namespace/name`), with their
+    /// keys, sorted by key.
     pub fn records_held_for(&self, owner: &str) -> Vec<(RecordKey, &ObjectRecord)> {
         self.sorted_records(self.owner_holders(owner, |_| true).iter())
     }
@@ -613,11 +610,6 @@ impl ClusterState {
     /// The records and pods holding `address`, with their keys, sorted by key.
     pub fn records_holding(&self, address: &str) -> Vec<(RecordKey, &ObjectRecord)> {
         self.sorted_records(self.address_holders(address).iter())
-    }
-
-    /// Records and pods holding `address`, sorted.
-    pub fn holders_of(&self, address: &str) -> Vec<RecordKey> {
-        self.sorted_keys(self.address_holders(address).iter())
     }
 
     /// The records and pods holding `address`, in no order.
@@ -1181,6 +1173,27 @@ mod tests {
         (Stream::Ip, name.into())
     }
 
+    /// The keys of records handed over with them, each checked to be its record's.
+    fn keys(records: Vec<(RecordKey, &ObjectRecord)>) -> Vec<RecordKey> {
+        records
+            .into_iter()
+            .map(|(key, record)| {
+                assert_eq!(key.1, record.last.name);
+                key
+            })
+            .collect()
+    }
+
+    /// The keys of the records holding addresses for `owner`, sorted.
+    fn held_for(state: &ClusterState, owner: &str) -> Vec<RecordKey> {
+        keys(state.records_held_for(owner))
+    }
+
+    /// The keys of the records holding `address`, sorted.
+    fn holders_of(state: &ClusterState, address: &str) -> Vec<RecordKey> {
+        keys(state.records_holding(address))
+    }
+
     #[test]
     fn ips_are_indexed_by_every_subnet_they_name() {
         let mut state = ClusterState::new();
@@ -1341,8 +1354,8 @@ mod tests {
         assert_eq!(owner_of(&state, &record).as_deref(), None);
         state.apply(EventBuilder::pod("default", "a").uid("a-1").rv(2).added());
         assert_eq!(owner_of(&state, &record).as_deref(), Some("a-1"));
-        assert_eq!(state.held_for("default/a"), std::slice::from_ref(&record));
-        assert_eq!(state.holders_of("10.0.0.5"), [record]);
+        assert_eq!(held_for(&state, "default/a"), std::slice::from_ref(&record));
+        assert_eq!(holders_of(&state, "10.0.0.5"), [record]);
     }
 
     #[test]
@@ -1461,7 +1474,7 @@ mod tests {
         );
         // What no rule reads (node, MAC) is not kept at all: `IpPart` has no field for it.
         assert_eq!(ip.pod(), Some("default/a"));
-        assert_eq!(state.holders_of("10.0.0.5").len(), 1);
+        assert_eq!(holders_of(&state, "10.0.0.5").len(), 1);
     }
 
     #[test]
@@ -1504,7 +1517,7 @@ mod tests {
             .get(Stream::Ip, "r.default")
             .is_some_and(ObjectRecord::reserved));
         assert!(
-            back.holders_of("10.0.0.7").is_empty(),
+            holders_of(&back, "10.0.0.7").is_empty(),
             "a reserved IP holds nothing"
         );
     }
@@ -1596,22 +1609,13 @@ mod tests {
         }
         for i in 0..40 {
             let owner = format!("default/web-{i}");
-            assert_eq!(back.held_for(&owner), state.held_for(&owner), "{owner}");
-            let read_where_they_sit: Vec<RecordKey> = back
-                .records_held_for(&owner)
-                .into_iter()
-                .map(|(key, record)| {
-                    assert_eq!(key.1, record.last.name);
-                    key
-                })
-                .collect();
-            assert_eq!(read_where_they_sit, state.held_for(&owner), "{owner}");
+            assert_eq!(held_for(&back, &owner), held_for(&state, &owner), "{owner}");
             for address in [
                 format!("10.0.0.{i}"),
                 format!("10.1.0.{i}"),
                 "10.0.9.1".into(),
             ] {
-                assert_eq!(back.holders_of(&address), state.holders_of(&address));
+                assert_eq!(holders_of(&back, &address), holders_of(&state, &address));
                 assert_eq!(back.holder_count(&address), state.holder_count(&address));
             }
         }
