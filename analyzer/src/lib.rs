@@ -21,7 +21,7 @@
 //!   - [`live::deadletters`]: what the live analyzer set aside, and re-driving it.
 //!   - [`live::http`]: `/metrics`, `/healthz`, `/readyz`.
 //!   - [`live::metrics`]: the live analyzer's Prometheus metrics.
-//!   - [`live::clock`]: the wall clock, for the I/O only.
+//!   - the wall clock, for the I/O only, is [`ipaudit_runtime::clock`].
 //! - [`offline`]: the analyzer over recorded files.
 //!   - [`offline::source`]: Avro files, kubectl watch output, audit logs.
 //!   - [`offline::replay`]: files merged by resourceVersion into the core.

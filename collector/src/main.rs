@@ -201,7 +201,8 @@ struct RunArgs {
         default_value = "ipaudit.commands"
     )]
     commands_topic: String,
-    /// Consumer group for commands (default: ipaudit-remediator-<cluster id>).
+    /// Consumer group for commands (default: ipaudit-remediator-CLUSTER_ID, the cluster id
+    /// after the prefix).
     #[arg(long, env = "IPAUDIT_REMEDIATE_GROUP")]
     remediate_group: Option<String>,
     /// At most this many finalizers removed per minute.

@@ -35,7 +35,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Write the kubectl recording of an Avro history: DIR/<plural>.json per kind.
+    /// Write the kubectl recording of an Avro history: `DIR/<plural>.json` per kind.
     FromAvro {
         /// The Avro history file.
         history: PathBuf,

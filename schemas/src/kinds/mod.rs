@@ -4,7 +4,7 @@
 //! analyzer's reorder buffer and kubectl reader) reads this table.
 //!
 //! Adding a kind: a [`Stream`] variant and its symbol in the next `watch_event` schema
-//! (the contract), a [`KindPart`](crate::KindPart) record, one entry here, and its
+//! (the contract), a [`KindPart`] record, one entry here, and its
 //! converter in the IPAM's module.
 
 mod core;

@@ -40,7 +40,7 @@ pub use records::Slot;
 pub(crate) const IP_RESERVED_LABEL: &str = "ovn.kubernetes.io/ip_reserved";
 
 /// A pointer to the event that last touched an object, for evidence. Saved with its
-/// resourceVersion as sent (see [`SavedEventRef`]).
+/// resourceVersion as sent (see `SavedEventRef`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "SavedEventRef", into = "SavedEventRef")]
 pub struct EventRef {
@@ -190,7 +190,7 @@ impl From<EventRef> for SavedEventRef {
 }
 
 /// A live object of any watched kind. Kept small: a cluster holds hundreds of thousands.
-/// Saved as [`SavedRecord`].
+/// Saved as `SavedRecord`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "ReadRecord")]
 pub struct ObjectRecord {

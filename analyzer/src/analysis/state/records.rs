@@ -18,7 +18,7 @@ use ipaudit_schemas::Stream;
 
 use super::{Name, ObjectRecord};
 
-/// Where a record sits in its kind's [`Records`]: valid until that record is removed.
+/// Where a record sits in its kind's records: valid until that record is removed.
 pub type Slot = u32;
 
 /// Records a chunk holds (a power of two: a slot splits into chunk and place by shifts).
