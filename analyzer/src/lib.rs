@@ -36,3 +36,15 @@ pub mod live;
 pub mod offline;
 
 pub use analysis::engine::{Analyzer, AnalyzerConfig, Output};
+
+/// `println!` for the benchmark binaries, returning the error instead of panicking: their
+/// output is often piped (`| head`), and a closed pipe then ends the run with a message.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        std::io::Write::write_fmt(
+            &mut std::io::stdout(),
+            format_args!("{}\n", format_args!($($arg)*)),
+        )
+    };
+}

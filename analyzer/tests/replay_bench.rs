@@ -223,3 +223,26 @@ fn state_bench_classes_times_every_event_of_a_history_under_its_kind_and_type() 
         .expect("replay-bench says how many events it replayed");
     assert_eq!(rows.iter().map(|(_, n)| n).sum::<u64>(), total, "{stdout}");
 }
+
+#[test]
+fn a_closed_output_ends_replay_bench_with_an_error_not_a_panic() {
+    let Generated {
+        dir: _dir,
+        history,
+        planted: _,
+    } = generated();
+    // The pipe's reading end is closed before the run starts: its first line fails.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_replay-bench"))
+        .args(["run", history.to_str().unwrap()])
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .stdout(writer)
+        .output()
+        .expect("replay-bench runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Broken pipe"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

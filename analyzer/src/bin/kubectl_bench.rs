@@ -21,6 +21,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use ipaudit_analyzer::offline::source::{Source, SourceItem};
+use ipaudit_analyzer::say;
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{ContainerReader, EventType, KindPart, Stream, WatchEvent};
 use serde::Serialize;
@@ -164,13 +165,13 @@ fn from_avro(history: &Path, out: &Path, as_served: bool) -> anyhow::Result<()> 
         file.flush()?;
         bytes += std::fs::metadata(out.join(format!("{plural}.json")))?.len();
     }
-    println!(
+    say!(
         "wrote {} documents ({:.1} MiB) to {} in {:.1?}",
         recording.documents,
         bytes as f64 / 1048576.0,
         out.display(),
         started.elapsed()
-    );
+    )?;
     Ok(())
 }
 
@@ -467,10 +468,10 @@ fn read(dir: &Path) -> anyhow::Result<()> {
         }
     }
     let elapsed = started.elapsed();
-    println!(
+    say!(
         "read {events} events ({problems} problem reports) in {elapsed:.2?}: {:.0} events/s",
         events as f64 / elapsed.as_secs_f64()
-    );
+    )?;
     Ok(())
 }
 
@@ -489,10 +490,10 @@ fn parse_value(dir: &Path) -> anyhow::Result<()> {
         }
     }
     let elapsed = started.elapsed();
-    println!(
+    say!(
         "parsed {documents} documents ({:.1} MiB) into serde_json::Value in {elapsed:.2?}: {:.0} documents/s",
         bytes as f64 / 1048576.0,
         documents as f64 / elapsed.as_secs_f64()
-    );
+    )?;
     Ok(())
 }

@@ -29,6 +29,7 @@ use clap::{Parser, Subcommand};
 use ipaudit_analyzer::offline::replay::{replay, ReplayOptions};
 use ipaudit_analyzer::offline::report::Findings;
 use ipaudit_analyzer::offline::source::ANALYSIS_FIELDS;
+use ipaudit_analyzer::say;
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::{
     ContainerReader, ContainerWriter, EventType, Fields, KindPart, NetworkStatus, OwnerReference,
@@ -536,7 +537,7 @@ fn generate(
     let planted_path = planted_path(out);
     std::fs::write(&planted_path, serde_json::to_vec_pretty(&planted)?)
         .with_context(|| format!("cannot write {}", planted_path.display()))?;
-    println!(
+    say!(
         "wrote {} events ({} subnets, {} IPs, rv up to {}) to {} ({:.1} MiB) in {:.1?}; the {} findings its leaks must give to {}",
         h.written,
         subnets,
@@ -547,7 +548,7 @@ fn generate(
         started.elapsed(),
         planted.len(),
         planted_path.display()
-    );
+    )?;
     Ok(())
 }
 
@@ -616,20 +617,20 @@ fn run(files: &[PathBuf], planted: Option<PathBuf>) -> anyhow::Result<()> {
     for h in &findings.alerts {
         *by_rule.entry(h.fired.rule.clone()).or_insert(0u64) += 1;
     }
-    println!(
+    say!(
         "replayed {events} events in {:.2?}: {:.0} events/s; alerts fired: {by_rule:?}; peak RSS {} MiB",
         elapsed,
         events as f64 / elapsed.as_secs_f64(),
         peak_rss_kib().map_or_else(|| "?".into(), |k| (k / 1024).to_string())
-    );
+    )?;
     let Some(planted) = planted.or_else(|| files.first().map(|f| planted_path(f))) else {
         return Ok(());
     };
     if !planted.exists() {
-        println!(
+        say!(
             "findings not checked: no {} (written by generate)",
             planted.display()
-        );
+        )?;
         return Ok(());
     }
     let fired: Vec<Finding> = findings
@@ -641,7 +642,7 @@ fn run(files: &[PathBuf], planted: Option<PathBuf>) -> anyhow::Result<()> {
             subject_name: h.fired.subject_name.clone(),
         })
         .collect();
-    println!("{}", check_findings(&fired, &planted)?);
+    say!("{}", check_findings(&fired, &planted)?)?;
     Ok(())
 }
 
@@ -663,10 +664,10 @@ fn decode(file: &Path, all_fields: bool) -> anyhow::Result<()> {
         events += 1;
     }
     let elapsed = started.elapsed();
-    println!(
+    say!(
         "decoded {events} events in {elapsed:.2?}: {:.0} events/s",
         events as f64 / elapsed.as_secs_f64()
-    );
+    )?;
     Ok(())
 }
 
@@ -692,7 +693,7 @@ fn messages(file: &Path, rounds: usize) -> anyhow::Result<()> {
         Ok(())
     })?;
     let count = messages.len() as f64;
-    println!(
+    say!(
         "{} messages ({:.1} MiB), best of {rounds}: decode afresh, every field {:.3} s ({:.0}/s); decode_into the event before, analysis fields {:.3} s ({:.0}/s); ratio {:.3}",
         messages.len(),
         bytes as f64 / 1048576.0,
@@ -701,7 +702,7 @@ fn messages(file: &Path, rounds: usize) -> anyhow::Result<()> {
         into,
         count / into,
         into / afresh
-    );
+    )?;
     Ok(())
 }
 
@@ -725,10 +726,10 @@ fn apache_decode(file: &Path) -> anyhow::Result<()> {
         events += 1;
     }
     let elapsed = started.elapsed();
-    println!(
+    say!(
         "apache-avro Reader decoded {events} events to Values in {elapsed:.2?}: {:.0} events/s",
         events as f64 / elapsed.as_secs_f64()
-    );
+    )?;
     Ok(())
 }
 
@@ -817,20 +818,20 @@ fn inflate(file: &Path, rounds: usize) -> anyhow::Result<()> {
         v[v.len() / 2]
     };
     let (m, l) = (median(miniz), median(libdeflate));
-    println!(
+    say!(
         "{} deflate blocks, {:.1} MiB in, {:.1} MiB out; medians of {rounds} rounds:",
         blocks.len(),
         blocks.iter().map(|b| b.len()).sum::<usize>() as f64 / 1048576.0,
         total as f64 / 1048576.0
-    );
-    println!(
+    )?;
+    say!(
         "miniz_oxide {:.3} s ({:.0} MB/s out), libdeflate {:.3} s ({:.0} MB/s out): libdeflate/miniz_oxide time {:.2}",
         m,
         total as f64 / m / 1e6,
         l,
         total as f64 / l / 1e6,
         l / m
-    );
+    )?;
     Ok(())
 }
 
@@ -942,7 +943,7 @@ fn compare(
             walls: Vec::new(),
         });
     } else {
-        println!("fastavro: skipped ({python} cannot import fastavro; pip install fastavro)");
+        say!("fastavro: skipped ({python} cannot import fastavro; pip install fastavro)")?;
     }
     // In turn, A B C A B C ...: a drift in the machine's speed touches each alike.
     for _ in 0..runs.max(1) {
@@ -950,22 +951,22 @@ fn compare(
             contender.run_once()?;
         }
     }
-    println!("{events} events in {path}, {runs} runs each, medians of whole processes:");
+    say!("{events} events in {path}, {runs} runs each, medians of whole processes:")?;
     let reference = contenders[0].median();
-    println!("| what | wall s | events/s | analyzer replay's speed / this one's |");
-    println!("| --- | --- | --- | --- |");
+    say!("| what | wall s | events/s | analyzer replay's speed / this one's |")?;
+    say!("| --- | --- | --- | --- |")?;
     for contender in &contenders {
         let wall = contender.median();
-        println!(
+        say!(
             "| {} | {wall:.2} | {:.0} | {:.2} |",
             contender.name,
             events as f64 / wall,
             wall / reference
-        );
+        )?;
     }
-    println!("paired whole-command ratios: scripts/pair-bench -n 5 --timeout 600 --vs '<B>' -- <A>, with");
+    say!("paired whole-command ratios: scripts/pair-bench -n 5 --timeout 600 --vs '<B>' -- <A>, with")?;
     for contender in &contenders {
-        println!("  {}: {}", contender.name, contender.command_line());
+        say!("  {}: {}", contender.name, contender.command_line())?;
     }
     Ok(())
 }

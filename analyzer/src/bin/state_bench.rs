@@ -21,6 +21,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use ipaudit_analyzer::analysis::engine::{Analyzer, AnalyzerConfig};
 use ipaudit_analyzer::offline::source::{Source, SourceItem};
+use ipaudit_analyzer::say;
 use ipaudit_schemas::{WatchEvent, KINDS};
 
 ipaudit_analyzer::global_allocator!();
@@ -109,13 +110,13 @@ fn analyze(file: &Path, chunk: usize) -> anyhow::Result<()> {
     on_cpu += thread_cpu().saturating_sub(cpu);
     analysing += started.elapsed();
     let secs = on_cpu.as_secs_f64();
-    println!(
+    say!(
         "analysed {total} events in {analysing:.2?} ({on_cpu:.2?} on the CPU): {:.3} us/event on the CPU ({:.0} events/s of analysis alone); {} outputs, {} live objects",
         secs * 1e6 / total.max(1) as f64,
         total as f64 / secs,
         out.len(),
         live_objects(&analyzer),
-    );
+    )?;
     // The process exits next: freeing the state object by object would only cost time.
     std::mem::forget(analyzer);
     Ok(())
@@ -158,21 +159,21 @@ fn classes(file: &Path, chunk: usize) -> anyhow::Result<()> {
     analyzer.finish(None, &mut out);
     let clock = clock_read_ns();
     let total: Duration = by_class.values().map(|c| c.time).sum();
-    println!("kind / event type                  events   total ms   ns/event   share");
+    say!("kind / event type                  events   total ms   ns/event   share")?;
     for ((kind, event_type), class) in &by_class {
-        println!(
+        say!(
             "{:<32} {:>9} {:>10.1} {:>10.0} {:>6.1} %",
             format!("{kind} {event_type}"),
             class.events,
             class.time.as_secs_f64() * 1e3,
             class.time.as_nanos() as f64 / class.events.max(1) as f64,
             100.0 * class.time.as_secs_f64() / total.as_secs_f64().max(f64::MIN_POSITIVE),
-        );
+        )?;
     }
-    println!(
+    say!(
         "{} outputs; each event's time includes one clock read (~{clock:.0} ns)",
         out.len()
-    );
+    )?;
     std::mem::forget(analyzer);
     Ok(())
 }
@@ -205,13 +206,13 @@ fn memory(file: &Path) -> anyhow::Result<()> {
     analyzer.finish(None, &mut out);
     peak_live = peak_live.max(live_objects(&analyzer));
     let peak = rss_kib("VmHWM:").unwrap_or(0);
-    println!(
+    say!(
         "{total} events; peak {peak_live} live objects; peak RSS {} MiB (at start {} MiB): {:.0} bytes per live object ({:.0} above the start)",
         peak / 1024,
         rss_before / 1024,
         peak as f64 * 1024.0 / peak_live.max(1) as f64,
         peak.saturating_sub(rss_before) as f64 * 1024.0 / peak_live.max(1) as f64,
-    );
+    )?;
     std::mem::forget(analyzer);
     Ok(())
 }

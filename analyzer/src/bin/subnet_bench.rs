@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use ipaudit_analyzer::analysis::engine::{Analyzer, AnalyzerConfig, Output};
+use ipaudit_analyzer::say;
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
 
@@ -148,7 +149,7 @@ fn phases(n: usize) -> Vec<(&'static str, Vec<WatchEvent>)> {
     ]
 }
 
-fn main() {
+fn main() -> std::io::Result<()> {
     let cli = Cli::parse();
     for n in cli.ips {
         let mut analyzer = Analyzer::new(AnalyzerConfig::default());
@@ -182,11 +183,12 @@ fn main() {
                 cpu.as_secs_f64()
             ));
         }
-        println!(
+        say!(
             "{line}  total={:.3}s  transitions={transitions} firing={fired}",
             total.as_secs_f64(),
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// CPU time (user + system) this thread has used, from `/proc/thread-self/stat` (Linux,
