@@ -589,7 +589,7 @@ impl ClusterState {
     /// Whether the pool `name` of `stream` is certainly not there: its deletion was seen,
     /// or a complete list of its kind did not have it.
     pub fn pool_known_gone(&self, stream: Stream, name: &str) -> bool {
-        self.get(stream, name).is_none()
+        !self.pool_live(stream, name)
             && (self.pool_deletion(stream, name).is_some() || self.listed.contains_key(&stream))
     }
 
