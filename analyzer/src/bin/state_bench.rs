@@ -81,29 +81,41 @@ fn events(source: &mut Source) -> impl Iterator<Item = WatchEvent> + '_ {
     })
 }
 
-fn analyze(file: &Path, chunk: usize) -> anyhow::Result<()> {
+/// Hands the events of `file` to `analyse` `chunk` at a time, each chunk decoded before
+/// (outside whatever `analyse` times).
+fn in_chunks(
+    file: &Path,
+    chunk: usize,
+    mut analyse: impl FnMut(std::vec::Drain<'_, WatchEvent>),
+) -> anyhow::Result<()> {
     let mut source = open(file)?;
     let mut events = events(&mut source);
-    let mut analyzer = Analyzer::new(AnalyzerConfig::default());
-    let mut out = Vec::new();
     let mut batch: Vec<WatchEvent> = Vec::with_capacity(chunk);
-    let mut analysing = Duration::ZERO;
-    let mut on_cpu = Duration::ZERO;
-    let mut total = 0u64;
     loop {
         batch.extend(events.by_ref().take(chunk));
         if batch.is_empty() {
-            break;
+            return Ok(());
         }
+        analyse(batch.drain(..));
+    }
+}
+
+fn analyze(file: &Path, chunk: usize) -> anyhow::Result<()> {
+    let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+    let mut out = Vec::new();
+    let mut analysing = Duration::ZERO;
+    let mut on_cpu = Duration::ZERO;
+    let mut total = 0u64;
+    in_chunks(file, chunk, |batch| {
         total += batch.len() as u64;
         let started = Instant::now();
         let cpu = thread_cpu();
-        for event in batch.drain(..) {
+        for event in batch {
             analyzer.step(event, &mut out);
         }
         on_cpu += thread_cpu().saturating_sub(cpu);
         analysing += started.elapsed();
-    }
+    })?;
     let started = Instant::now();
     let cpu = thread_cpu();
     analyzer.finish(None, &mut out);
@@ -130,18 +142,11 @@ struct Class {
 }
 
 fn classes(file: &Path, chunk: usize) -> anyhow::Result<()> {
-    let mut source = open(file)?;
-    let mut events = events(&mut source);
     let mut analyzer = Analyzer::new(AnalyzerConfig::default());
     let mut out = Vec::new();
-    let mut batch: Vec<WatchEvent> = Vec::with_capacity(chunk);
     let mut by_class: BTreeMap<(&'static str, &'static str), Class> = BTreeMap::new();
-    loop {
-        batch.extend(events.by_ref().take(chunk));
-        if batch.is_empty() {
-            break;
-        }
-        for event in batch.drain(..) {
+    in_chunks(file, chunk, |batch| {
+        for event in batch {
             let class = (event.stream.kind(), event.event_type.as_str());
             let rv = event.resource_version_num;
             let started = Instant::now();
@@ -155,7 +160,7 @@ fn classes(file: &Path, chunk: usize) -> anyhow::Result<()> {
             class.events += 1;
             class.time += took;
         }
-    }
+    })?;
     analyzer.finish(None, &mut out);
     let clock = clock_read_ns();
     let total: Duration = by_class.values().map(|c| c.time).sum();
