@@ -12,6 +12,22 @@ fn replay_bench(args: &[&str]) -> Output {
         .expect("replay-bench runs")
 }
 
+/// Runs the bench binary `binary` with `args` and checks that it succeeded (its output
+/// and errors said if not).
+fn succeeded(binary: &str, args: &[&str]) -> Output {
+    let out = Command::new(binary)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{binary} runs: {e}"));
+    assert!(
+        out.status.success(),
+        "{binary}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A small history generated in a temporary directory, and where its planted leaks'
 /// findings are written.
 struct Generated {
@@ -33,23 +49,21 @@ fn generated() -> Generated {
 }
 
 fn generate(history: &Path) {
-    let out = replay_bench(&[
-        "generate",
-        "--subnets",
-        "40",
-        "--ips",
-        "800",
-        "--events",
-        "4000",
-        "--leak-one-in",
-        "2",
-        "--out",
-        history.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        env!("CARGO_BIN_EXE_replay-bench"),
+        &[
+            "generate",
+            "--subnets",
+            "40",
+            "--ips",
+            "800",
+            "--events",
+            "4000",
+            "--leak-one-in",
+            "2",
+            "--out",
+            history.to_str().unwrap(),
+        ],
     );
 }
 
@@ -156,17 +170,14 @@ fn a_kubectl_recording_of_a_generated_history_replays_to_its_planted_findings() 
     // lean (what the Avro events keep: no time at all until the first IP terminates).
     for shape in [&["--as-served"][..], &[][..]] {
         let recording = dir.path().join(format!("recording{}", shape.len()));
-        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-bench"))
-            .args(["from-avro", history.to_str().unwrap(), "--out"])
-            .arg(&recording)
-            .args(shape)
-            .output()
-            .expect("kubectl-bench runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let mut from_avro = vec![
+            "from-avro",
+            history.to_str().unwrap(),
+            "--out",
+            recording.to_str().unwrap(),
+        ];
+        from_avro.extend(shape);
+        succeeded(env!("CARGO_BIN_EXE_kubectl-bench"), &from_avro);
         let files: Vec<String> = ["subnets", "ips", "pods"]
             .iter()
             .map(|kind| recording.join(format!("{kind}.json")).display().to_string())
@@ -186,16 +197,11 @@ fn state_bench_classes_times_every_event_of_a_history_under_its_kind_and_type() 
         history,
         planted: _,
     } = generated();
-    let out = Command::new(env!("CARGO_BIN_EXE_state-bench"))
-        .args(["classes", history.to_str().unwrap()])
-        .output()
-        .expect("state-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeded(
+        env!("CARGO_BIN_EXE_state-bench"),
+        &["classes", history.to_str().unwrap()],
     );
+    let stdout = String::from_utf8_lossy(&out.stdout);
     // "IP ADDED   800   1.2   1500   30.0 %": kind, type, events, ms, ns/event, share.
     let rows: Vec<(String, u64)> = stdout
         .lines()
