@@ -8,20 +8,24 @@
 //! collector frames a list, so that the analyzer knows the list was complete.
 //!
 //! The file is streamed, never read whole: memory is bounded by one document and a few
-//! dozen bytes per listed object, not by the length of the recording. A first pass splits
-//! the documents, names each one's kind from its first fields (`peek_stream`), reports the
-//! broken ones, notes where each kind's documents lie (a few runs of byte ranges: one per
-//! file concatenated into this one) and indexes each kind's initial list (each listed
-//! document's version and place, `ListIndex`), so that the list is read in version order
-//! without holding its events (whole and sorted only when the first fields do not give the
-//! versions); then one cursor per kind reads its runs again, in pieces cut where a line
-//! starts with `{` (`pieces`: a piece that parses as one document is one, so the second
-//! pass splits only what does not), typed (`kubectl_typed`) where it can, generically
-//! where it must (reporting what the first pass could not see from the first fields
-//! alone), and the cursors are merged by resourceVersion.
+//! dozen bytes per listed object, not by the length of the recording. A first pass cuts the
+//! text where a line starts with `{` (`pieces`), names each piece's kind from its first
+//! fields (`peek_head`), notes where each kind's documents lie (a few runs of byte ranges:
+//! one per file concatenated into this one) and indexes each kind's initial list (each
+//! listed document's version and place, `ListIndex`), so that the list is read in version
+//! order without holding its events (whole and sorted only when the first fields do not
+//! give the versions). It takes a piece whose first fields name a kind, and that looks
+//! like one object, for one document without reading it through (`Index::trusted`: the
+//! structure is checked once, by the second pass's parse); any other piece it splits
+//! exactly (`Splitter`), reporting the broken documents (`Checked`). Then one cursor per
+//! kind reads its runs again, piece by piece, typed (`kubectl_typed`) where it can; a
+//! piece the typed path does not take is split exactly, read generically where it must,
+//! and what the first pass did not split is reported then (`Usable`). The cursors are
+//! merged by resourceVersion.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -589,17 +593,20 @@ impl ListIndex {
         }
     }
 
-    /// A document of this stream, ADDED or not (`None`: its type was not read).
-    fn note(&mut self, added: Option<bool>, doc: &[u8], found: &Found) {
+    /// A document of this stream from `at` to `end`, ADDED or not (`None`: its type was
+    /// not read), and its version as its first fields give it.
+    fn note(
+        &mut self,
+        added: Option<bool>,
+        version: impl FnOnce() -> Option<i64>,
+        at: Cursor,
+        end: u64,
+    ) {
         if !self.open {
             return;
         }
-        match (added, added.and_then(|_| peek_resource_version(doc))) {
-            (Some(true), Some(rv)) => self.docs.push(Listed {
-                rv,
-                at: found.at,
-                end: found.end,
-            }),
+        match (added, added.and_then(|_| version())) {
+            (Some(true), Some(rv)) => self.docs.push(Listed { rv, at, end }),
             (Some(false), _) => self.open = false,
             // What the first fields do not say is left to the conversion: the list is
             // then read whole and sorted, as before there was an index of it.
@@ -632,6 +639,7 @@ impl ListIndex {
             ended: false,
             file: None,
             buffer: Vec::new(),
+            split_off: VecDeque::new(),
         })
     }
 }
@@ -654,6 +662,9 @@ struct ListPlan {
     /// The file, and one document's bytes, when reading out of file order.
     file: Option<File>,
     buffer: Vec<u8>,
+    /// Events of a listed piece after its first (a piece the first pass took for one
+    /// document that held more).
+    split_off: VecDeque<(Box<WatchEvent>, u64)>,
 }
 
 /// A marker of `event`'s stream at its version.
@@ -663,47 +674,81 @@ fn marker_at(event: &WatchEvent, event_type: EventType) -> Box<WatchEvent> {
     Box::new(marker)
 }
 
-/// The first pass: reports broken documents, notes each stream's runs and indexes its
-/// initial list.
-fn index(
-    path: &Path,
-    file: File,
-    log: &mut ProblemLog,
-) -> Result<Vec<(Stream, Vec<Run>, ListIndex)>, SourceError> {
-    let mut splitter = Splitter::new(BufReader::with_capacity(1 << 20, file), Cursor::default());
-    let mut streams: Vec<(Stream, Vec<Run>, ListIndex)> = Vec::new();
-    let mut last: Option<Stream> = None;
-    loop {
-        let found = splitter.next_document().map_err(|source| SourceError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        let Some(found) = found else { break };
+/// The pieces the first pass split exactly, as sorted, disjoint byte ranges: its
+/// splitter read them and reported what was broken in them. The first pass took every
+/// other piece, without reading it through, for one document of the stream its first
+/// fields name; the second pass, which parses every piece anyway, reports what is broken
+/// in those (see [`Usable::convert`]).
+#[derive(Debug, Default)]
+struct Checked(Vec<std::ops::Range<u64>>);
+
+impl Checked {
+    fn push(&mut self, range: std::ops::Range<u64>) {
+        match self.0.last_mut() {
+            Some(last) if last.end == range.start => last.end = range.end,
+            _ => self.0.push(range),
+        }
+    }
+
+    /// Whether the byte at `offset` lies in a piece the first pass split exactly.
+    fn contains(&self, offset: u64) -> bool {
+        let after = self.0.partition_point(|r| r.start <= offset);
+        after > 0 && self.0[after - 1].end > offset
+    }
+}
+
+/// What the first pass learnt of a file: each stream's runs and initial list, and where
+/// it split exactly.
+#[derive(Debug, Default)]
+struct Index {
+    streams: Vec<(Stream, Vec<Run>, ListIndex)>,
+    /// The stream of the last document noted.
+    last: Option<Stream>,
+    checked: Checked,
+}
+
+impl Index {
+    fn stream_at(&mut self, stream: Stream) -> usize {
+        match self.streams.iter().position(|(s, _, _)| *s == stream) {
+            Some(at) => at,
+            None => {
+                self.streams.push((stream, Vec::new(), ListIndex::new()));
+                self.streams.len() - 1
+            }
+        }
+    }
+
+    /// A document of `stream` ends at `end`; `from` is where it starts, asked for only
+    /// when it starts a run.
+    fn extend_run<E>(
+        &mut self,
+        stream: Stream,
+        end: u64,
+        from: impl FnOnce() -> Result<Cursor, E>,
+    ) -> Result<(), E> {
+        let continues = self.last == Some(stream);
+        let at = self.stream_at(stream);
+        let runs = &mut self.streams[at].1;
+        match runs.last_mut() {
+            Some(run) if continues => run.end = end,
+            _ => runs.push(Run { from: from()?, end }),
+        }
+        self.last = Some(stream);
+        Ok(())
+    }
+
+    /// A document the splitter found: noted under its stream, or reported.
+    fn note(&mut self, doc: &[u8], found: &Found, path: &Path, log: &mut ProblemLog) {
         let why = match found.broken {
             Some(why) => why.to_owned(),
-            None => match peek_head(&splitter.doc).map_or_else(
-                || classify(&splitter.doc).map(|stream| (stream, None)),
-                |(stream, added)| Ok((stream, Some(added))),
-            ) {
+            None => match stream_of(doc) {
                 Ok((stream, added)) => {
-                    let at = match streams.iter().position(|(s, _, _)| *s == stream) {
-                        Some(at) => at,
-                        None => {
-                            streams.push((stream, Vec::new(), ListIndex::new()));
-                            streams.len() - 1
-                        }
-                    };
-                    let (_, runs, list) = &mut streams[at];
-                    list.note(added, &splitter.doc, &found);
-                    match runs.last_mut() {
-                        Some(run) if last == Some(stream) => run.end = found.end,
-                        _ => runs.push(Run {
-                            from: found.at,
-                            end: found.end,
-                        }),
-                    }
-                    last = Some(stream);
-                    continue;
+                    let at = self.stream_at(stream);
+                    let version = || peek_resource_version(doc);
+                    self.streams[at].2.note(added, version, found.at, found.end);
+                    let Ok(()) =
+                        self.extend_run(stream, found.end, || Ok::<_, Infallible>(found.at));
+                    return;
                 }
                 Err(why) => why,
             },
@@ -716,7 +761,117 @@ fn index(
             bytes: found.end - found.start,
         });
     }
-    Ok(streams)
+
+    /// The stream of a piece that the first pass may take for one document without
+    /// reading it through, and whether that stream's initial list is open (the document
+    /// is then an ADDED one, listed): its first fields name the stream, and nothing
+    /// shows a second document after the first (see [`one_object_likely`]). The end of
+    /// an initial list is left to the splitter: a document that is not an ADDED one ends
+    /// it only if it is one.
+    fn trusted(&self, doc: &[u8]) -> Option<(Stream, bool)> {
+        if doc.len() > MAX_DOCUMENT_BYTES || !one_object_likely(doc) {
+            return None;
+        }
+        let (stream, added) = peek_head(doc)?;
+        let listing = self
+            .streams
+            .iter()
+            .find(|(s, _, _)| *s == stream)
+            .is_none_or(|(_, _, list)| list.open);
+        (added || !listing).then_some((stream, listing))
+    }
+}
+
+/// The stream of a complete document, as the first pass names it (from its first fields,
+/// else by the full classification), and whether it is an ADDED event (`None` when the
+/// first fields did not say); or why it is no event of a known kind.
+fn stream_of(doc: &[u8]) -> Result<(Stream, Option<bool>), String> {
+    match peek_head(doc) {
+        Some((stream, added)) => Ok((stream, Some(added))),
+        None => classify(doc).map(|stream| (stream, None)),
+    }
+}
+
+/// Whether `doc` (a piece without the whitespace around it) looks like one JSON object:
+/// it opens and closes with a brace, and every `}` and `]` before its last byte is
+/// followed, past whitespace, by `,`, `}` or `]`, as in any JSON document outside
+/// strings. Two documents on one line (a file concatenated to one whose last line was not
+/// ended), or text after a document, break that. A piece that only looks like one object
+/// is found out by the second pass, which parses it.
+fn one_object_likely(doc: &[u8]) -> bool {
+    if doc.first() != Some(&b'{') || doc.last() != Some(&b'}') {
+        return false;
+    }
+    let body = &doc[..doc.len() - 1];
+    memchr::memchr2_iter(b'}', b']', body).all(|at| {
+        let next = body[at + 1..].iter().find(|b| !b.is_ascii_whitespace());
+        matches!(next, None | Some(b',' | b'}' | b']'))
+    })
+}
+
+/// The first pass: notes each stream's runs and indexes its initial list, reporting the
+/// broken documents of the pieces it splits exactly. With `trust_heads`, a piece whose
+/// first fields name a stream past its initial list is taken for one document of it
+/// without being split (see [`Index::trusted`]): the second pass finds out the rest.
+fn index(
+    path: &Path,
+    file: File,
+    file_len: u64,
+    log: &mut ProblemLog,
+    trust_heads: bool,
+) -> Result<Index, SourceError> {
+    let io = |source| SourceError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut pieces = Pieces::of(file, Cursor::default(), file_len).map_err(io)?;
+    let mut index = Index::default();
+    while let Some(piece) = pieces.next_piece().map_err(io)? {
+        match piece {
+            Piece::Text { start, len } => {
+                let (lead, doc) = trim_whitespace(pieces.text(len));
+                let trusted = trust_heads.then(|| index.trusted(doc)).flatten();
+                if let Some((stream, listing)) = trusted {
+                    let doc_start = start + lead as u64;
+                    // The piece's end, past the whitespace after the document: where the
+                    // splitter would end the document if it turned out broken.
+                    let end = start + len as u64;
+                    if listing {
+                        let rv = peek_resource_version(doc);
+                        let at = pieces.cursor_at(path, doc_start).map_err(io)?;
+                        let list = index.stream_at(stream);
+                        index.streams[list].2.note(Some(true), || rv, at, end);
+                        let Ok(()) = index.extend_run(stream, end, || Ok::<_, Infallible>(at));
+                    } else {
+                        index
+                            .extend_run(stream, end, || pieces.cursor_at(path, doc_start))
+                            .map_err(io)?;
+                    }
+                    continue;
+                }
+                let at = pieces.cursor_at(path, start).map_err(io)?;
+                let mut splitter = Splitter::new(pieces.text(len), at);
+                while let Some(found) = splitter.next_document().map_err(io)? {
+                    index.note(&splitter.doc, &found, path, log);
+                }
+                index.checked.push(start..start + len as u64);
+            }
+            Piece::Long { start } => {
+                let at = pieces.cursor_at(path, start).map_err(io)?;
+                let mut file = File::open(path).map_err(io)?;
+                file.seek(SeekFrom::Start(start)).map_err(io)?;
+                let input = BufReader::with_capacity(256 * 1024, file.take(file_len - start));
+                let mut splitter = Splitter::new(input, at);
+                if let Some(found) = splitter.next_document().map_err(io)? {
+                    index.note(&splitter.doc, &found, path, log);
+                }
+                let stop = splitter.at.offset;
+                index.checked.push(start..stop);
+                pieces.resume_at(stop).map_err(io)?;
+            }
+        }
+    }
+    Ok(index)
 }
 
 /// A document's event, with where the document starts and ends.
@@ -733,6 +888,8 @@ struct StreamCursor {
     /// (as it read the whole run before pieces: problems come in the same order).
     split: Option<Splitter<std::io::Cursor<Vec<u8>>>>,
     path: PathBuf,
+    /// Where the first pass split the file exactly.
+    checked: Arc<Checked>,
     /// Events ready, in order.
     ready: VecDeque<(Box<WatchEvent>, u64)>,
     /// The indexed initial list, read without holding it.
@@ -748,7 +905,13 @@ struct StreamCursor {
 }
 
 impl StreamCursor {
-    fn new(stream: Stream, runs: Vec<Run>, list: ListIndex, path: &Path) -> Self {
+    fn new(
+        stream: Stream,
+        runs: Vec<Run>,
+        list: ListIndex,
+        path: &Path,
+        checked: Arc<Checked>,
+    ) -> Self {
         let list = list.plan();
         StreamCursor {
             stream,
@@ -756,6 +919,7 @@ impl StreamCursor {
             pieces: None,
             split: None,
             path: path.to_owned(),
+            checked,
             ready: VecDeque::new(),
             in_list: list.is_none(),
             list,
@@ -884,6 +1048,9 @@ impl StreamCursor {
         if list.in_file_order || list.ended {
             return Ok(None);
         }
+        if let Some(split_off) = list.split_off.pop_front() {
+            return Ok(Some(split_off));
+        }
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| SourceError::Io { path, source }
@@ -900,9 +1067,24 @@ impl StreamCursor {
             file.seek(SeekFrom::Start(doc.at.offset))
                 .map_err(io(&self.path))?;
             file.read_exact(&mut list.buffer).map_err(io(&self.path))?;
-            let found = found(doc.at, doc.end, None);
-            if let Some(event) = convert(self.stream, &self.path, &list.buffer, &found, log) {
+            if let Some(event) = typed(self.stream, &list.buffer) {
                 return Ok(Some((event, doc.end)));
+            }
+            // Split as the first pass did, or would have where it did not (see `Usable`).
+            let usable = Usable {
+                stream: self.stream,
+                path: &self.path,
+                read_already: 0,
+                checked: &self.checked,
+            };
+            let mut splitter = Splitter::new(&list.buffer[..], doc.at);
+            while let Some(found) = splitter.next_document().map_err(io(&self.path))? {
+                if let Some((event, _, end)) = usable.convert(&splitter.doc, &found, log) {
+                    list.split_off.push_back((event, end));
+                }
+            }
+            if let Some(first) = list.split_off.pop_front() {
+                return Ok(Some(first));
             }
         }
         // Every listed document was read: the rest of the stream follows them in the file.
@@ -937,6 +1119,7 @@ impl StreamCursor {
             stream: self.stream,
             path: &self.path,
             read_already,
+            checked: &self.checked,
         };
         loop {
             if let Some(splitter) = &mut self.split {
@@ -1014,6 +1197,7 @@ impl StreamCursor {
             stream: self.stream,
             path: &self.path,
             read_already,
+            checked: &self.checked,
         };
         loop {
             let splitter = match &mut self.by_splitter {
@@ -1065,18 +1249,41 @@ struct Usable<'a> {
     path: &'a Path,
     /// Documents before this offset were read with the list.
     read_already: u64,
+    checked: &'a Checked,
 }
 
 impl Usable<'_> {
     /// The event of `found` (its bytes `doc`) with where it starts and ends; `None` when
-    /// it is broken (the first pass reported it), was read with the list, or is unusable
-    /// (then reported).
+    /// it is broken, was read with the list, or is unusable (then reported).
+    ///
+    /// Where the first pass split the file exactly, it reported the broken documents and
+    /// those of no known stream, and put every other one in its stream's runs. Elsewhere
+    /// it took a piece for one document of this stream from its first fields; this
+    /// reports what it did not see, as it would have, and reads a document of another
+    /// stream found there (two documents on one line, text between them) as that
+    /// stream's, out of that stream's order (the engine orders events by version).
     fn convert(&self, doc: &[u8], found: &Found, log: &mut ProblemLog) -> Option<Converted> {
-        if found.broken.is_some() || found.start < self.read_already {
+        if found.start < self.read_already {
             return None;
         }
-        convert(self.stream, self.path, doc, found, log)
-            .map(|event| (event, found.start, found.end))
+        let checked = self.checked.contains(found.start);
+        let stream = match (found.broken, checked) {
+            (Some(_), true) => return None,
+            (None, true) => Ok(self.stream),
+            (Some(why), false) => Err(why.to_owned()),
+            (None, false) => stream_of(doc).map(|(stream, _)| stream),
+        }
+        .map_err(|why| {
+            log.push(Problem {
+                path: self.path.to_owned(),
+                position: found.position,
+                message: why,
+                skipped: true,
+                bytes: found.end - found.start,
+            })
+        })
+        .ok()?;
+        convert(stream, self.path, doc, found, log).map(|event| (event, found.start, found.end))
     }
 }
 
@@ -1188,6 +1395,12 @@ pub struct KubectlJsonSource {
 impl KubectlJsonSource {
     /// Opens a recording: the first pass reads it through once.
     pub fn open(path: &Path) -> Result<Self, SourceError> {
+        Self::open_with(path, true)
+    }
+
+    /// [`KubectlJsonSource::open`]; without `trust_heads`, the first pass splits every
+    /// piece exactly (the tests' reference).
+    fn open_with(path: &Path, trust_heads: bool) -> Result<Self, SourceError> {
         let io = |source| SourceError::Io {
             path: path.to_owned(),
             source,
@@ -1195,10 +1408,14 @@ impl KubectlJsonSource {
         let file = File::open(path).map_err(io)?;
         let total_bytes = file.metadata().map_err(io)?.len();
         let mut log = ProblemLog::new(path);
-        let streams = index(path, file, &mut log)?;
-        let cursors = streams
+        let index = index(path, file, total_bytes, &mut log, trust_heads)?;
+        let checked = Arc::new(index.checked);
+        let cursors = index
+            .streams
             .into_iter()
-            .map(|(stream, runs, list)| StreamCursor::new(stream, runs, list, path))
+            .map(|(stream, runs, list)| {
+                StreamCursor::new(stream, runs, list, path, Arc::clone(&checked))
+            })
             .collect::<Vec<_>>();
         Ok(KubectlJsonSource {
             log,
@@ -1659,6 +1876,11 @@ mod tests {
             "{\"a\":\n{\n\"b\": 1}}\n",
             "{\"esc\": \"ends with \\\n",
             "\u{c}\n",
+            // Broken after first fields that name a stream, yet ending in a brace: what the
+            // first pass takes for a document without splitting it.
+            "{\"type\": \"MODIFIED\", \"object\": {\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"t\", \"resourceVersion\": \"8\"}}\n",
+            "{\"type\": \"ADDED\", \"object\": {\"apiVersion\": \"kubeovn.io/v1\", \"kind\": \"IP\", \"metadata\": {\"name\": \"t\", \"resourceVersion\": \"9\"}}\n",
+            "{\"type\": \"MODIFIED\", \"object\": {\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"x\", \"namespace\": \"ns\", \"resourceVersion\": \"11\"}}}}\n",
         ])
         .prop_map(str::to_owned);
         prop_oneof![6 => doc, 1 => odd]
@@ -1689,5 +1911,110 @@ mod tests {
             std::fs::write(&path, &text).unwrap();
             proptest::prop_assert_eq!(items_of(&path, false), items_of(&path, true), "{:?}", text);
         }
+
+        /// A first pass that takes pieces for documents by their first fields gives the
+        /// events, in the order, that one splitting every piece gave, and the same problems
+        /// at the same places (reported later: by the second pass, when it reaches them).
+        #[test]
+        fn a_first_pass_trusting_first_fields_reads_as_one_splitting_everything(
+            pieces in proptest::collection::vec(recording_piece(), 0..30)
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("recording.json");
+            let text = pieces.concat();
+            std::fs::write(&path, &text).unwrap();
+            let (trusting, exact) = (read_all(&path, true), read_all(&path, false));
+            proptest::prop_assert_eq!(trusting, exact, "{:?}", text);
+        }
+    }
+
+    /// Every event of a recording in order, and its problems sorted by place.
+    fn read_all(path: &Path, trust_heads: bool) -> (Vec<String>, Vec<String>) {
+        let (mut events, mut problems) = (Vec::new(), Vec::new());
+        for item in KubectlJsonSource::open_with(path, trust_heads).unwrap() {
+            match item {
+                SourceItem::Problem(p) => problems.push((p.position, format!("{p:?}"))),
+                other => events.push(format!("{other:?}")),
+            }
+        }
+        problems.sort_by_key(|(position, _)| match position {
+            Position::Text { offset, .. } => *offset,
+            _ => u64::MAX,
+        });
+        (events, problems.into_iter().map(|(_, p)| p).collect())
+    }
+
+    fn pod_doc(event_type: &str, name: &str, rv: &str) -> String {
+        format!(
+            "{{\"type\": \"{event_type}\", \"object\": {{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"{name}\", \"namespace\": \"ns\", \"resourceVersion\": \"{rv}\"}}}}}}"
+        )
+    }
+
+    #[test]
+    fn a_document_taken_on_its_first_fields_but_truncated_is_reported_once_where_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pods.json");
+        let mut cut = pod_doc("MODIFIED", "b", "6");
+        cut.pop();
+        let text = [
+            pod_doc("ADDED", "a", "4"),
+            pod_doc("MODIFIED", "a", "5"),
+            cut,
+            pod_doc("MODIFIED", "a", "7"),
+        ]
+        .join("\n");
+        std::fs::write(&path, &text).unwrap();
+        let (events, problems) = read_all(&path, true);
+        assert_eq!(events.len(), 5, "SYNC_START, 4, SYNC_END, 5, 7: {events:?}");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("document is truncated"),
+            "{}",
+            problems[0]
+        );
+        assert!(
+            problems[0].contains("line: 3, column: 1"),
+            "{}",
+            problems[0]
+        );
+        assert_eq!((events, problems), read_all(&path, false));
+    }
+
+    #[test]
+    fn documents_of_two_kinds_with_text_between_them_on_one_line_are_both_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recording.json");
+        // `]` and `,` may follow a closing brace inside a document: the first pass cannot
+        // tell this piece from one document without reading it through.
+        let text = [
+            pod_doc("ADDED", "a", "4"),
+            pod_doc("MODIFIED", "a", "5"),
+            pod_doc("MODIFIED", "a", "6") + "], " + &ip_doc("MODIFIED", "ip", "7"),
+            pod_doc("MODIFIED", "a", "8"),
+        ]
+        .join("\n");
+        std::fs::write(&path, &text).unwrap();
+        let items: Vec<SourceItem> = KubectlJsonSource::open(&path).unwrap().collect();
+        let modified: Vec<(Stream, &str)> = items
+            .iter()
+            .filter_map(|i| match i {
+                SourceItem::Event(e) if e.event_type == EventType::Modified => {
+                    Some((e.stream, e.resource_version.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        use Stream::*;
+        assert_eq!(modified, [(Pod, "5"), (Pod, "6"), (Ip, "7"), (Pod, "8")]);
+        let problems: Vec<String> = problems_of(&items)
+            .iter()
+            .map(|p| format!("{p:?}"))
+            .collect();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("text that is not a JSON object"),
+            "{}",
+            problems[0]
+        );
     }
 }

@@ -52,12 +52,19 @@ pub(super) struct Pieces {
     end: u64,
     /// The last place whose line is known.
     known: Cursor,
+    /// The search for a line that starts with `{`, built once (building it costs about
+    /// as much as searching one piece).
+    line_brace: memmem::Finder<'static>,
 }
 
 impl Pieces {
     /// The run from `from` (a document's start, whose line the first pass knew) to `end`.
     pub fn open(path: &Path, from: Cursor, end: u64) -> io::Result<Self> {
-        let mut file = File::open(path)?;
+        Self::of(File::open(path)?, from, end)
+    }
+
+    /// [`Pieces::open`] of a file already open.
+    pub fn of(mut file: File, from: Cursor, end: u64) -> io::Result<Self> {
         file.seek(SeekFrom::Start(from.offset))?;
         Ok(Pieces {
             file,
@@ -66,6 +73,7 @@ impl Pieces {
             next: 0,
             end,
             known: from,
+            line_brace: memmem::Finder::new(b"\n{"),
         })
     }
 
@@ -130,7 +138,7 @@ impl Pieces {
             let rest = &self.buffer[self.next..];
             // The piece's own first byte may be a line-starting brace: look after it.
             let from = searched.max(1).min(rest.len());
-            let cut = memmem::find(&rest[from..], b"\n{").map(|at| from + at + 1);
+            let cut = self.line_brace.find(&rest[from..]).map(|at| from + at + 1);
             if let Some(len) = cut.filter(|len| *len <= PIECE_LIMIT) {
                 return Ok(Some(self.take(len)));
             }
