@@ -27,6 +27,11 @@ use ipaudit_schemas::{ContainerReader, EventType, KindPart, Stream, WatchEvent};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+// The analyzer's allocator, so that the yardstick and `analyzer replay` differ in how they
+// parse, not in how they allocate (on glibc's malloc the generic parse takes 1.06x as
+// long: BENCHMARKS.md, "the kubectl first pass takes pieces on their first fields").
+ipaudit_analyzer::global_allocator!();
+
 #[derive(Debug, Parser)]
 #[command(about = "kubectl recording benchmark of the ipaudit analyzer")]
 struct Cli {
