@@ -25,7 +25,6 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -639,7 +638,6 @@ impl ListIndex {
             ended: false,
             file: None,
             buffer: Vec::new(),
-            split_off: VecDeque::new(),
         })
     }
 }
@@ -662,9 +660,6 @@ struct ListPlan {
     /// The file, and one document's bytes, when reading out of file order.
     file: Option<File>,
     buffer: Vec<u8>,
-    /// Events of a listed piece after its first (a piece the first pass took for one
-    /// document that held more).
-    split_off: VecDeque<(Box<WatchEvent>, u64)>,
 }
 
 /// A marker of `event`'s stream at its version.
@@ -718,23 +713,25 @@ impl Index {
         }
     }
 
-    /// A document of `stream` ends at `end`; `from` is where it starts, asked for only
-    /// when it starts a run.
-    fn extend_run<E>(
-        &mut self,
-        stream: Stream,
-        end: u64,
-        from: impl FnOnce() -> Result<Cursor, E>,
-    ) -> Result<(), E> {
-        let continues = self.last == Some(stream);
+    /// Whether a document of `stream` noted next starts a run (the last one noted was of
+    /// another stream).
+    fn starts_run(&self, stream: Stream) -> bool {
+        self.last != Some(stream)
+    }
+
+    /// A document of `stream` from `from` to `end`, which starts a run.
+    fn push_run(&mut self, stream: Stream, from: Cursor, end: u64) {
         let at = self.stream_at(stream);
-        let runs = &mut self.streams[at].1;
-        match runs.last_mut() {
-            Some(run) if continues => run.end = end,
-            _ => runs.push(Run { from: from()?, end }),
-        }
+        self.streams[at].1.push(Run { from, end });
         self.last = Some(stream);
-        Ok(())
+    }
+
+    /// A document of `stream` ending at `end`, which continues its last run.
+    fn extend_run(&mut self, stream: Stream, end: u64) {
+        let at = self.stream_at(stream);
+        if let Some(run) = self.streams[at].1.last_mut() {
+            run.end = end;
+        }
     }
 
     /// A document the splitter found: noted under its stream, or reported.
@@ -746,8 +743,11 @@ impl Index {
                     let at = self.stream_at(stream);
                     let version = || peek_resource_version(doc);
                     self.streams[at].2.note(added, version, found.at, found.end);
-                    let Ok(()) =
-                        self.extend_run(stream, found.end, || Ok::<_, Infallible>(found.at));
+                    if self.starts_run(stream) {
+                        self.push_run(stream, found.at, found.end);
+                    } else {
+                        self.extend_run(stream, found.end);
+                    }
                     return;
                 }
                 Err(why) => why,
@@ -763,22 +763,20 @@ impl Index {
     }
 
     /// The stream of a piece that the first pass may take for one document without
-    /// reading it through, and whether that stream's initial list is open (the document
-    /// is then an ADDED one, listed): its first fields name the stream, and nothing
-    /// shows a second document after the first (see [`one_object_likely`]). The end of
-    /// an initial list is left to the splitter: a document that is not an ADDED one ends
-    /// it only if it is one.
-    fn trusted(&self, doc: &[u8]) -> Option<(Stream, bool)> {
+    /// reading it through: its first fields name a stream whose initial list is over,
+    /// and nothing shows a second document after the first (see [`one_object_likely`]).
+    /// A stream's first documents, up to the end of its initial list, are split exactly:
+    /// what the list holds, in which order, and where it ends must not depend on a
+    /// document that is broken or shares its piece with another.
+    fn trusted(&self, doc: &[u8]) -> Option<Stream> {
         if doc.len() > MAX_DOCUMENT_BYTES || !one_object_likely(doc) {
             return None;
         }
-        let (stream, added) = peek_head(doc)?;
-        let listing = self
-            .streams
+        let (stream, _) = peek_head(doc)?;
+        self.streams
             .iter()
-            .find(|(s, _, _)| *s == stream)
-            .is_none_or(|(_, _, list)| list.open);
-        (added || !listing).then_some((stream, listing))
+            .any(|(s, _, list)| *s == stream && !list.open)
+            .then_some(stream)
     }
 }
 
@@ -811,8 +809,9 @@ fn one_object_likely(doc: &[u8]) -> bool {
 
 /// The first pass: notes each stream's runs and indexes its initial list, reporting the
 /// broken documents of the pieces it splits exactly. With `trust_heads`, a piece whose
-/// first fields name a stream past its initial list is taken for one document of it
-/// without being split (see [`Index::trusted`]): the second pass finds out the rest.
+/// first fields name a stream past its initial list, and that looks like one object, is
+/// taken for one document of it without being split (see [`Index::trusted`]): the second
+/// pass finds out the rest.
 fn index(
     path: &Path,
     file: File,
@@ -831,21 +830,15 @@ fn index(
             Piece::Text { start, len } => {
                 let (lead, doc) = trim_whitespace(pieces.text(len));
                 let trusted = trust_heads.then(|| index.trusted(doc)).flatten();
-                if let Some((stream, listing)) = trusted {
-                    let doc_start = start + lead as u64;
+                if let Some(stream) = trusted {
                     // The piece's end, past the whitespace after the document: where the
                     // splitter would end the document if it turned out broken.
                     let end = start + len as u64;
-                    if listing {
-                        let rv = peek_resource_version(doc);
-                        let at = pieces.cursor_at(path, doc_start).map_err(io)?;
-                        let list = index.stream_at(stream);
-                        index.streams[list].2.note(Some(true), || rv, at, end);
-                        let Ok(()) = index.extend_run(stream, end, || Ok::<_, Infallible>(at));
+                    if index.starts_run(stream) {
+                        let from = pieces.cursor_at(path, start + lead as u64).map_err(io)?;
+                        index.push_run(stream, from, end);
                     } else {
-                        index
-                            .extend_run(stream, end, || pieces.cursor_at(path, doc_start))
-                            .map_err(io)?;
+                        index.extend_run(stream, end);
                     }
                     continue;
                 }
@@ -858,16 +851,18 @@ fn index(
             }
             Piece::Long { start } => {
                 let at = pieces.cursor_at(path, start).map_err(io)?;
-                let mut file = File::open(path).map_err(io)?;
-                file.seek(SeekFrom::Start(start)).map_err(io)?;
-                let input = BufReader::with_capacity(256 * 1024, file.take(file_len - start));
-                let mut splitter = Splitter::new(input, at);
-                if let Some(found) = splitter.next_document().map_err(io)? {
-                    index.note(&splitter.doc, &found, path, log);
+                let mut long = Long::open(path, at, file_len).map_err(io)?;
+                loop {
+                    let (found, over) = long.next().map_err(io)?;
+                    if let Some(found) = found {
+                        index.note(&long.splitter.doc, &found, path, log);
+                    }
+                    if over {
+                        break;
+                    }
                 }
-                let stop = splitter.at.offset;
-                index.checked.push(start..stop);
-                pieces.resume_at(stop).map_err(io)?;
+                index.checked.push(start..long.splitter.at.offset);
+                pieces.resume_at(long.splitter.at).map_err(io)?;
             }
         }
     }
@@ -884,6 +879,8 @@ struct StreamCursor {
     runs: VecDeque<Run>,
     /// The run being read.
     pieces: Option<Pieces>,
+    /// A stretch without a line that starts with `{`, being read.
+    long: Option<Long>,
     /// The splitter reading a piece that the typed path did not take, a document a call
     /// (as it read the whole run before pieces: problems come in the same order).
     split: Option<Splitter<std::io::Cursor<Vec<u8>>>>,
@@ -917,6 +914,7 @@ impl StreamCursor {
             stream,
             runs: runs.into(),
             pieces: None,
+            long: None,
             split: None,
             path: path.to_owned(),
             checked,
@@ -1048,9 +1046,6 @@ impl StreamCursor {
         if list.in_file_order || list.ended {
             return Ok(None);
         }
-        if let Some(split_off) = list.split_off.pop_front() {
-            return Ok(Some(split_off));
-        }
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| SourceError::Io { path, source }
@@ -1067,24 +1062,10 @@ impl StreamCursor {
             file.seek(SeekFrom::Start(doc.at.offset))
                 .map_err(io(&self.path))?;
             file.read_exact(&mut list.buffer).map_err(io(&self.path))?;
-            if let Some(event) = typed(self.stream, &list.buffer) {
+            // The first pass split every listed document exactly (see `Index::trusted`).
+            let found = found(doc.at, doc.end, None);
+            if let Some(event) = convert(self.stream, &self.path, &list.buffer, &found, log) {
                 return Ok(Some((event, doc.end)));
-            }
-            // Split as the first pass did, or would have where it did not (see `Usable`).
-            let usable = Usable {
-                stream: self.stream,
-                path: &self.path,
-                read_already: 0,
-                checked: &self.checked,
-            };
-            let mut splitter = Splitter::new(&list.buffer[..], doc.at);
-            while let Some(found) = splitter.next_document().map_err(io(&self.path))? {
-                if let Some((event, _, end)) = usable.convert(&splitter.doc, &found, log) {
-                    list.split_off.push_back((event, end));
-                }
-            }
-            if let Some(first) = list.split_off.pop_front() {
-                return Ok(Some(first));
             }
         }
         // Every listed document was read: the rest of the stream follows them in the file.
@@ -1106,8 +1087,8 @@ impl StreamCursor {
     ///
     /// A run is read in pieces (see `pieces`): a piece that the typed path reads as one
     /// document is one, exactly as the splitter would find it; any other piece goes
-    /// through the splitter, as the first pass read it (its broken documents were
-    /// reported there).
+    /// through the splitter, and what is broken in it is reported here unless the first
+    /// pass split it and reported it there (see `Usable::convert`).
     fn read(&mut self, log: &mut ProblemLog) -> Result<Option<Converted>, SourceError> {
         let path = self.path.clone();
         let io = move |source| SourceError::Io {
@@ -1122,6 +1103,21 @@ impl StreamCursor {
             checked: &self.checked,
         };
         loop {
+            if let Some(long) = &mut self.long {
+                let (found, over) = long.next().map_err(&io)?;
+                let read = found.and_then(|found| usable.convert(&long.splitter.doc, &found, log));
+                if over {
+                    let stop = long.splitter.at;
+                    self.long = None;
+                    if let Some(pieces) = &mut self.pieces {
+                        pieces.resume_at(stop).map_err(&io)?;
+                    }
+                }
+                match read {
+                    Some(read) => return Ok(Some(read)),
+                    None => continue,
+                }
+            }
             if let Some(splitter) = &mut self.split {
                 let Some(found) = splitter.next_document().map_err(&io)? else {
                     self.split = None;
@@ -1150,17 +1146,8 @@ impl StreamCursor {
                 Some(Piece::Text { start, len }) => (start, len),
                 Some(Piece::Long { start }) => {
                     let at = pieces.cursor_at(&self.path, start).map_err(&io)?;
-                    let long = Long {
-                        usable: &usable,
-                        at,
-                        end: pieces.end(),
-                    };
-                    let (read, stop) = long.read(log).map_err(&io)?;
-                    pieces.resume_at(stop).map_err(&io)?;
-                    match read {
-                        Some(read) => return Ok(Some(read)),
-                        None => continue,
-                    }
+                    self.long = Some(Long::open(&self.path, at, pieces.end()).map_err(&io)?);
+                    continue;
                 }
             };
             if start + len as u64 <= read_already {
@@ -1287,28 +1274,35 @@ impl Usable<'_> {
     }
 }
 
-/// A stretch of a run in which no line starts with `{` for longer than any document.
-struct Long<'a> {
-    usable: &'a Usable<'a>,
-    /// Where it starts.
-    at: Cursor,
-    /// Where the run ends.
-    end: u64,
+/// A stretch of text in which no line starts with `{` for longer than any document
+/// (`Piece::Long`), read by a streaming splitter as the whole text would be. It reads on
+/// until a document ends a piece's worth past where it started, so that pieces, which
+/// take over again there, search each byte for a line start a bounded number of times
+/// (stopping after one document would search the next 16 MiB again for each).
+struct Long {
+    splitter: Splitter<BufReader<std::io::Take<File>>>,
+    /// Pieces may take over where a document ends at or past this offset.
+    until: u64,
 }
 
-impl Long<'_> {
-    /// Reads its first document (or broken stretch) with a streaming splitter, as the
-    /// first pass did: its event if it is a usable one, with where it starts and ends, and
-    /// where the splitter stopped.
-    fn read(&self, log: &mut ProblemLog) -> std::io::Result<(Option<Converted>, u64)> {
-        let mut file = File::open(self.usable.path)?;
-        file.seek(SeekFrom::Start(self.at.offset))?;
-        let input = BufReader::with_capacity(256 * 1024, file.take(self.end - self.at.offset));
-        let mut splitter = Splitter::new(input, self.at);
-        let read = splitter
-            .next_document()?
-            .and_then(|found| self.usable.convert(&splitter.doc, &found, log));
-        Ok((read, splitter.at.offset))
+impl Long {
+    /// The stretch from `at` to `end` (its run's or its file's end).
+    fn open(path: &Path, at: Cursor, end: u64) -> std::io::Result<Self> {
+        let mut file = File::open(path)?;
+        file.seek(SeekFrom::Start(at.offset))?;
+        let input = BufReader::with_capacity(256 * 1024, file.take(end - at.offset));
+        Ok(Long {
+            splitter: Splitter::new(input, at),
+            until: at.offset + pieces::PIECE_LIMIT as u64,
+        })
+    }
+
+    /// The next document (its bytes in `splitter.doc`), and whether pieces take over
+    /// after it (at `splitter.at`).
+    fn next(&mut self) -> std::io::Result<(Option<Found>, bool)> {
+        let found = self.splitter.next_document()?;
+        let over = found.is_none() || self.splitter.at.offset >= self.until;
+        Ok((found, over))
     }
 }
 
@@ -1947,6 +1941,74 @@ mod tests {
     fn pod_doc(event_type: &str, name: &str, rv: &str) -> String {
         format!(
             "{{\"type\": \"{event_type}\", \"object\": {{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"{name}\", \"namespace\": \"ns\", \"resourceVersion\": \"{rv}\"}}}}}}"
+        )
+    }
+
+    #[test]
+    fn initial_lists_and_broken_documents_read_as_with_a_first_pass_splitting_everything() {
+        let p = |t: &str, n: &str, rv: &str| pod_doc(t, n, rv);
+        let broken_listed = |rv: &str| {
+            format!("{{\"type\": \"ADDED\", \"object\": {{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"t\"{rv}}}}}\n")
+        };
+        let unversioned = "{\"type\": \"MODIFIED\", \"object\": {\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"u\", \"namespace\": \"ns\"}}}\n";
+        let recordings = [
+            // Two documents of a kind with text between them, in its initial list.
+            format!("{}\n{}, {}\n", p("ADDED", "a", "5"), p("ADDED", "b", "9"), p("MODIFIED", "b", "10")),
+            format!("{}\n{}, {}\n", p("ADDED", "a", "5"), p("ADDED", "b", "9"), p("ADDED", "c", "3")),
+            format!(
+                "{}\n{}], {}\n{}\n",
+                p("ADDED", "a", "5"),
+                p("ADDED", "b", "3"),
+                p("MODIFIED", "b", "10"),
+                p("ADDED", "c", "4")
+            ),
+            // A broken document ending in a brace, in an initial list.
+            format!("{}\n{}{unversioned}{}\n", p("ADDED", "a", "5"), broken_listed(""), p("ADDED", "c", "3")),
+            format!("{}{unversioned}{}\n", broken_listed(", \"resourceVersion\": \"9\""), p("ADDED", "c", "3")),
+            // ... of a kind seen nowhere before, with versions equal across kinds after it.
+            format!(
+                "{{\"type\": \"ADDED\", \"object\": {{\"apiVersion\": \"kubeovn.io/v1\", \"kind\": \"IP\", \"metadata\": {{\"name\": \"t\", \"resourceVersion\": \"9\"}}}}\n{}\n{}",
+                p("MODIFIED", "p", "5"),
+                ip_doc("MODIFIED", "ip", "5")
+            ),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recording.json");
+        for text in recordings {
+            std::fs::write(&path, &text).unwrap();
+            assert_eq!(read_all(&path, true), read_all(&path, false), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_stretch_longer_than_a_piece_without_a_line_starting_with_a_brace_is_read_through_once() {
+        // Documents indented by a space: no line starts with `{` for 17 MiB. Reading them
+        // one per streaming splitter, each searching the next 16 MiB for a line start
+        // again, took minutes.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pods.json");
+        let pad = "x".repeat(900);
+        let mut text = p_line("ADDED", "a", 1, "") + "\n";
+        let mut rv = 2;
+        while text.len() < pieces::PIECE_LIMIT + (1 << 20) {
+            text += " ";
+            text += &p_line("MODIFIED", "a", rv, &pad);
+            text += "\n";
+            rv += 1;
+        }
+        text += &p_line("MODIFIED", "a", rv, "");
+        std::fs::write(&path, &text).unwrap();
+        let (events, problems) = read_all(&path, true);
+        assert!(problems.is_empty(), "{problems:?}");
+        // SYNC_START and SYNC_END around the first.
+        assert_eq!(events.len() as u64, rv + 2);
+        assert_eq!((events, problems), read_all(&path, false));
+    }
+
+    /// A Pod's watch document on one line, with `pad` in an annotation.
+    fn p_line(event_type: &str, name: &str, rv: u64, pad: &str) -> String {
+        format!(
+            "{{\"type\": \"{event_type}\", \"object\": {{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"{name}\", \"namespace\": \"ns\", \"resourceVersion\": \"{rv}\", \"annotations\": {{\"pad\": \"{pad}\"}}}}}}}}"
         )
     }
 

@@ -1,13 +1,14 @@
-//! A run of documents read back in pieces cut where a line starts with `{`, so that the
-//! second pass does not split the text byte by byte again.
+//! Text read in pieces cut where a line starts with `{`, so that neither pass splits
+//! every document byte by byte: the first pass takes most pieces for one document on
+//! their first fields, and the second reads each run of a kind back piece by piece.
 //!
 //! The splitter starts a new document at every `{` that begins a line, whatever it was
 //! reading, so its view of the text after such a brace does not depend on anything
 //! before it. A piece (the text from one such brace to the next) is therefore read by
 //! the splitter exactly as the whole text would be; and when a piece parses as one JSON
 //! object followed by whitespace, which is what kubectl prints, the splitter would find
-//! exactly that document in it. The reader tries that parse first and hands the piece to
-//! the splitter only when it fails (see `StreamCursor::read`).
+//! exactly that document in it. The second pass tries that parse first and hands the
+//! piece to the splitter only when it fails (see `StreamCursor::read`).
 //!
 //! Lines are not counted as pieces go by: a position is needed only for a problem, which
 //! is rare, and [`Pieces::cursor_at`] counts the newlines up to it then, from the last
@@ -26,7 +27,7 @@ const CHUNK: usize = 256 * 1024;
 
 /// The most text a piece may hold before the reader gives up finding its end and lets
 /// the splitter stream it (a document of at most [`MAX_DOCUMENT_BYTES`] and some space).
-const PIECE_LIMIT: usize = MAX_DOCUMENT_BYTES + CHUNK;
+pub(super) const PIECE_LIMIT: usize = MAX_DOCUMENT_BYTES + CHUNK;
 
 /// What comes next in a run.
 #[derive(Debug, PartialEq, Eq)]
@@ -165,11 +166,15 @@ impl Pieces {
         Piece::Text { start, len }
     }
 
-    /// Goes on from `offset` (where a streaming splitter stopped, within the run).
-    pub fn resume_at(&mut self, offset: u64) -> io::Result<()> {
+    /// Goes on from `at` (where a streaming splitter stopped, within the run, with the
+    /// line it is on).
+    pub fn resume_at(&mut self, at: Cursor) -> io::Result<()> {
         self.buffer.clear();
         self.next = 0;
-        self.base = offset.min(self.end);
+        self.base = at.offset.min(self.end);
+        if at.offset >= self.known.offset {
+            self.known = at;
+        }
         self.file.seek(SeekFrom::Start(self.base))?;
         Ok(())
     }
@@ -293,7 +298,8 @@ mod tests {
         let mut pieces = Pieces::open(&path, Cursor::default(), text.len() as u64).unwrap();
         assert_eq!(pieces.next_piece().unwrap(), Some(Piece::Long { start: 0 }));
         let b = text.find("{\"b\"").unwrap() as u64;
-        pieces.resume_at(b).unwrap();
+        let at = pieces.cursor_at(&path, b).unwrap();
+        pieces.resume_at(at).unwrap();
         let len = b"{\"b\": 1}\n".len();
         assert_eq!(
             pieces.next_piece().unwrap(),
