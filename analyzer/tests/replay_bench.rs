@@ -231,6 +231,53 @@ fn state_bench_classes_times_every_event_of_a_history_under_its_kind_and_type() 
 }
 
 #[test]
+fn compare_sets_the_kubectl_recording_and_the_memory_per_live_object_beside_the_avro_figures() {
+    let Generated { dir, history, .. } = generated();
+    let recording = dir.path().join("kubectl");
+    let (history, recording) = (history.to_str().unwrap(), recording.to_str().unwrap());
+    succeeded(
+        env!("CARGO_BIN_EXE_kubectl-bench"),
+        &["from-avro", history, "--out", recording],
+    );
+    let out = succeeded(
+        env!("CARGO_BIN_EXE_replay-bench"),
+        &[
+            "compare",
+            history,
+            "--runs",
+            "1",
+            "--kubectl",
+            recording,
+            "--live",
+            history,
+            // No interpreter of that name: fastavro is left out, whatever is installed.
+            "--python",
+            "no-such-python",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("no row {name}: {text}"))
+            .to_owned()
+    };
+    // Each input's rows are set against that input's analyzer replay.
+    assert!(row("analyzer replay (decode + every rule)").ends_with("| 1.00 |"));
+    row("apache-avro Reader to Values (decode only)");
+    assert!(
+        row("analyzer replay of its kubectl recording (parse + every rule)").ends_with("| 1.00 |")
+    );
+    row("serde_json Value parse of the recording (parse only)");
+    assert!(text.contains("fastavro: skipped"), "{text}");
+    let memory = text
+        .lines()
+        .find(|l| l.starts_with("peak memory per live object"))
+        .unwrap_or_else(|| panic!("no memory line: {text}"));
+    assert!(memory.contains("bytes per live object"), "{memory}");
+}
+
+#[test]
 fn a_closed_output_ends_replay_bench_with_an_error_not_a_panic() {
     let Generated {
         dir: _dir,

@@ -14,6 +14,12 @@
 //! target/release/replay-bench generate --schema-version 2 --out /tmp/history-v2.avro
 //! # side by side on one file: analyzer replay, apache-avro's Reader, fastavro
 //! target/release/replay-bench compare /tmp/realistic.avro
+//! # everything issue 11 measures, in one run: with the kubectl recording of the history
+//! # and a history of 1M live objects (needs kubectl-bench and state-bench built too)
+//! target/release/kubectl-bench from-avro /tmp/ipaudit-history.avro --out /tmp/ipaudit-kubectl
+//! target/release/replay-bench generate --out /tmp/ipaudit-1m-live.avro --ips 500000 --events 0
+//! target/release/replay-bench compare /tmp/ipaudit-history.avro \
+//!     --kubectl /tmp/ipaudit-kubectl --live /tmp/ipaudit-1m-live.avro
 //! ```
 
 use std::collections::BTreeMap;
@@ -127,7 +133,9 @@ enum Command {
     /// Side by side on one file, each a whole process, in turn: `analyzer replay` (decode
     /// and every rule), apache-avro's `Reader` decoding to `Value`s, and Python fastavro
     /// decoding (skipped when fastavro is not installed). Prints wall seconds, events/s
-    /// and each one's ratio to `analyzer replay`.
+    /// and each one's ratio to `analyzer replay`. With `--kubectl`, also `analyzer
+    /// replay` of the kubectl recording of the same history against a generic
+    /// `serde_json::Value` parse of it; with `--live`, the peak memory per live object.
     Compare {
         /// The history file.
         file: PathBuf,
@@ -140,6 +148,17 @@ enum Command {
         /// The Python interpreter for fastavro.
         #[arg(long, default_value = "python3")]
         python: String,
+        /// A kubectl recording of the same history (`kubectl-bench from-avro FILE --out
+        /// DIR`): adds `analyzer replay` of its `*.json` files and a generic
+        /// `serde_json::Value` parse of them (`kubectl-bench parse-value`, next to this
+        /// program).
+        #[arg(long, value_name = "DIR")]
+        kubectl: Option<PathBuf>,
+        /// A history whose live objects peak at about 1M (`generate --ips 500000 --events
+        /// 0`): adds the peak memory per live object of analysing it (`state-bench memory`,
+        /// next to this program; run once).
+        #[arg(long, value_name = "FILE")]
+        live: Option<PathBuf>,
     },
 }
 
@@ -168,7 +187,16 @@ fn main() -> anyhow::Result<()> {
             runs,
             analyzer,
             python,
-        } => compare(&file, runs, analyzer, &python),
+            kubectl,
+            live,
+        } => compare(
+            &file,
+            runs,
+            analyzer,
+            &python,
+            kubectl.as_deref(),
+            live.as_deref(),
+        ),
     }
 }
 
@@ -844,6 +872,8 @@ print(n)\n";
 /// One contender of `compare`: a whole process, timed from outside.
 struct Contender {
     name: &'static str,
+    /// The contenders of one input are compared with the first of them.
+    input: Input,
     program: String,
     args: Vec<String>,
     /// Exit codes that mean success (`analyzer replay` exits 1 when an alert fired).
@@ -885,11 +915,31 @@ impl Contender {
     }
 }
 
+/// What a contender reads: the Avro history, or its kubectl recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Input {
+    Avro,
+    Kubectl,
+}
+
+/// A bench binary next to this program, or an error that says how to build it.
+fn sibling(me: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let path = me.with_file_name(name);
+    anyhow::ensure!(
+        path.exists(),
+        "{} not found: build it (cargo build --release -p ipaudit-analyzer --bin {name})",
+        path.display()
+    );
+    Ok(path)
+}
+
 fn compare(
     file: &Path,
     runs: usize,
     analyzer: Option<PathBuf>,
     python: &str,
+    kubectl: Option<&Path>,
+    live: Option<&Path>,
 ) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("where replay-bench is")?;
     let analyzer = match analyzer {
@@ -901,6 +951,10 @@ fn compare(
         "{} not found: build it (cargo build --release -p ipaudit-analyzer --bin analyzer) or pass --analyzer",
         analyzer.display()
     );
+    let memory = match live {
+        Some(live) => Some((sibling(&me, "state-bench")?, live)),
+        None => None,
+    };
     let events = ContainerReader::<WatchEvent, _>::with_fields(
         BufReader::with_capacity(1 << 20, File::open(file)?),
         Fields::ANALYSIS,
@@ -910,6 +964,7 @@ fn compare(
     let mut contenders = vec![
         Contender {
             name: "analyzer replay (decode + every rule)",
+            input: Input::Avro,
             program: analyzer.display().to_string(),
             args: vec![
                 "replay".into(),
@@ -922,6 +977,7 @@ fn compare(
         },
         Contender {
             name: "apache-avro Reader to Values (decode only)",
+            input: Input::Avro,
             program: me.display().to_string(),
             args: vec!["apache-decode".into(), path.clone()],
             ok_codes: &[0],
@@ -937,6 +993,7 @@ fn compare(
     if fastavro {
         contenders.push(Contender {
             name: "Python fastavro (decode only)",
+            input: Input::Avro,
             program: python.to_owned(),
             args: vec!["-c".into(), FASTAVRO_DECODE.into(), path.clone()],
             ok_codes: &[0],
@@ -945,6 +1002,43 @@ fn compare(
     } else {
         say!("fastavro: skipped ({python} cannot import fastavro; pip install fastavro)")?;
     }
+    if let Some(dir) = kubectl {
+        let kubectl_bench = sibling(&me, "kubectl-bench")?;
+        let mut recording: Vec<String> = std::fs::read_dir(dir)
+            .with_context(|| format!("read {}", dir.display()))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|e| e == "json"))
+            .map(|path| path.display().to_string())
+            .collect();
+        recording.sort();
+        anyhow::ensure!(
+            !recording.is_empty(),
+            "{} holds no *.json files: write the recording with kubectl-bench from-avro {} --out {}",
+            dir.display(),
+            file.display(),
+            dir.display()
+        );
+        contenders.push(Contender {
+            name: "analyzer replay of its kubectl recording (parse + every rule)",
+            input: Input::Kubectl,
+            program: analyzer.display().to_string(),
+            args: ["replay", "--format", "jsonl"]
+                .into_iter()
+                .map(String::from)
+                .chain(recording)
+                .collect(),
+            ok_codes: &[0, 1],
+            walls: Vec::new(),
+        });
+        contenders.push(Contender {
+            name: "serde_json Value parse of the recording (parse only)",
+            input: Input::Kubectl,
+            program: kubectl_bench.display().to_string(),
+            args: vec!["parse-value".into(), dir.display().to_string()],
+            ok_codes: &[0],
+            walls: Vec::new(),
+        });
+    }
     // In turn, A B C A B C ...: a drift in the machine's speed touches each alike.
     for _ in 0..runs.max(1) {
         for contender in &mut contenders {
@@ -952,16 +1046,44 @@ fn compare(
         }
     }
     say!("{events} events in {path}, {runs} runs each, medians of whole processes:")?;
-    let reference = contenders[0].median();
-    say!("| what | wall s | events/s | analyzer replay's speed / this one's |")?;
-    say!("| --- | --- | --- | --- |")?;
-    for contender in &contenders {
-        let wall = contender.median();
+    for input in [Input::Avro, Input::Kubectl] {
+        let mut of_input = contenders.iter().filter(|c| c.input == input).peekable();
+        let Some(reference) = of_input.peek().map(|c| c.median()) else {
+            continue;
+        };
+        if let (Input::Kubectl, Some(dir)) = (input, kubectl) {
+            say!(
+                "its kubectl recording, {} (the same events):",
+                dir.display()
+            )?;
+        }
+        say!("| what | wall s | events/s | analyzer replay's speed / this one's |")?;
+        say!("| --- | --- | --- | --- |")?;
+        for contender in of_input {
+            let wall = contender.median();
+            say!(
+                "| {} | {wall:.2} | {:.0} | {:.2} |",
+                contender.name,
+                events as f64 / wall,
+                wall / reference
+            )?;
+        }
+    }
+    if let Some((state_bench, live)) = &memory {
+        let out = std::process::Command::new(state_bench)
+            .args(["memory".as_ref(), live.as_os_str()])
+            .output()
+            .with_context(|| format!("start {}", state_bench.display()))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "state-bench memory {} failed: {}",
+            live.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         say!(
-            "| {} | {wall:.2} | {:.0} | {:.2} |",
-            contender.name,
-            events as f64 / wall,
-            wall / reference
+            "peak memory per live object ({}): {}",
+            live.display(),
+            String::from_utf8_lossy(&out.stdout).trim()
         )?;
     }
     say!("paired whole-command ratios: scripts/pair-bench -n 5 --timeout 600 --vs '<B>' -- <A>, with")?;
