@@ -14,10 +14,11 @@
 //! one per file concatenated into this one) and indexes each kind's initial list (each
 //! listed document's version and place, `ListIndex`), so that the list is read in version
 //! order without holding its events (whole and sorted only when the first fields do not
-//! give the versions). It takes a piece whose first fields name a kind, and that looks
-//! like one object, for one document without reading it through (`Index::trusted`: the
-//! structure is checked once, by the second pass's parse); any other piece it splits
-//! exactly (`Splitter`), reporting the broken documents (`Checked`). Then one cursor per
+//! give the versions). Past a kind's initial list, it takes a piece whose first fields
+//! name that kind, and that looks like one object, for one document without reading it
+//! through (`Index::trusted`: the structure is checked once, by the second pass's parse);
+//! any other piece it splits exactly (`Splitter`), reporting the broken documents
+//! (`Checked`). Then one cursor per
 //! kind reads its runs again, piece by piece, typed (`kubectl_typed`) where it can; a
 //! piece the typed path does not take is split exactly, read generically where it must,
 //! and what the first pass did not split is reported then (`Usable`). The cursors are
