@@ -20,7 +20,8 @@ use std::path::Path;
 
 use memchr::memmem;
 
-use super::{Cursor, MAX_DOCUMENT_BYTES};
+use super::splitter::Cursor;
+use super::MAX_DOCUMENT_BYTES;
 
 /// Bytes read from the file at a time.
 const CHUNK: usize = 256 * 1024;
@@ -226,6 +227,20 @@ fn count_lines(cursor: &mut Cursor, text: &[u8]) {
     cursor.offset += text.len() as u64;
 }
 
+/// A piece's document without the whitespace around it, and how much came before it.
+pub(super) fn trim_whitespace(text: &[u8]) -> (usize, &[u8]) {
+    let lead = text
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(text.len());
+    let rest = &text[lead..];
+    let len = rest
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |last| last + 1);
+    (lead, &rest[..len])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,9 +402,9 @@ mod tests {
             let mut by_piece = Vec::new();
             while let Some(Piece::Text { start, len }) = pieces.next_piece().unwrap() {
                 let at = pieces.cursor_at(&path, start).unwrap();
-                let mut splitter = super::super::Splitter::new(pieces.text(len), at);
+                let mut splitter = super::super::splitter::Splitter::new(pieces.text(len), at);
                 while let Some(found) = splitter.next_document().unwrap() {
-                    by_piece.push(super::super::Document {
+                    by_piece.push(super::super::splitter::Document {
                         position: found.position,
                         range: found.start as usize..found.end as usize,
                         broken: found.broken,
@@ -409,7 +424,7 @@ mod tests {
             let text = text_of(&fragments);
             let (_dir, path) = pieces_of(text.as_bytes());
             for (start, piece) in cut(&path, text.len() as u64) {
-                let (lead, doc) = super::super::trim_whitespace(&piece);
+                let (lead, doc) = super::trim_whitespace(&piece);
                 let parses = doc.first() == Some(&b'{')
                     && serde_json::from_slice::<serde::de::IgnoredAny>(doc).is_ok();
                 if !parses {
