@@ -13,7 +13,7 @@ use super::head::{peek_head, peek_resource_version, stream_of};
 use super::list::ListIndex;
 use super::pieces::{trim_whitespace, Piece, Pieces};
 use super::splitter::{Cursor, Found, Long, Splitter};
-use super::{Problem, ProblemLog, SourceError, MAX_DOCUMENT_BYTES};
+use super::{ProblemLog, SourceError, MAX_DOCUMENT_BYTES};
 
 /// The byte ranges of one stream's documents, in file order.
 #[derive(Debug, Clone, Copy)]
@@ -106,13 +106,7 @@ impl Index {
                 Err(why) => why,
             },
         };
-        log.push(Problem {
-            path: path.to_owned(),
-            position: found.position,
-            message: why,
-            skipped: true,
-            bytes: found.end - found.start,
-        });
+        log.push(found.problem(path, why, true));
     }
 
     /// The stream of a piece that the first pass may take for one document without

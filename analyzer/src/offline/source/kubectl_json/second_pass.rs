@@ -20,9 +20,7 @@ use super::head::{classify, peek_stream, stream_of};
 use super::list::{marker_at, ListIndex, ListPlan};
 use super::pieces::{trim_whitespace, Piece, Pieces};
 use super::splitter::{found, Found, Long, Splitter};
-use super::{
-    kubectl_typed, unversioned_problem, Problem, ProblemLog, SourceError, MAX_DOCUMENT_BYTES,
-};
+use super::{kubectl_typed, unversioned_problem, ProblemLog, SourceError, MAX_DOCUMENT_BYTES};
 
 /// A document's event, with where the document starts and ends.
 pub(super) type Converted = (Box<WatchEvent>, u64, u64);
@@ -409,15 +407,7 @@ impl Usable<'_> {
             (Some(why), false) => Err(why.to_owned()),
             (None, false) => stream_of(doc).map(|(stream, _)| stream),
         }
-        .map_err(|why| {
-            log.push(Problem {
-                path: self.path.to_owned(),
-                position: found.position,
-                message: why,
-                skipped: true,
-                bytes: found.end - found.start,
-            })
-        })
+        .map_err(|why| log.push(found.problem(self.path, why, true)))
         .ok()?;
         convert(stream, self.path, doc, found, log).map(|event| (event, found.start, found.end))
     }
@@ -447,13 +437,7 @@ pub(super) fn convert(
     if let Some(event) = typed(stream, doc) {
         return Some(event);
     }
-    let problem = |message: String, skipped: bool| Problem {
-        path: path.to_owned(),
-        position: found.position,
-        message,
-        skipped,
-        bytes: found.end - found.start,
-    };
+    let problem = |message: String, skipped: bool| found.problem(path, message, skipped);
     // The generic path, which says what is wrong. The first pass reported the documents
     // of no known stream, unless it took their stream from their first fields alone: then
     // they are reported here.

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use super::pieces;
-use super::{Position, MAX_DOCUMENT_BYTES};
+use super::{Position, Problem, MAX_DOCUMENT_BYTES};
 
 /// One top-level document found in the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +64,20 @@ pub(super) struct Found {
     pub(super) start: u64,
     pub(super) end: u64,
     pub(super) broken: Option<&'static str>,
+}
+
+impl Found {
+    /// The problem of this document of `path`, said by `message`; `skipped`: nothing of it
+    /// was read.
+    pub(super) fn problem(&self, path: &Path, message: String, skipped: bool) -> Problem {
+        Problem {
+            path: path.to_owned(),
+            position: self.position,
+            message,
+            skipped,
+            bytes: self.end - self.start,
+        }
+    }
 }
 
 /// A document from `at` to `end`.
