@@ -187,15 +187,13 @@ mod tests {
 
     #[test]
     fn a_document_named_by_its_first_fields_but_broken_after_is_reported_once_where_it_is() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ips.json");
         let doc = |name: &str, rv: u64| {
             format!(
                 "{{\n    \"type\": \"ADDED\",\n    \"object\": {{\"apiVersion\": \"kubeovn.io/v1\", \"kind\": \"IP\", \"metadata\": {{\"name\": {name}, \"resourceVersion\": \"{rv}\"}}}}\n}}\n"
             )
         };
         let text = doc("\"a\"", 5) + &doc("bare", 6) + &doc("\"c\"", 7);
-        std::fs::write(&path, text).unwrap();
+        let (_dir, path) = written("ips.json", &text);
         let items: Vec<SourceItem> = KubectlJsonSource::open(&path).unwrap().collect();
         let events: Vec<_> = items
             .iter()
@@ -221,6 +219,14 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// `text` in a file `name` of a new temporary directory, gone with the directory.
+    fn written(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
     }
 
     /// An IP's watch document as kubectl prints it.
@@ -264,8 +270,6 @@ mod tests {
 
     #[test]
     fn a_shuffled_initial_list_is_handed_on_in_version_order_without_being_held() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ips.json");
         let listed = [("c", "7"), ("a", "3"), ("d", "9"), ("b", "5"), ("e", "5")];
         let mut text: String = listed
             .iter()
@@ -273,7 +277,7 @@ mod tests {
             .collect();
         text += &ip_doc("MODIFIED", "a", "12");
         text += &ip_doc("ADDED", "f", "13");
-        std::fs::write(&path, &text).unwrap();
+        let (_dir, path) = written("ips.json", &text);
         let (events, most_held) = read_recording(&path, true);
         let got: Vec<(EventType, &str, &str)> = events
             .iter()
@@ -307,14 +311,12 @@ mod tests {
 
     #[test]
     fn a_document_on_the_line_of_the_last_listed_one_is_read_after_the_list() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ips.json");
         // A list out of version order (read document by document), its last document
         // followed on the same line by the first watch event.
         let mut text = ip_doc("ADDED", "b", "5") + &ip_doc("ADDED", "a", "3");
         text.pop();
         text += &ip_doc("MODIFIED", "a", "12");
-        std::fs::write(&path, &text).unwrap();
+        let (_dir, path) = written("ips.json", &text);
         let (events, _) = read_recording(&path, true);
         let got: Vec<(EventType, &str)> =
             events.iter().map(|(t, rv, _)| (*t, rv.as_str())).collect();
@@ -385,14 +387,12 @@ mod tests {
 
     #[test]
     fn a_document_longer_than_the_limit_is_reported_once_and_the_run_goes_on_after_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ips.json");
         let big = format!(
             "{{\"type\": \"MODIFIED\", \"object\": {{\"apiVersion\": \"kubeovn.io/v1\", \"kind\": \"IP\", \"metadata\": {{\"name\": \"big\", \"resourceVersion\": \"6\"}}, \"pad\": \"{}\"}}}}\n",
             "x".repeat(MAX_DOCUMENT_BYTES + (1 << 20))
         );
         let text = ip_doc("ADDED", "a", "5") + &big + &ip_doc("MODIFIED", "a", "7");
-        std::fs::write(&path, &text).unwrap();
+        let (_dir, path) = written("ips.json", &text);
         let items: Vec<SourceItem> = KubectlJsonSource::open(&path).unwrap().collect();
         let versions: Vec<&str> = items
             .iter()
@@ -480,10 +480,8 @@ mod tests {
         fn runs_read_in_pieces_give_what_runs_read_whole_gave(
             pieces in proptest::collection::vec(recording_piece(), 0..30)
         ) {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("recording.json");
             let text = pieces.concat();
-            std::fs::write(&path, &text).unwrap();
+            let (_dir, path) = written("recording.json", &text);
             proptest::prop_assert_eq!(items_of(&path, false), items_of(&path, true), "{:?}", text);
         }
 
@@ -494,10 +492,8 @@ mod tests {
         fn a_first_pass_trusting_first_fields_reads_as_one_splitting_everything(
             pieces in proptest::collection::vec(recording_piece(), 0..30)
         ) {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("recording.json");
             let text = pieces.concat();
-            std::fs::write(&path, &text).unwrap();
+            let (_dir, path) = written("recording.json", &text);
             let (trusting, exact) = (read_all(&path, true), read_all(&path, false));
             proptest::prop_assert_eq!(trusting, exact, "{:?}", text);
         }
@@ -566,8 +562,6 @@ mod tests {
         // Documents indented by a space: no line starts with `{` for 17 MiB. Reading them
         // one per streaming splitter, each searching the next 16 MiB for a line start
         // again, took minutes.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("pods.json");
         let pad = "x".repeat(900);
         let mut text = p_line("ADDED", "a", 1, "") + "\n";
         let mut rv = 2;
@@ -578,7 +572,7 @@ mod tests {
             rv += 1;
         }
         text += &p_line("MODIFIED", "a", rv, "");
-        std::fs::write(&path, &text).unwrap();
+        let (_dir, path) = written("pods.json", &text);
         let (events, problems) = read_all(&path, true);
         assert!(problems.is_empty(), "{problems:?}");
         // SYNC_START and SYNC_END around the first.
@@ -595,8 +589,6 @@ mod tests {
 
     #[test]
     fn a_document_taken_on_its_first_fields_but_truncated_is_reported_once_where_it_is() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("pods.json");
         let mut cut = pod_doc("MODIFIED", "b", "6");
         cut.pop();
         let text = [
@@ -606,7 +598,7 @@ mod tests {
             pod_doc("MODIFIED", "a", "7"),
         ]
         .join("\n");
-        std::fs::write(&path, &text).unwrap();
+        let (_dir, path) = written("pods.json", &text);
         let (events, problems) = read_all(&path, true);
         assert_eq!(events.len(), 5, "SYNC_START, 4, SYNC_END, 5, 7: {events:?}");
         assert_eq!(problems.len(), 1, "{problems:?}");
@@ -625,8 +617,6 @@ mod tests {
 
     #[test]
     fn documents_of_two_kinds_with_text_between_them_on_one_line_are_both_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("recording.json");
         // `]` and `,` may follow a closing brace inside a document: the first pass cannot
         // tell this piece from one document without reading it through.
         let text = [
@@ -636,7 +626,7 @@ mod tests {
             pod_doc("MODIFIED", "a", "8"),
         ]
         .join("\n");
-        std::fs::write(&path, &text).unwrap();
+        let (_dir, path) = written("recording.json", &text);
         let items: Vec<SourceItem> = KubectlJsonSource::open(&path).unwrap().collect();
         let modified: Vec<(Stream, &str)> = items
             .iter()
