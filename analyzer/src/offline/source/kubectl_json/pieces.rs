@@ -229,16 +229,8 @@ fn count_lines(cursor: &mut Cursor, text: &[u8]) {
 
 /// A piece's document without the whitespace around it, and how much came before it.
 pub(super) fn trim_whitespace(text: &[u8]) -> (usize, &[u8]) {
-    let lead = text
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(text.len());
-    let rest = &text[lead..];
-    let len = rest
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(0, |last| last + 1);
-    (lead, &rest[..len])
+    let rest = text.trim_ascii_start();
+    (text.len() - rest.len(), rest.trim_ascii_end())
 }
 
 #[cfg(test)]
