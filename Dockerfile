@@ -5,8 +5,9 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 # The analyzer is built with profile-guided optimisation (scripts/build-pgo: an
-# instrumented build replays generated histories first; about 15 minutes on 2 cores), which
-# takes its replay to about 0.82 of its time (BENCHMARKS.md). The collector is built plainly.
+# instrumented build replays generated histories first; about 20 minutes on 2 cores), which
+# takes an Avro replay to about 0.82 of its time (BENCHMARKS.md). The collector is built
+# plainly (a third build with link-time optimisation).
 RUN cargo build --release --locked -p ipaudit-collector --bins \
  && scripts/build-pgo --out /tmp/pgo \
  && cp target/release/collector /tmp/pgo/analyzer /usr/local/bin/
