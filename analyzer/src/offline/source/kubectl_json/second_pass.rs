@@ -199,22 +199,20 @@ impl StreamCursor {
         if list.in_file_order || list.ended {
             return Ok(None);
         }
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| SourceError::Io { path, source }
+        // The path is cloned for an error only, not for each listed document read.
+        let io = |source| SourceError::Io {
+            path: self.path.clone(),
+            source,
         };
         while let Some(doc) = list.docs.get(list.next).copied() {
             list.next += 1;
             let file = match &mut list.file {
                 Some(file) => file,
-                None => list
-                    .file
-                    .insert(File::open(&self.path).map_err(io(&self.path))?),
+                None => list.file.insert(File::open(&self.path).map_err(io)?),
             };
             list.buffer.resize((doc.end - doc.at.offset) as usize, 0);
-            file.seek(SeekFrom::Start(doc.at.offset))
-                .map_err(io(&self.path))?;
-            file.read_exact(&mut list.buffer).map_err(io(&self.path))?;
+            file.seek(SeekFrom::Start(doc.at.offset)).map_err(io)?;
+            file.read_exact(&mut list.buffer).map_err(io)?;
             // The first pass split every listed document exactly (see `Index::trusted`).
             let found = found(doc.at, doc.end, None);
             if let Some(event) = convert(self.stream, &self.path, &list.buffer, &found, log) {
@@ -243,9 +241,10 @@ impl StreamCursor {
     /// through the splitter, and what is broken in it is reported here unless the first
     /// pass split it and reported it there (see `Usable::convert`).
     pub(super) fn read(&mut self, log: &mut ProblemLog) -> Result<Option<Converted>, SourceError> {
-        let path = self.path.clone();
-        let io = move |source| SourceError::Io {
-            path: path.clone(),
+        // Borrows the path (the closure captures that field alone): a read clones it only
+        // for an error, not once per document.
+        let io = |source| SourceError::Io {
+            path: self.path.clone(),
             source,
         };
         let read_already = self.read_already();
