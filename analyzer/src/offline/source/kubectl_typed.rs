@@ -10,7 +10,6 @@
 //! says which field it was. A property test holds the two paths to the same events.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
@@ -24,17 +23,6 @@ use ipaudit_schemas::{
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 
-mod unindent;
-
-thread_local! {
-    /// The document without its indentation (`unindent`): one buffer reused, rather than
-    /// one allocated for every document.
-    static UNINDENTED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A buffer that grew past this for a large document is given back afterwards.
-const KEPT_SCRATCH_BYTES: usize = 1024 * 1024;
-
 /// Whether the fast path reads documents of this stream.
 pub(crate) fn reads(stream: Stream) -> bool {
     matches!(stream, Stream::Pod | Stream::Ip | Stream::Subnet)
@@ -42,22 +30,12 @@ pub(crate) fn reads(stream: Stream) -> bool {
 
 /// The event of one complete document of `stream`, when the fast path can vouch for it.
 pub(crate) fn convert(stream: Stream, doc: &[u8]) -> Option<WatchEvent> {
-    if !reads(stream) {
-        return None;
+    match stream {
+        Stream::Pod => read::<PodSpec, PodStatus>(stream, doc, pod_part),
+        Stream::Ip => read::<IpSpec, Skipped>(stream, doc, ip_part),
+        Stream::Subnet => read::<SubnetSpec, SubnetStatus>(stream, doc, subnet_part),
+        _ => None,
     }
-    UNINDENTED.with_borrow_mut(|scratch| {
-        let doc = unindent::unindented(doc, scratch);
-        let event = match stream {
-            Stream::Pod => read::<PodSpec, PodStatus>(stream, doc, pod_part),
-            Stream::Ip => read::<IpSpec, Skipped>(stream, doc, ip_part),
-            Stream::Subnet => read::<SubnetSpec, SubnetStatus>(stream, doc, subnet_part),
-            _ => None,
-        };
-        if scratch.len() > KEPT_SCRATCH_BYTES {
-            *scratch = Vec::new();
-        }
-        event
-    })
 }
 
 /// A string, borrowed from the document unless it had escapes.
