@@ -336,10 +336,7 @@ fn read_file(
     summary: &mut AuditSummary,
     writes: &mut Vec<Write>,
 ) -> Result<u64, SourceError> {
-    let io = |source| SourceError::Io {
-        path: path.to_owned(),
-        source,
-    };
+    let io = SourceError::io(path);
     let size = std::fs::metadata(path).map_err(io)?.len();
     let (mut input, _) = reader(path).map_err(io)?;
     let mut line = Vec::new();

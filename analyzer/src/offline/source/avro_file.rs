@@ -31,10 +31,7 @@ pub struct AvroFileSource {
 impl AvroFileSource {
     /// Opens the file and reads its header.
     pub fn open(path: &Path) -> Result<Self, SourceError> {
-        let io = |source| SourceError::Io {
-            path: path.to_owned(),
-            source,
-        };
+        let io = SourceError::io(path);
         let file = File::open(path).map_err(io)?;
         let total_bytes = file.metadata().map_err(io)?.len();
         let reader =

@@ -74,10 +74,7 @@ impl KubectlJsonSource {
     /// [`KubectlJsonSource::open`]; without `trust_heads`, the first pass splits every
     /// piece exactly (the tests' reference).
     fn open_with(path: &Path, trust_heads: bool) -> Result<Self, SourceError> {
-        let io = |source| SourceError::Io {
-            path: path.to_owned(),
-            source,
-        };
+        let io = SourceError::io(path);
         let file = File::open(path).map_err(io)?;
         let total_bytes = file.metadata().map_err(io)?.len();
         let mut log = ProblemLog::new(path);

@@ -57,10 +57,7 @@ const DETECT_BYTES: usize = 256 * 1024;
 
 /// The format of the file at `path` (see [`detect_format`]).
 pub fn detect_file(path: &Path) -> Result<InputFormat, SourceError> {
-    let io = |source| SourceError::Io {
-        path: path.to_owned(),
-        source,
-    };
+    let io = SourceError::io(path);
     let (input, gzipped) = audit_log::reader(path).map_err(io)?;
     let mut head = Vec::with_capacity(4096);
     input
@@ -103,6 +100,17 @@ pub enum SourceError {
         #[source]
         source: ContainerError,
     },
+}
+
+impl SourceError {
+    /// `Io` for `path`, as the argument of `map_err`: the path is copied only when an
+    /// error is built, not for each read that succeeds.
+    pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> SourceError + Copy + '_ {
+        move |source| SourceError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
 }
 
 /// Where in a file something is.

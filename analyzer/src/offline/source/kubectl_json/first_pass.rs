@@ -156,10 +156,7 @@ pub(super) fn index(
     log: &mut ProblemLog,
     trust_heads: bool,
 ) -> Result<Index, SourceError> {
-    let io = |source| SourceError::Io {
-        path: path.to_owned(),
-        source,
-    };
+    let io = SourceError::io(path);
     let mut pieces = Pieces::of(file, Cursor::default(), file_len).map_err(io)?;
     let mut index = Index::default();
     while let Some(piece) = pieces.next_piece().map_err(io)? {

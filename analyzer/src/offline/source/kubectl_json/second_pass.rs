@@ -199,11 +199,7 @@ impl StreamCursor {
         if list.in_file_order || list.ended {
             return Ok(None);
         }
-        // The path is cloned for an error only, not for each listed document read.
-        let io = |source| SourceError::Io {
-            path: self.path.clone(),
-            source,
-        };
+        let io = SourceError::io(&self.path);
         while let Some(doc) = list.docs.get(list.next).copied() {
             list.next += 1;
             let file = match &mut list.file {
@@ -241,12 +237,7 @@ impl StreamCursor {
     /// through the splitter, and what is broken in it is reported here unless the first
     /// pass split it and reported it there (see `Usable::convert`).
     pub(super) fn read(&mut self, log: &mut ProblemLog) -> Result<Option<Converted>, SourceError> {
-        // Borrows the path (the closure captures that field alone): a read clones it only
-        // for an error, not once per document.
-        let io = |source| SourceError::Io {
-            path: self.path.clone(),
-            source,
-        };
+        let io = SourceError::io(&self.path);
         let read_already = self.read_already();
         let usable = Usable {
             stream: self.stream,
