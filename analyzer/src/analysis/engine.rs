@@ -380,6 +380,12 @@ impl Analyzer {
     /// A wall-clock tick (live analysis): releases held events whose idle delay has passed
     /// and nothing else. History's clock, hence every grace period, moves only with the
     /// events released, so the same input gives the same transitions at any tick rate.
+    ///
+    /// Tick only while every message of the cluster's partition has been read: a tick
+    /// in a catch-up (after a restart, or a lag) would release what is held ahead of
+    /// events already in the log, which then arrive late and are applied out of order.
+    /// With that, a restored checkpoint continues as the process that wrote it did
+    /// (`analyzer/tests/crash_consistency.rs`).
     pub fn tick(&mut self, wall_ms: i64, out: &mut Vec<Output>) {
         let mut released = std::mem::take(&mut self.released);
         self.reorder.advance_time(wall_ms, &mut released);

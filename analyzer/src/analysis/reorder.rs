@@ -425,13 +425,20 @@ impl ReorderBuffer {
         self.passed_by_input = None;
     }
 
-    /// Moves event time forward (a live clock tick, or the end of a replay).
-    pub fn advance_time(&mut self, now_ms: i64, out: &mut Vec<Released>) {
-        self.now_ms = Some(self.now_ms.map_or(now_ms, |now| now.max(now_ms)));
+    /// A live clock tick, while every message of the partition has been read: releases
+    /// what has waited its idle delay by `wall_ms`.
+    ///
+    /// The wall clock only releases; it never becomes the arrival time of events taken in
+    /// later, which stays event time. So what a restarted analyzer reads again (at a
+    /// later wall time, with no tick in between while it catches up) is held and released
+    /// exactly as it was the first time.
+    pub fn advance_time(&mut self, wall_ms: i64, out: &mut Vec<Released>) {
         while let Some(rv) = self.untimed.pop_back() {
-            self.arrivals.push_front((now_ms, rv));
+            self.arrivals.push_front((wall_ms, rv));
         }
-        self.release_ready(out);
+        let now = self.now_ms.map_or(wall_ms, |now| now.max(wall_ms));
+        let bound = self.safe_bound_at(Some(now));
+        self.release_up_to(bound, out);
     }
 
     /// Releases everything held, in order (end of input).
@@ -470,7 +477,12 @@ impl ReorderBuffer {
     /// at or above it has waited long enough. A stream with no version yet holds
     /// everything back until then.
     fn safe_bound(&mut self) -> i64 {
-        if let Some(now) = self.now_ms {
+        self.safe_bound_at(self.now_ms)
+    }
+
+    /// [`ReorderBuffer::safe_bound`] with the idle delays measured up to `now`.
+    fn safe_bound_at(&mut self, now: Option<i64>) -> i64 {
+        if let Some(now) = now {
             let delay = self.config.idle_delay_ms;
             while let Some(&(arrived, rv)) = self.arrivals.front() {
                 if now.saturating_sub(arrived) <= delay {
@@ -640,6 +652,27 @@ mod tests {
         assert_eq!(versions(&out), [1, 2]);
         buffer.advance_time(6_002, &mut out);
         assert_eq!(versions(&out), [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn after_a_wall_clock_tick_an_event_still_waits_its_idle_delay_in_event_time() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig {
+            idle_delay_ms: 1_000,
+        });
+        let mut out = Vec::new();
+        buffer.push(EventBuilder::subnet("s").rv(1).at(0).added(), &mut out);
+        // A tick far ahead of history (the analyzer's clock, not the collector's).
+        buffer.advance_time(50_000, &mut out);
+        assert_eq!(versions(&out), [1]);
+        buffer.push(EventBuilder::ip("a", "s").rv(3).at(1_000).added(), &mut out);
+        assert_eq!(versions(&out), [1], "the pod stream is quiet: 3 waits");
+        // 1.5 s of history later, 3 has waited its delay: it goes, as it would have in a
+        // catch-up with no tick at all (which is how a restarted analyzer reads it again).
+        buffer.push(
+            EventBuilder::subnet("s").rv(5).at(2_500).modified(),
+            &mut out,
+        );
+        assert_eq!(versions(&out), [1, 3]);
     }
 
     #[test]

@@ -134,6 +134,7 @@ pub async fn run(
         shared: shared.clone(),
         snapshot: config.start_at_snapshot.then(|| SnapshotScan {
             connection: config.connection.clone(),
+            group_id: config.group_id.clone(),
         }),
         metrics: metrics.clone(),
     };
@@ -166,113 +167,18 @@ pub async fn run(
     // fields the analysis reads.
     let mut spare: Option<Box<WatchEvent>> = None;
     loop {
-        tokio::select! {
-            message = consumer.recv() => match message {
-                Ok(message) => {
-                    let (partition, offset) = (message.partition(), message.offset());
-                    let mut event = spare.take().unwrap_or_else(|| {
-                        Box::new(WatchEvent::blank())
-                    });
-                    match message.payload().map(|payload| decode_into(payload, &ANALYSIS_FIELDS, &mut *event)) {
-                        Some(Ok(())) => {
-                            let span = tracing::debug_span!(
-                                "consume",
-                                partition,
-                                offset,
-                                cluster = %event.cluster_id,
-                                stream = event.stream.as_str(),
-                                object = %event.object_key(),
-                                resource_version = %event.resource_version,
-                            );
-                            let _entered = span.enter();
-                            EventConsumed { stream: event.stream, event_type: event.event_type }.emit(&metrics);
-                            if !analyzers.contains_key(&event.cluster_id) {
-                                partitions.seen(&event.cluster_id, partition)?;
-                            }
-                            let analyzer = analyzers
-                                .entry(event.cluster_id.clone())
-                                .or_insert_with(|| Analyzer::new(config.analyzer.clone()));
-                            analyzer.step(event, &mut outputs);
-                            spare = analyzer.take_spare();
-                        }
-                        Some(Err(error)) => {
-                            spare = Some(event);
-                            MessageUndecodable { partition, offset, error: &error }.emit(&metrics);
-                            store.dead_letter(&config.topic, partition, offset, &error.to_string(), message.payload())?;
-                        }
-                        None => {
-                            spare = Some(event);
-                            MessageUndecodable { partition, offset, error: &"empty message" }.emit(&metrics);
-                            store.dead_letter(&config.topic, partition, offset, "empty message", None)?;
-                        }
-                    }
-                    shared.next.lock().unwrap_or_else(|e| e.into_inner()).insert(partition, offset + 1);
-                    at_end.remove(&partition);
-                }
-                Err(KafkaError::PartitionEOF(partition)) => {
-                    at_end.insert(partition);
-                    metrics.lag(partition, 0);
-                    let assigned = consumer.assignment().map(|a| a.count()).unwrap_or(usize::MAX);
-                    if config.exit_at_end && at_end.len() >= assigned {
-                        info!("every assigned partition read to its end");
-                        for analyzer in analyzers.values_mut() {
-                            analyzer.finish(None, &mut outputs);
-                        }
-                        store_alerts(&mut store, &mut outputs, &stored, &metrics)?;
-                        break;
-                    }
-                }
-                Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) => {
-                    // A checkpointed offset outside the log (retention deleted what it
-                    // points to): the state it goes with cannot be continued.
-                    let out_of_range = out_of_range_partitions(&consumer, &config.topic, &owned, &shared);
-                    for partition in out_of_range {
-                        drop_partition(&mut store, &config.topic, &mut analyzers, &partitions, partition, &metrics, &shared)?;
-                        let start = rebuild_start(&config, partition, &metrics);
-                        OffsetOutOfRange { partition, start }.emit(&metrics);
-                        let offset = match start {
-                            Start::Snapshot(n) | Start::Checkpoint(n) => {
-                                shared.next.lock().unwrap_or_else(|e| e.into_inner()).insert(partition, n);
-                                Offset::Offset(n)
-                            }
-                            Start::Beginning => Offset::Beginning,
-                        };
-                        if let Err(error) = consumer.seek(&config.topic, partition, offset, Duration::from_secs(10)) {
-                            warn!(%error, partition, "cannot move to the rebuild offset");
-                        }
-                    }
-                }
-                Err(error) => warn!(%error, "consumer error"),
-            },
-            _ = tick.tick() => {
-                let now = ipaudit_runtime::clock::now_ms();
-                for analyzer in analyzers.values_mut() {
-                    analyzer.tick(now, &mut outputs);
-                }
-                report_lag(&owned, &shared, &metrics);
-            }
-            _ = checkpoint.tick() => {
-                // A checkpoint costs time in proportion to the state: never spend more than
-                // a tenth of the time on them.
-                if last_checkpoint_cost * 10 <= config.checkpoint_interval {
-                    let span = tracing::debug_span!("checkpoint", topic = %config.topic, clusters = analyzers.len());
-                    let _entered = span.enter();
-                    let started = std::time::Instant::now();
-                    save(&mut store, &config.topic, &analyzers, &shared)?;
-                    last_checkpoint_cost = started.elapsed();
-                    CheckpointWritten { clusters: analyzers.len(), took: last_checkpoint_cost }.emit(&metrics);
-                    commit_offsets(&consumer, &config.topic, &owned, &shared);
-                    for (cluster, analyzer) in &analyzers {
-                        metrics.analysis_problems(cluster, &analyzer.stats());
-                    }
-                } else {
-                    last_checkpoint_cost = last_checkpoint_cost.saturating_sub(config.checkpoint_interval / 10);
-                }
-            }
+        let turn = tokio::select! {
+            message = consumer.recv() => Turn::Message(message),
+            _ = tick.tick() => Turn::Tick,
+            _ = checkpoint.tick() => Turn::Checkpoint,
             _ = &mut shutdown => break,
-        }
+        };
+        // A rebalance happens inside the consumer's poll, and the message that poll
+        // returns may be of a partition just assigned: its clusters are restored before
+        // the message is analysed, never after (which would replace what it changed).
+        let mut started_without_state = false;
         for event in shared.take_events() {
-            apply_group_event(
+            started_without_state |= apply_group_event(
                 event,
                 GroupState {
                     store: &mut store,
@@ -287,6 +193,181 @@ pub async fn run(
                 },
             )?;
         }
+        at_end.retain(|partition| owned.contains(partition));
+        if started_without_state {
+            // Where a partition without state starts is kept before anything of it is
+            // analysed (see `live::group`): a restart resumes from there.
+            save(&mut store, &config.topic, &analyzers, &shared)?;
+            commit_offsets(&consumer, &config.topic, &owned, &shared);
+        }
+        match turn {
+            Turn::Message(Ok(message)) => {
+                let (partition, offset) = (message.partition(), message.offset());
+                let mut event = spare
+                    .take()
+                    .unwrap_or_else(|| Box::new(WatchEvent::blank()));
+                match message
+                    .payload()
+                    .map(|payload| decode_into(payload, &ANALYSIS_FIELDS, &mut *event))
+                {
+                    Some(Ok(())) => {
+                        let span = tracing::debug_span!(
+                            "consume",
+                            partition,
+                            offset,
+                            cluster = %event.cluster_id,
+                            stream = event.stream.as_str(),
+                            object = %event.object_key(),
+                            resource_version = %event.resource_version,
+                        );
+                        let _entered = span.enter();
+                        EventConsumed {
+                            stream: event.stream,
+                            event_type: event.event_type,
+                        }
+                        .emit(&metrics);
+                        if !analyzers.contains_key(&event.cluster_id) {
+                            partitions.seen(&event.cluster_id, partition)?;
+                        }
+                        let analyzer = analyzers
+                            .entry(event.cluster_id.clone())
+                            .or_insert_with(|| Analyzer::new(config.analyzer.clone()));
+                        analyzer.step(event, &mut outputs);
+                        spare = analyzer.take_spare();
+                    }
+                    Some(Err(error)) => {
+                        spare = Some(event);
+                        MessageUndecodable {
+                            partition,
+                            offset,
+                            error: &error,
+                        }
+                        .emit(&metrics);
+                        store.dead_letter(
+                            &config.topic,
+                            partition,
+                            offset,
+                            &error.to_string(),
+                            message.payload(),
+                        )?;
+                    }
+                    None => {
+                        spare = Some(event);
+                        MessageUndecodable {
+                            partition,
+                            offset,
+                            error: &"empty message",
+                        }
+                        .emit(&metrics);
+                        store.dead_letter(
+                            &config.topic,
+                            partition,
+                            offset,
+                            "empty message",
+                            None,
+                        )?;
+                    }
+                }
+                shared
+                    .next
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(partition, offset + 1);
+                at_end.remove(&partition);
+            }
+            Turn::Message(Err(KafkaError::PartitionEOF(partition))) => {
+                at_end.insert(partition);
+                metrics.lag(partition, 0);
+                let assigned = consumer
+                    .assignment()
+                    .map(|a| a.count())
+                    .unwrap_or(usize::MAX);
+                if config.exit_at_end && at_end.len() >= assigned {
+                    info!("every assigned partition read to its end");
+                    for analyzer in analyzers.values_mut() {
+                        analyzer.finish(None, &mut outputs);
+                    }
+                    store_alerts(&mut store, &mut outputs, &stored, &metrics)?;
+                    break;
+                }
+            }
+            Turn::Message(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::AutoOffsetReset,
+            ))) => {
+                // A checkpointed offset outside the log (retention deleted what it
+                // points to): the state it goes with cannot be continued.
+                let out_of_range =
+                    out_of_range_partitions(&consumer, &config.topic, &owned, &shared);
+                for partition in out_of_range {
+                    drop_partition(
+                        &mut store,
+                        &config.topic,
+                        &mut analyzers,
+                        &partitions,
+                        partition,
+                        &metrics,
+                        &shared,
+                    )?;
+                    let start = rebuild_start(&config, partition, &metrics);
+                    OffsetOutOfRange { partition, start }.emit(&metrics);
+                    let offset = match start {
+                        Start::Snapshot(n) | Start::Checkpoint(n) => {
+                            shared
+                                .next
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .insert(partition, n);
+                            Offset::Offset(n)
+                        }
+                        Start::Beginning => Offset::Beginning,
+                    };
+                    if let Err(error) =
+                        consumer.seek(&config.topic, partition, offset, Duration::from_secs(10))
+                    {
+                        warn!(%error, partition, "cannot move to the rebuild offset");
+                    }
+                }
+            }
+            Turn::Message(Err(error)) => warn!(%error, "consumer error"),
+            Turn::Tick => {
+                // The wall clock reaches only the analyses of partitions read to their
+                // end (see `Analyzer::tick`): in a catch-up, what is held waits for the
+                // messages behind it, as it did when they were first read.
+                let now = ipaudit_runtime::clock::now_ms();
+                for (cluster, analyzer) in analyzers.iter_mut() {
+                    if partitions
+                        .partition_of(cluster)
+                        .is_none_or(|p| at_end.contains(&p))
+                    {
+                        analyzer.tick(now, &mut outputs);
+                    }
+                }
+                report_lag(&owned, &shared, &metrics);
+            }
+            Turn::Checkpoint => {
+                // A checkpoint costs time in proportion to the state: never spend more than
+                // a tenth of the time on them.
+                if last_checkpoint_cost * 10 <= config.checkpoint_interval {
+                    let span = tracing::debug_span!("checkpoint", topic = %config.topic, clusters = analyzers.len());
+                    let _entered = span.enter();
+                    let started = std::time::Instant::now();
+                    save(&mut store, &config.topic, &analyzers, &shared)?;
+                    last_checkpoint_cost = started.elapsed();
+                    CheckpointWritten {
+                        clusters: analyzers.len(),
+                        took: last_checkpoint_cost,
+                    }
+                    .emit(&metrics);
+                    commit_offsets(&consumer, &config.topic, &owned, &shared);
+                    for (cluster, analyzer) in &analyzers {
+                        metrics.analysis_problems(cluster, &analyzer.stats());
+                    }
+                } else {
+                    last_checkpoint_cost =
+                        last_checkpoint_cost.saturating_sub(config.checkpoint_interval / 10);
+                }
+            }
+        }
         store_alerts(&mut store, &mut outputs, &stored, &metrics)?;
     }
     save(&mut store, &config.topic, &analyzers, &shared)?;
@@ -298,6 +379,16 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// What woke the consume loop.
+enum Turn<M> {
+    /// The consumer returned a message or an error.
+    Message(Result<M, KafkaError>),
+    /// The wall clock ticked.
+    Tick,
+    /// A checkpoint is due.
+    Checkpoint,
 }
 
 /// The group consumer: manual offsets (the store holds them), static membership when an
@@ -320,10 +411,9 @@ fn consumer(
         .set("statistics.interval.ms", "1000")
         // Alerts within seconds: do not let the broker hold a fetch for librdkafka's 500 ms.
         .set("fetch.wait.max.ms", "100")
-        .set(
-            "enable.partition.eof",
-            if config.exit_at_end { "true" } else { "false" },
-        )
+        // The end of a partition is where the wall clock may release what is held (and,
+        // with `exit_at_end`, where a catch-up run stops).
+        .set("enable.partition.eof", "true")
         .create_with_context(context)?;
     consumer.subscribe(&[&config.topic])?;
     Ok(consumer)
@@ -343,8 +433,10 @@ struct GroupState<'a> {
 }
 
 /// Restores the clusters of newly assigned partitions (from the checkpoint read at start,
-/// else from the store), and checkpoints and drops those of revoked ones.
-fn apply_group_event(event: GroupEvent, state: GroupState<'_>) -> Result<(), LiveError> {
+/// else from the store), and checkpoints and drops those of revoked ones. Returns whether
+/// a partition was assigned without state here (it starts at a snapshot or its start).
+fn apply_group_event(event: GroupEvent, state: GroupState<'_>) -> Result<bool, LiveError> {
+    let mut without_state = false;
     match event {
         GroupEvent::Revoked(revoked) => {
             save(state.store, state.topic, state.analyzers, state.shared)?;
@@ -369,6 +461,7 @@ fn apply_group_event(event: GroupEvent, state: GroupState<'_>) -> Result<(), Liv
                 state.owned.insert(partition);
                 if !matches!(start, Start::Checkpoint(_)) {
                     // No state here: what the partition holds is rebuilt from `start`.
+                    without_state = true;
                     continue;
                 }
                 let waiting: Vec<String> = state
@@ -407,7 +500,7 @@ fn apply_group_event(event: GroupEvent, state: GroupState<'_>) -> Result<(), Liv
             state.parked.clear();
         }
     }
-    Ok(())
+    Ok(without_state)
 }
 
 fn resume(
@@ -466,7 +559,12 @@ fn rebuild_start(config: &LiveConfig, partition: i32, metrics: &Metrics) -> Star
     });
     match found {
         Ok(offset) => {
-            SnapshotRebuildStarted { partition, offset }.emit(metrics);
+            SnapshotRebuildStarted {
+                partition,
+                offset,
+                committed: None,
+            }
+            .emit(metrics);
             Start::Snapshot(offset)
         }
         Err(error) => {

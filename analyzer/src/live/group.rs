@@ -4,9 +4,16 @@
 //! it checkpointed. The rebalance callback decides where each assigned partition starts:
 //!
 //! - at the checkpointed offset when this instance has state for it;
-//! - else at the partition's latest snapshot (`--start-from snapshot`), so that a
-//!   partition moved here from another instance is rebuilt without reading its history;
+//! - else, with `--start-from snapshot`, at a snapshot: the latest one at or before the
+//!   group's committed offset when the group consumed the partition before (a partition
+//!   moved here from another instance, or a store lost), so that nothing after the last
+//!   checkpoint is skipped; the partition's latest snapshot only when the group never
+//!   consumed it;
 //! - else at its start.
+//!
+//! A partition started without local state is checkpointed (and its offset committed) at
+//! once, before anything is analysed: a restart then resumes where this start was, and
+//! never from a later snapshot that would skip what came between.
 //!
 //! It then hands the change to the consume loop as a [`GroupEvent`]: the loop restores or
 //! drops the clusters of those partitions (a revoked partition's clusters are checkpointed
@@ -66,11 +73,13 @@ impl GroupShared {
     }
 }
 
-/// How to find a partition's latest snapshot.
+/// How to find where a partition without local state starts.
 #[derive(Clone)]
 pub struct SnapshotScan {
     /// How to reach the brokers.
     pub connection: ipaudit_runtime::kafka::Connection,
+    /// The consumer group, whose committed offsets say whether it consumed a partition.
+    pub group_id: String,
 }
 
 /// The consumer's context: assigns partitions where their state is (see the module doc).
@@ -154,7 +163,8 @@ impl GroupContext {
             .push(event);
     }
 
-    /// Where `partition` starts: its checkpoint, else its latest snapshot, else its start.
+    /// Where `partition` starts: its checkpoint, else a snapshot (see the module doc), else
+    /// its start.
     fn start_of(&self, partition: i32) -> Start {
         let stored = self
             .shared
@@ -169,18 +179,31 @@ impl GroupContext {
         let Some(scan) = &self.snapshot else {
             return Start::Beginning;
         };
-        // The scan blocks (it reads the partition's tail); the callback runs inside the
-        // consumer's poll, which waits for the assignment anyway.
+        // The scans block (they read the group's offsets and the partition's tail); the
+        // callback runs inside the consumer's poll, which waits for the assignment anyway.
         let found = blocking(|| {
-            crate::live::start_offset::latest_snapshot_offset(
+            let committed = crate::live::start_offset::committed_offset(
+                &scan.connection,
+                &self.topic,
+                &scan.group_id,
+                partition,
+            )?;
+            let offset = crate::live::start_offset::snapshot_offset_at_or_before(
                 &scan.connection,
                 &self.topic,
                 partition,
-            )
+                committed,
+            )?;
+            Ok::<_, rdkafka::error::KafkaError>((offset, committed))
         });
         match found {
-            Ok(offset) => {
-                SnapshotRebuildStarted { partition, offset }.emit(&self.metrics);
+            Ok((offset, committed)) => {
+                SnapshotRebuildStarted {
+                    partition,
+                    offset,
+                    committed,
+                }
+                .emit(&self.metrics);
                 self.shared
                     .next
                     .lock()

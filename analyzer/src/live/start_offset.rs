@@ -1,8 +1,14 @@
-//! Where a new analyzer (no local state) starts: at the latest complete snapshot in the
-//! topic. Collectors frame every relist with `SYNC_START`..`SYNC_END` (on start, on 410 and
-//! every `--snapshot-interval`); starting where the latest frames of every stream of every
+//! Where an analyzer without local state for a partition starts: at a complete snapshot in
+//! the topic. Collectors frame every relist with `SYNC_START`..`SYNC_END` (on start, on 410
+//! and every `--snapshot-interval`); starting where the frames of every stream of every
 //! collector begin gives the whole cluster state without reading the topic from the start.
-//! The partition is scanned backwards from its end in growing windows.
+//!
+//! Which snapshot: when the group consumed the partition before (its committed offset, the
+//! one of the last checkpoint of whichever member owned it), the latest snapshot that
+//! begins at or before that offset, so that nothing after it is skipped (what is read
+//! twice makes the same transitions, dropped by id); only a group that never consumed the
+//! partition starts at its latest snapshot. The partition is scanned backwards from that
+//! bound in growing windows.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -35,6 +41,14 @@ struct Frames {
 }
 
 impl Frames {
+    /// Takes the event at `offset`; a frame that begins after `bound` is not a candidate.
+    fn see_bounded(&mut self, offset: i64, event: &WatchEvent, bound: i64) {
+        if event.event_type == EventType::SyncStart && offset > bound {
+            return;
+        }
+        self.see(offset, event);
+    }
+
     fn see(&mut self, offset: i64, event: &WatchEvent) {
         if matches!(event.event_type, EventType::SyncStart | EventType::SyncEnd) {
             let streams = self
@@ -79,13 +93,48 @@ pub fn latest_snapshot_offset(
     topic: &str,
     partition: i32,
 ) -> Result<i64, KafkaError> {
+    snapshot_offset_at_or_before(connection, topic, partition, None)
+}
+
+/// The offset `group` committed for `partition` of `topic` (the next one to consume), or
+/// `None` when the group never committed one: it never consumed the partition.
+pub fn committed_offset(
+    connection: &ipaudit_runtime::kafka::Connection,
+    topic: &str,
+    group: &str,
+    partition: i32,
+) -> Result<Option<i64>, KafkaError> {
+    // A consumer of the group that never subscribes: it reads the group's offsets without
+    // joining it (and so without a rebalance).
+    let consumer: BaseConsumer = connection.reader(crate::live::CLIENT_ID, group).create()?;
+    let mut list = TopicPartitionList::new();
+    list.add_partition(topic, partition);
+    let committed = consumer.committed_offsets(list, Duration::from_secs(10))?;
+    Ok(committed
+        .find_partition(topic, partition)
+        .and_then(|p| match p.offset() {
+            Offset::Offset(n) if n >= 0 => Some(n),
+            _ => None,
+        }))
+}
+
+/// The offset to start partition `partition` of `topic` at: the beginning of the latest
+/// complete snapshot that begins at or before `bound` (any, when `None`), or the start of
+/// the partition when there is none.
+pub fn snapshot_offset_at_or_before(
+    connection: &ipaudit_runtime::kafka::Connection,
+    topic: &str,
+    partition: i32,
+    bound: Option<i64>,
+) -> Result<i64, KafkaError> {
     let consumer: BaseConsumer = connection
         .reader(crate::live::CLIENT_ID, "ipaudit-snapshot-scan")
         .create()?;
     let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+    let bound = bound.map_or(high, |b| b.clamp(low, high));
     let mut window = 10_000i64;
     loop {
-        let from = (high - window).max(low);
+        let from = (bound - window).max(low);
         let mut frames = Frames::default();
         let mut collectors: Vec<String> = Vec::new();
         let mut list = TopicPartitionList::new();
@@ -100,10 +149,15 @@ pub fn latest_snapshot_offset(
                     if let Some(Ok(event)) = message.payload().map(decode::<WatchEvent>) {
                         if !collectors.contains(&event.collector_id)
                             && event.event_type != EventType::Remediation
+                            && message.offset() <= bound
                         {
                             collectors.push(event.collector_id.clone());
                         }
-                        frames.see(message.offset(), &event);
+                        frames.see_bounded(message.offset(), &event, bound);
+                    }
+                    if next > bound && frames.open.is_empty() {
+                        // Every frame that begins in time has ended.
+                        break;
                     }
                 }
                 Some(Err(e)) => return Err(e),
@@ -161,5 +215,34 @@ mod tests {
             None,
             "c2 has no snapshot in the window"
         );
+    }
+
+    #[test]
+    fn a_snapshot_bounded_by_the_committed_offset_is_the_latest_that_begins_at_or_before_it() {
+        let c = "c1".to_owned();
+        let mut events = Vec::new();
+        for _ in 0..2 {
+            for stream in [Stream::Pod, Stream::Ip] {
+                events.push(marker("c1", stream, EventType::SyncStart));
+                events.push(marker("c1", stream, EventType::SyncEnd));
+            }
+        }
+        // Frames begin at 0 and 2, then at 4 and 6.
+        let start_with = |bound: i64| {
+            let mut frames = Frames::default();
+            for (offset, event) in events.iter().enumerate() {
+                frames.see_bounded(offset as i64, event, bound);
+            }
+            frames.start(std::slice::from_ref(&c))
+        };
+        assert_eq!(start_with(i64::MAX), Some(4), "unbounded: the latest");
+        assert_eq!(start_with(6), Some(4), "the later one began in time");
+        assert_eq!(
+            start_with(5),
+            Some(2),
+            "the pods' later frame began before 5 but the IPs' after: their earlier one"
+        );
+        assert_eq!(start_with(3), Some(0));
+        assert_eq!(start_with(1), None, "no frame of the IPs began in time");
     }
 }

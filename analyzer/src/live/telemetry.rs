@@ -90,18 +90,29 @@ impl InternalEvent for OffsetOutOfRange {
 pub struct SnapshotRebuildStarted {
     /// The partition.
     pub partition: i32,
-    /// The offset of its latest snapshot's start.
+    /// The offset of the snapshot's start.
     pub offset: i64,
+    /// The group's committed offset the snapshot begins at or before; `None`: the group
+    /// never consumed the partition, and the snapshot is its latest.
+    pub committed: Option<i64>,
 }
 
 impl InternalEvent for SnapshotRebuildStarted {
     type Metrics = Metrics;
     fn emit(self, metrics: &Metrics) {
-        info!(
-            partition = self.partition,
-            offset = self.offset,
-            "no local state: rebuilding from the latest snapshot"
-        );
+        match self.committed {
+            Some(committed) => info!(
+                partition = self.partition,
+                offset = self.offset,
+                committed,
+                "no local state: rebuilding from the snapshot at or before the group's committed offset"
+            ),
+            None => info!(
+                partition = self.partition,
+                offset = self.offset,
+                "no local state: rebuilding from the latest snapshot"
+            ),
+        }
         metrics
             .rebuilds
             .get_or_create(&crate::live::metrics::partition_labels(self.partition))
@@ -242,6 +253,7 @@ mod tests {
         SnapshotRebuildStarted {
             partition: 2,
             offset: 40,
+            committed: None,
         }
         .emit(&metrics);
         PartitionsAssigned {
