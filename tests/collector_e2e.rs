@@ -1,5 +1,5 @@
 //! The collector end to end: simulated API server -> `collector run` (a process) -> a real
-//! broker (tansu) -> read back from the topic. What the collector is for is completeness:
+//! broker (Apache Kafka) -> read back from the topic. What the collector is for is completeness:
 //! each test names a way to lose events and proves none is lost.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -191,7 +191,7 @@ fn a_collector_killed_mid_stream_and_restarted_loses_nothing() {
 
 #[test]
 fn events_made_while_the_broker_is_down_for_30s_all_arrive() {
-    let mut broker = Broker::start_persistent();
+    let mut broker = Broker::start();
     let world = World::new("outage", Some(broker.addr.clone()));
     let collector = world.collector();
     std::thread::scope(|scope| {
