@@ -213,6 +213,57 @@ fn events_made_while_the_broker_is_down_for_30s_all_arrive() {
     );
 }
 
+/// A broker frozen (SIGSTOP: its connections stay open and nothing answers) for longer
+/// than the producer's message timeout, then resumed: what timed out is sent again from
+/// the outbox, so every change arrives, nothing is quarantined and the outbox empties.
+#[test]
+fn events_made_while_the_broker_is_frozen_past_the_message_timeout_all_arrive_none_quarantined() {
+    let mut broker = Broker::start();
+    let world = World::new("frozen", Some(broker.addr.clone()));
+    // A 5 s message timeout (the collector's own is 300 s), so that a 12 s freeze outlasts it.
+    let collector = CollectorProcess::start(
+        &world.setup(),
+        &["--kafka-option", "message.timeout.ms=5000"],
+    );
+    std::thread::scope(|scope| {
+        let sim = &world.sim;
+        let changes = scope.spawn(move || churn(sim, 400, Duration::from_millis(40)));
+        std::thread::sleep(Duration::from_secs(2));
+        broker.pause();
+        std::thread::sleep(Duration::from_secs(12));
+        broker.resume();
+        changes.join().expect("churn");
+    });
+    let journal = world.sim.journal();
+    let events = world.events_until(Duration::from_secs(90), all_mutations_in(&journal));
+    assert_eq!(
+        missing(&journal, &events),
+        Vec::<Key>::new(),
+        "log:\n{}",
+        collector.log_text()
+    );
+    assert!(
+        collector.counter("ipaudit_collector_kafka_messages_total{result=\"failed\"}") >= 1.0,
+        "the freeze outlasted the message timeout: deliveries failed and were sent again\n{}",
+        collector.metrics()
+    );
+    assert_eq!(
+        collector.counter("ipaudit_collector_quarantined_total"),
+        0.0,
+        "{}",
+        collector.metrics()
+    );
+    let mut rows = f64::NAN;
+    for _ in 0..100 {
+        rows = collector.counter("ipaudit_collector_outbox_rows");
+        if rows == 0.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(rows, 0.0, "the outbox empties");
+}
+
 #[test]
 fn deletions_missed_while_the_watch_was_cut_and_versions_expired_arrive_as_deleted_on_relist() {
     let world = World::new("relist", None);

@@ -185,6 +185,16 @@ impl Broker {
         script(&["kill", &self.dir_str(), &node.to_string()]);
     }
 
+    /// Freezes every node (SIGSTOP): connections stay open and nothing answers.
+    pub fn pause(&mut self) {
+        script(&["pause", &self.dir_str()]);
+    }
+
+    /// Lets frozen nodes go on (SIGCONT).
+    pub fn resume(&mut self) {
+        script(&["resume", &self.dir_str()]);
+    }
+
     /// Starts the nodes that are not running again, on the same ports and data, and waits
     /// until every node answers a Metadata request.
     pub fn restart(&mut self) {
