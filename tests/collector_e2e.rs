@@ -1,5 +1,5 @@
 //! The collector end to end: simulated API server -> `collector run` (a process) -> a real
-//! broker (tansu) -> read back from the topic. What the collector is for is completeness:
+//! broker (Apache Kafka) -> read back from the topic. What the collector is for is completeness:
 //! each test names a way to lose events and proves none is lost.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -191,7 +191,7 @@ fn a_collector_killed_mid_stream_and_restarted_loses_nothing() {
 
 #[test]
 fn events_made_while_the_broker_is_down_for_30s_all_arrive() {
-    let mut broker = Broker::start_persistent();
+    let mut broker = Broker::start();
     let world = World::new("outage", Some(broker.addr.clone()));
     let collector = world.collector();
     std::thread::scope(|scope| {
@@ -211,6 +211,57 @@ fn events_made_while_the_broker_is_down_for_30s_all_arrive() {
         "log:\n{}",
         collector.log_text()
     );
+}
+
+/// A broker frozen (SIGSTOP: its connections stay open and nothing answers) for longer
+/// than the producer's message timeout, then resumed: what timed out is sent again from
+/// the outbox, so every change arrives, nothing is quarantined and the outbox empties.
+#[test]
+fn events_made_while_the_broker_is_frozen_past_the_message_timeout_all_arrive_none_quarantined() {
+    let mut broker = Broker::start();
+    let world = World::new("frozen", Some(broker.addr.clone()));
+    // A 5 s message timeout (the collector's own is 300 s), so that a 12 s freeze outlasts it.
+    let collector = CollectorProcess::start(
+        &world.setup(),
+        &["--kafka-option", "message.timeout.ms=5000"],
+    );
+    std::thread::scope(|scope| {
+        let sim = &world.sim;
+        let changes = scope.spawn(move || churn(sim, 400, Duration::from_millis(40)));
+        std::thread::sleep(Duration::from_secs(2));
+        broker.pause();
+        std::thread::sleep(Duration::from_secs(12));
+        broker.resume();
+        changes.join().expect("churn");
+    });
+    let journal = world.sim.journal();
+    let events = world.events_until(Duration::from_secs(90), all_mutations_in(&journal));
+    assert_eq!(
+        missing(&journal, &events),
+        Vec::<Key>::new(),
+        "log:\n{}",
+        collector.log_text()
+    );
+    assert!(
+        collector.counter("ipaudit_collector_kafka_messages_total{result=\"failed\"}") >= 1.0,
+        "the freeze outlasted the message timeout: deliveries failed and were sent again\n{}",
+        collector.metrics()
+    );
+    assert_eq!(
+        collector.counter("ipaudit_collector_quarantined_total"),
+        0.0,
+        "{}",
+        collector.metrics()
+    );
+    let mut rows = f64::NAN;
+    for _ in 0..100 {
+        rows = collector.counter("ipaudit_collector_outbox_rows");
+        if rows == 0.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(rows, 0.0, "the outbox empties");
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The collector under faults, end to end: simulated API server -> `collector run` (a
-//! process) -> a real broker (tansu). Each test breaks something an operator can break
+//! process) -> a real broker (Apache Kafka). Each test breaks something an operator can break
 //! (an object too large for Kafka, a producer setting librdkafka refuses, an API that
 //! fails, a Kafka outage longer than the outbox, a missing topic) and proves that nothing
 //! is stuck behind it, nothing dies silently, and readiness says so.
@@ -308,7 +308,7 @@ fn a_watch_failing_longer_than_unready_after_turns_readyz_to_503_until_it_recove
 
 #[test]
 fn a_full_outbox_pauses_the_watches_and_then_catches_up_with_nothing_lost() {
-    let mut broker = Broker::start_persistent();
+    let mut broker = Broker::start();
     let world = World::new("full", Some(broker.addr.clone()));
     let collector = CollectorProcess::start(&world.setup(), &["--outbox-max-bytes", "32KiB"]);
     world

@@ -44,10 +44,6 @@ impl AnalyzerProcess {
             } else {
                 &["--checkpoint-interval", "1s"][..]
             })
-            // tansu counts a static member's last contact from its first JoinGroup, and its
-            // join takes two 3 s pauses: a session under about 7 s expires every member at
-            // its first heartbeat.
-            .args(["--kafka-option", "session.timeout.ms=10000"])
             .args(if extra.contains(&"--listen") {
                 &[][..]
             } else {

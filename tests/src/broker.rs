@@ -1,10 +1,15 @@
-//! The real Kafka-protocol broker of the tests: tansu, started as a process on 127.0.0.1.
-//! `scripts/test` starts one for the whole run and exports `IPAUDIT_TEST_BROKERS`; tests
-//! that stop and restart a broker start their own.
+//! The real broker of the tests: Apache Kafka (KRaft), run by `scripts/broker` from jars
+//! fetched from Maven Central. `scripts/test` starts one node for the whole run and exports
+//! its addresses (`IPAUDIT_TEST_BROKERS` and the `IPAUDIT_TEST_*` keys of
+//! [`BrokerEnv`]); tests that stop, kill or restart a broker start their own with
+//! [`Broker::start`] (or [`Broker::start_cluster`]), which calls the same script on a
+//! directory of their own, so that both are set up alike.
 
+use std::collections::BTreeMap;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -14,34 +19,98 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::TopicPartitionList;
 
-/// A tansu broker process owned by a test.
-pub struct Broker {
-    /// `127.0.0.1:PORT`.
-    pub addr: String,
-    port: u16,
-    /// The port in its metadata: `port`, or a TLS terminator's in front of it.
-    advertised_port: u16,
-    /// Extra `tansu broker` arguments (e.g. `--authentication`).
-    args: Vec<String>,
-    storage: String,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
+/// What `scripts/broker start` prints: `KEY=value` lines naming the listeners' addresses,
+/// the TLS files and the SCRAM users (see the script's usage text).
+#[derive(Debug, Clone, Default)]
+pub struct BrokerEnv {
+    values: BTreeMap<String, String>,
 }
 
-/// The tansu binary: `$IPAUDIT_TANSU`, else on `PATH`, else `~/.cargo/bin/tansu`.
-pub fn tansu_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("IPAUDIT_TANSU") {
-        return PathBuf::from(path);
+impl BrokerEnv {
+    /// Parses the script's output.
+    pub fn parse(text: &str) -> BrokerEnv {
+        let values = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .filter(|(k, _)| k.starts_with("IPAUDIT_TEST_"))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        BrokerEnv { values }
     }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join("tansu"))
-        .find(|p| p.is_file());
-    on_path.unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").unwrap_or_default();
-        Path::new(&home).join(".cargo/bin/tansu")
-    })
+
+    /// The run's shared broker, from this process's environment (`scripts/test`), when it
+    /// names every listener.
+    pub fn from_process_env() -> Option<BrokerEnv> {
+        let values: BTreeMap<String, String> = std::env::vars()
+            .filter(|(k, v)| k.starts_with("IPAUDIT_TEST_") && !v.is_empty())
+            .collect();
+        let env = BrokerEnv { values };
+        env.values
+            .contains_key("IPAUDIT_TEST_BROKERS_SASL_SSL")
+            .then_some(env)
+    }
+
+    /// One value; panics naming the key when the broker did not print it.
+    pub fn get(&self, key: &str) -> &str {
+        self.values
+            .get(key)
+            .unwrap_or_else(|| panic!("scripts/broker printed no {key}: {:?}", self.values))
+    }
+
+    /// The plaintext bootstrap addresses.
+    pub fn plaintext(&self) -> &str {
+        self.get("IPAUDIT_TEST_BROKERS")
+    }
+
+    /// The password of a SCRAM user the broker was formatted with (`admin`, a super
+    /// user; `collector`, `analyzer`, `intruder`, without ACLs).
+    pub fn scram_password(&self, user: &str) -> String {
+        self.get("IPAUDIT_TEST_KAFKA_SCRAM_USERS")
+            .split(',')
+            .filter_map(|pair| pair.split_once(':'))
+            .find(|(name, _)| *name == user)
+            .map(|(_, password)| password.to_owned())
+            .unwrap_or_else(|| panic!("the broker has no SCRAM user {user}"))
+    }
+}
+
+/// A Kafka broker (one node, or a cluster of nodes) owned by a test, in a temporary
+/// directory of its own: configuration, data (which survives [`Broker::stop`] and
+/// [`Broker::restart`]), TLS files, logs and pids. Dropped, it is killed.
+pub struct Broker {
+    /// The plaintext bootstrap addresses (`127.0.0.1:PORT`, comma-separated).
+    pub addr: String,
+    /// Everything the script printed.
+    pub env: BrokerEnv,
+    nodes: usize,
+    dir: tempfile::TempDir,
+}
+
+/// `scripts/broker` of the checkout the tests run from.
+pub fn broker_script() -> PathBuf {
+    crate::manifest_dir().join("../scripts/broker")
+}
+
+/// Runs `scripts/broker ARGS` to its end; its stdout, or a panic with its stderr.
+fn script(args: &[&str]) -> String {
+    let output = Command::new(broker_script())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", broker_script().display()));
+    assert!(
+        output.status.success(),
+        "scripts/broker {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `scripts/broker install`, once per test process (fast when the jars are cached).
+fn install() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        script(&["install"]);
+    });
 }
 
 /// A free TCP port on 127.0.0.1.
@@ -52,7 +121,7 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// The run's shared broker (from `scripts/test`), else a private one for this process.
+/// The run's shared broker (from `scripts/test`): its plaintext addresses.
 pub fn shared_broker() -> Option<String> {
     std::env::var("IPAUDIT_TEST_BROKERS")
         .ok()
@@ -60,102 +129,88 @@ pub fn shared_broker() -> Option<String> {
 }
 
 impl Broker {
-    /// Starts a broker keeping its data in memory.
-    pub fn start_in_memory() -> Broker {
-        Self::start_with("memory://tansu/".into())
+    /// Starts one node (broker and controller).
+    pub fn start() -> Broker {
+        Self::start_nodes(1)
     }
 
-    /// Starts a broker keeping its data in a SQLite file, so that it survives a restart.
-    pub fn start_persistent() -> Broker {
-        Self::start_with("sqlite://broker.db".into())
+    /// Starts `nodes` nodes, each a broker and a voter of one controller quorum; internal
+    /// topics get replication 3 and `min.insync.replicas` 2 from three nodes on.
+    pub fn start_cluster(nodes: usize) -> Broker {
+        Self::start_nodes(nodes)
     }
 
-    fn start_with(storage: String) -> Broker {
-        let mut broker = Self::configured(storage);
-        broker.restart();
-        broker
-    }
-
-    /// A broker not yet started, advertising its own port.
-    pub(crate) fn configured(storage: String) -> Broker {
-        let port = free_port();
+    fn start_nodes(nodes: usize) -> Broker {
+        install();
         let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("kafka");
+        let path = path.to_str().expect("a UTF-8 temp dir");
+        let out = if nodes == 1 {
+            script(&["start", path])
+        } else {
+            script(&["start-cluster", path, &nodes.to_string()])
+        };
+        let env = BrokerEnv::parse(&out);
         Broker {
-            addr: format!("127.0.0.1:{port}"),
-            port,
-            advertised_port: port,
-            args: Vec::new(),
-            storage,
+            addr: env.plaintext().to_owned(),
+            env,
+            nodes,
             dir,
-            child: None,
         }
     }
 
-    /// Advertises `port` (where a TLS terminator forwards to this broker) and adds `args`
-    /// to the broker's command line; takes effect at the next [`Broker::restart`].
-    pub(crate) fn advertise(&mut self, port: u16, args: &[&str]) {
-        self.advertised_port = port;
-        self.args = args.iter().map(|a| (*a).to_owned()).collect();
+    /// Its directory (`node-N/` with each node's data, `broker.log` and pid; `tls/`).
+    pub fn dir(&self) -> PathBuf {
+        self.dir.path().join("kafka")
     }
 
-    /// The port the broker listens on (plaintext).
-    pub fn port(&self) -> u16 {
-        self.port
+    /// How many nodes it has.
+    pub fn nodes(&self) -> usize {
+        self.nodes
     }
 
-    /// Its scratch directory (storage, log).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
+    /// Node `node`'s log (1-based).
+    pub fn log(&self, node: usize) -> String {
+        std::fs::read_to_string(self.dir().join(format!("node-{node}/broker.log")))
+            .unwrap_or_default()
     }
 
-    /// Stops the broker process (SIGKILL: an outage, not a clean shutdown).
+    /// Kills every node (SIGKILL: an outage, not a clean shutdown). The data stays.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        script(&["kill", &self.dir_str()]);
     }
 
-    /// Starts the broker again on the same port and storage.
+    /// Kills node `node` (1-based) only.
+    pub fn kill_node(&mut self, node: usize) {
+        script(&["kill", &self.dir_str(), &node.to_string()]);
+    }
+
+    /// Freezes every node (SIGSTOP): connections stay open and nothing answers.
+    pub fn pause(&mut self) {
+        script(&["pause", &self.dir_str()]);
+    }
+
+    /// Lets frozen nodes go on (SIGCONT).
+    pub fn resume(&mut self) {
+        script(&["resume", &self.dir_str()]);
+    }
+
+    /// Starts the nodes that are not running again, on the same ports and data, and waits
+    /// until every node answers a Metadata request.
     pub fn restart(&mut self) {
-        self.stop();
-        let binary = tansu_binary();
-        assert!(
-            binary.is_file(),
-            "tansu not found at {}: run scripts/test, which installs it (cargo install --locked tansu --version 0.6.0 --features dynostore,libsql)",
-            binary.display()
-        );
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let advertised = format!("tcp://127.0.0.1:{}", self.advertised_port);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("broker.log"))
-            .expect("broker log");
-        // tansu reads a .env from its working directory: give it an empty one of its own.
-        let child = Command::new(&binary)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &advertised,
-            ])
-            .args(["--storage-engine", &self.storage])
-            .args(&self.args)
-            .current_dir(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start tansu");
-        self.child = Some(child);
-        wait_for_port(self.port, Duration::from_secs(30));
+        script(&["start", &self.dir_str()]);
+    }
+
+    fn dir_str(&self) -> String {
+        self.dir().display().to_string()
     }
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        self.stop();
+        let _ = Command::new(broker_script())
+            .args(["kill", &self.dir_str()])
+            .output();
     }
 }
 
@@ -184,6 +239,11 @@ pub async fn create_topic(brokers: &str, topic: &str) {
     create_topic_via(plain(brokers), topic).await
 }
 
+/// Creates a topic with `partitions` partitions for one test.
+pub async fn create_partitioned_topic(brokers: &str, topic: &str, partitions: i32) {
+    create_topic_in(plain(brokers), topic, partitions).await
+}
+
 /// A plaintext client configuration for `brokers`.
 fn plain(brokers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
@@ -193,8 +253,12 @@ fn plain(brokers: &str) -> ClientConfig {
 
 /// Creates a topic (one partition) through a client configured by `config` (TLS, SASL).
 pub async fn create_topic_via(config: ClientConfig, topic: &str) {
+    create_topic_in(config, topic, 1).await
+}
+
+async fn create_topic_in(config: ClientConfig, topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = config.create().expect("admin client");
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let results = admin
         .create_topics(
             [&new],

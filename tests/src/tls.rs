@@ -1,20 +1,79 @@
-//! A Kafka endpoint over TLS for the tests: the test broker (tansu) listening on a plain
-//! port and advertising a second port, where a TLS terminator (Debian's `stunnel4`) accepts
-//! TLS and forwards to the broker, so that clients bootstrap and reconnect over TLS only.
-//! The certificates are made for the test with the `openssl` command: a throwaway CA, a
-//! server certificate for 127.0.0.1 signed by it, a client certificate, and a second CA
-//! that signed nothing (the wrong CA). Optionally the terminator requires client
-//! certificates (mutual TLS), and the broker requires SASL SCRAM (tansu 0.6.0 implements
-//! SCRAM-SHA-256/512 with credentials kept in its storage; its PLAIN accepts any password,
-//! so PLAIN proves nothing there and is not tested against it).
+//! Kafka over TLS for the tests: the broker's own listeners (`scripts/broker` opens them on
+//! every node) — SSL with the server's certificate only, MTLS (SSL requiring a client
+//! certificate) and SASL_SSL with SCRAM-SHA-256 and SCRAM-SHA-512 — so that clients
+//! bootstrap and reconnect over TLS only. The script makes the certificates with the
+//! `openssl` command: a throwaway CA, the broker's certificate for 127.0.0.1 signed by it,
+//! and a client certificate (CN=admin, which the broker maps to the super user
+//! `User:admin`); this module adds a second CA that signed nothing (the wrong CA). SCRAM
+//! users are created when the broker's storage is formatted; these tests use `admin`, a
+//! super user, since Kafka's authorizer refuses every principal without ACLs.
+//! The endpoint is on the run's shared broker (`scripts/test` exports its listeners) or,
+//! outside `scripts/test`, on a broker of the test's own.
+//!
+//! [`Certs`] makes a set of certificates of the same kind for the tests' own TLS servers
+//! (the collector's admission webhook).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use rdkafka::config::ClientConfig;
 
-use crate::broker::{free_port, tansu_binary, Broker};
+use crate::broker::{Broker, BrokerEnv};
+
+/// SASL SCRAM credentials for the broker.
+#[derive(Debug, Clone)]
+pub struct Scram {
+    /// `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub mechanism: &'static str,
+    /// User name.
+    pub username: String,
+    /// Password.
+    pub password: String,
+}
+
+/// Which TLS listener a test talks to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TlsSetup {
+    /// The listener that requires a client certificate signed by the test CA (mutual
+    /// TLS); else the one that asks for none.
+    pub client_certificates: bool,
+    /// The SASL_SSL listener with this SCRAM mechanism (`SCRAM-SHA-256` or
+    /// `SCRAM-SHA-512`), as the super user `admin`.
+    pub scram: Option<&'static str>,
+}
+
+/// One TLS listener of a Kafka broker, with the files and credentials to reach it.
+pub struct TlsEndpoint {
+    /// Its bootstrap addresses: the only ones clients are given.
+    pub addr: String,
+    /// The CA that signed the broker's certificate and the client certificate (PEM).
+    pub ca: PathBuf,
+    /// A CA that signed nothing here: trusting only it must fail verification.
+    pub other_ca: PathBuf,
+    /// A client certificate signed by `ca` (CN=admin), and its key.
+    client_cert: PathBuf,
+    client_key: PathBuf,
+    /// What clients must present.
+    pub setup: TlsSetup,
+    scram: Option<Scram>,
+    /// The broker's directory (its nodes' logs).
+    broker_dir: PathBuf,
+    scratch: tempfile::TempDir,
+    _own: Option<Broker>,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let output = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the openssl command (Debian package openssl; scripts/test installs it)");
+    assert!(
+        output.status.success(),
+        "openssl {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
 
 /// Throwaway certificates in a directory of their own.
 pub struct Certs {
@@ -31,19 +90,6 @@ pub struct Certs {
     pub client_cert: PathBuf,
     /// Its key.
     pub client_key: PathBuf,
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the openssl command (Debian package openssl; scripts/test installs it)");
-    assert!(
-        output.status.success(),
-        "openssl {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 impl Certs {
@@ -116,130 +162,82 @@ impl Certs {
         }
     }
 
-    /// Their directory (scratch space for the terminator's configuration too).
+    /// Their directory.
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
 }
 
-/// SASL SCRAM credentials the broker requires.
-#[derive(Debug, Clone)]
-pub struct Scram {
-    /// `SCRAM-SHA-256` or `SCRAM-SHA-512`.
-    pub mechanism: &'static str,
-    /// User name.
-    pub username: String,
-    /// Password.
-    pub password: String,
-}
-
-/// What the TLS endpoint demands of clients.
-#[derive(Debug, Clone, Default)]
-pub struct TlsSetup {
-    /// Require a client certificate signed by the test CA (mutual TLS).
-    pub client_certificates: bool,
-    /// Require SASL SCRAM with these credentials.
-    pub scram: Option<Scram>,
-}
-
-/// The test broker behind a TLS terminator.
-pub struct TlsBroker {
-    /// `127.0.0.1:PORT` of the TLS endpoint: the only address clients are given.
-    pub addr: String,
-    /// The certificates.
-    pub certs: Certs,
-    /// What clients must present.
-    pub setup: TlsSetup,
-    stunnel: Child,
-    broker: Broker,
-}
-
-/// The TLS terminator's binary: `stunnel4` or `stunnel` on `PATH`.
-fn stunnel_binary() -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .flat_map(|dir| [dir.join("stunnel4"), dir.join("stunnel")])
-        .find(|p| p.is_file())
-        .expect("stunnel not found: install Debian's stunnel4 (scripts/test does)")
-}
-
-impl TlsBroker {
-    /// Starts a broker (data in a SQLite file, so that SCRAM users survive the restart
-    /// that switches authentication on) and a TLS terminator in front of it.
-    pub fn start(setup: TlsSetup) -> TlsBroker {
-        let certs = Certs::generate();
-        let tls_port = free_port();
-        let mut broker = Broker::configured("sqlite://broker.db".into());
-        if let Some(scram) = &setup.scram {
-            // tansu refuses every request but the handshake until a client authenticated,
-            // its own CLI included: create the user first, then switch authentication on.
-            broker.restart();
-            let mechanism = match scram.mechanism {
-                "SCRAM-SHA-256" => "scram256",
-                _ => "scram512",
-            };
-            let status = Command::new(tansu_binary())
-                .args(["user", "create", "--broker"])
-                .arg(format!("tcp://127.0.0.1:{}", broker.port()))
-                .args(["--mechanism", mechanism, &scram.username, &scram.password])
-                .current_dir(broker.dir())
-                .stdout(Stdio::null())
-                .status()
-                .expect("tansu user create");
-            assert!(status.success(), "tansu user create failed");
-            broker.advertise(tls_port, &["--authentication"]);
-        } else {
-            broker.advertise(tls_port, &[]);
-        }
-        broker.restart();
-
-        let conf = certs.dir().join("stunnel.conf");
-        let verify = if setup.client_certificates {
-            format!(
-                "CAfile = {}\nverifyChain = yes\nrequireCert = yes\n",
-                certs.ca.display()
-            )
-        } else {
-            String::new()
+impl TlsEndpoint {
+    /// The listener `setup` names, on the run's shared broker or on one of this test's.
+    pub fn open(setup: TlsSetup) -> TlsEndpoint {
+        assert!(
+            !(setup.client_certificates && setup.scram.is_some()),
+            "the broker's SASL_SSL listener asks for no client certificate"
+        );
+        let (env, own) = match BrokerEnv::from_process_env() {
+            Some(env) => (env, None),
+            None => {
+                let broker = Broker::start();
+                (broker.env.clone(), Some(broker))
+            }
         };
-        std::fs::write(
-            &conf,
-            format!(
-                "foreground = yes\npid =\ndebug = notice\n\n[kafka]\naccept = 127.0.0.1:{tls_port}\nconnect = 127.0.0.1:{}\ncert = {}\nkey = {}\n{verify}",
-                broker.port(),
-                certs.server_cert.display(),
-                certs.server_key.display(),
-            ),
-        )
-        .expect("stunnel configuration");
-        let log = std::fs::File::create(certs.dir().join("stunnel.log")).expect("stunnel log");
-        let stunnel = Command::new(stunnel_binary())
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start stunnel");
-        let endpoint = TlsBroker {
-            addr: format!("127.0.0.1:{tls_port}"),
-            certs,
+        let key = match (setup.client_certificates, setup.scram) {
+            (true, _) => "IPAUDIT_TEST_BROKERS_MTLS",
+            (false, Some(_)) => "IPAUDIT_TEST_BROKERS_SASL_SSL",
+            (false, None) => "IPAUDIT_TEST_BROKERS_SSL",
+        };
+        let user = env.get("IPAUDIT_TEST_KAFKA_SUPER_USER").to_owned();
+        let scram = setup.scram.map(|mechanism| Scram {
+            mechanism,
+            password: env.scram_password(&user),
+            username: user,
+        });
+        let scratch = tempfile::tempdir().expect("temp dir");
+        openssl(
+            scratch.path(),
+            &[
+                "req",
+                "-x509",
+                "-nodes",
+                "-days",
+                "2",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-keyout",
+                "other-ca.key",
+                "-out",
+                "other-ca.pem",
+                "-subj",
+                "/CN=other CA",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+            ],
+        );
+        TlsEndpoint {
+            addr: env.get(key).to_owned(),
+            ca: env.get("IPAUDIT_TEST_KAFKA_CA").into(),
+            other_ca: scratch.path().join("other-ca.pem"),
+            client_cert: env.get("IPAUDIT_TEST_KAFKA_CLIENT_CERT").into(),
+            client_key: env.get("IPAUDIT_TEST_KAFKA_CLIENT_KEY").into(),
             setup,
-            stunnel,
-            broker,
-        };
-        if !crate::broker::port_opens(tls_port, Duration::from_secs(20)) {
-            panic!("stunnel did not listen; log:\n{}", endpoint.stunnel_log());
+            scram,
+            broker_dir: env.get("IPAUDIT_TEST_KAFKA_DIR").into(),
+            scratch,
+            _own: own,
         }
-        endpoint
     }
 
-    /// The terminator's log.
-    pub fn stunnel_log(&self) -> String {
-        std::fs::read_to_string(self.certs.dir().join("stunnel.log")).unwrap_or_default()
+    /// The SCRAM credentials clients use, when the listener wants them.
+    pub fn scram(&self) -> Option<&Scram> {
+        self.scram.as_ref()
     }
 
-    /// The broker's log.
+    /// The broker's log (its first node's).
     pub fn broker_log(&self) -> String {
-        std::fs::read_to_string(self.broker.dir().join("broker.log")).unwrap_or_default()
+        std::fs::read_to_string(self.broker_dir.join("node-1/broker.log")).unwrap_or_default()
     }
 
     /// A client configuration for the test's own clients: TLS with the test CA, the
@@ -248,19 +246,16 @@ impl TlsBroker {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", &self.addr)
-            .set("ssl.ca.location", self.certs.ca.display().to_string());
+            .set("ssl.ca.location", self.ca.display().to_string());
         if self.setup.client_certificates {
             config
                 .set(
                     "ssl.certificate.location",
-                    self.certs.client_cert.display().to_string(),
+                    self.client_cert.display().to_string(),
                 )
-                .set(
-                    "ssl.key.location",
-                    self.certs.client_key.display().to_string(),
-                );
+                .set("ssl.key.location", self.client_key.display().to_string());
         }
-        match &self.setup.scram {
+        match &self.scram {
             Some(scram) => config
                 .set("security.protocol", "sasl_ssl")
                 .set("sasl.mechanisms", scram.mechanism)
@@ -278,13 +273,13 @@ impl TlsBroker {
         if self.setup.client_certificates {
             flags.extend([
                 "--kafka-cert-file".to_owned(),
-                self.certs.client_cert.display().to_string(),
+                self.client_cert.display().to_string(),
                 "--kafka-key-file".to_owned(),
-                self.certs.client_key.display().to_string(),
+                self.client_key.display().to_string(),
             ]);
         }
-        if let Some(scram) = &self.setup.scram {
-            let file = self.certs.dir().join("sasl-password");
+        if let Some(scram) = &self.scram {
+            let file = self.scratch.path().join("sasl-password");
             std::fs::write(&file, format!("{}\n", scram.password)).expect("password file");
             flags.extend([
                 "--kafka-sasl-mechanism".to_owned(),
@@ -300,14 +295,6 @@ impl TlsBroker {
 
     /// The flags trusting the right CA.
     pub fn flags(&self) -> Vec<String> {
-        self.flags_trusting(&self.certs.ca)
-    }
-}
-
-impl Drop for TlsBroker {
-    fn drop(&mut self) {
-        let _ = self.stunnel.kill();
-        let _ = self.stunnel.wait();
-        self.broker.stop();
+        self.flags_trusting(&self.ca)
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ipaudit_schemas::{decode, WatchEvent};
 use kube_sim::{Kind, KubeSim, SimConfig};
 
-use crate::broker::{create_topic, read_topic, shared_broker, Broker};
+use crate::broker::{create_partitioned_topic, read_topic, shared_broker, Broker};
 use crate::collector::{CollectorProcess, CollectorSetup};
 
 /// One test's world: a simulated API server, a broker, a topic, a state directory.
@@ -31,15 +31,21 @@ impl World {
     /// A world on the run's shared broker (or a private one), or on `brokers`, whose API
     /// server serves every kind ipaudit knows.
     pub fn new(name: &str, brokers: Option<String>) -> World {
-        Self::with_sim(name, brokers, SimConfig::default())
+        Self::with_sim(name, brokers, SimConfig::default(), 1)
     }
 
     /// A world whose API server serves only `kinds` (a cluster with only whereabouts...).
     pub fn serving(name: &str, kinds: &[Kind]) -> World {
-        Self::with_sim(name, None, SimConfig::serving(kinds))
+        Self::with_sim(name, None, SimConfig::serving(kinds), 1)
     }
 
-    fn with_sim(name: &str, brokers: Option<String>, config: SimConfig) -> World {
+    /// A world whose events topic has `partitions` partitions (a consumer group of several
+    /// analyzers); the collector's cluster `lab` is in one of them.
+    pub fn partitioned(name: &str, partitions: i32) -> World {
+        Self::with_sim(name, None, SimConfig::default(), partitions)
+    }
+
+    fn with_sim(name: &str, brokers: Option<String>, config: SimConfig, partitions: i32) -> World {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -58,13 +64,13 @@ impl World {
         let (broker, brokers) = match (brokers, shared_broker()) {
             (Some(addr), _) | (None, Some(addr)) => (None, addr),
             (None, None) => {
-                let b = Broker::start_in_memory();
+                let b = Broker::start();
                 let addr = b.addr.clone();
                 (Some(b), addr)
             }
         };
         let topic = format!("ipaudit.events.{name}.{}", std::process::id());
-        runtime.block_on(create_topic(&brokers, &topic));
+        runtime.block_on(create_partitioned_topic(&brokers, &topic, partitions));
         World {
             sim,
             dir,

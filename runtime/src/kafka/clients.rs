@@ -10,10 +10,10 @@
 //!   [`Delivery::Outbox`] 300 s, [`Delivery::Awaited`] 30 s (see there).
 //! - **Group consumers** commit by hand (`enable.auto.commit` and
 //!   `enable.auto.offset.store` off: an offset is stored only after what it covers is
-//!   durable downstream), with a 10 s session and 1 s heartbeats (brokers that count a
-//!   member's last contact from its join and heartbeats only, such as tansu, expire a
-//!   member still syncing after one session with librdkafka's 3 s), and static membership
-//!   when an instance id is given (a restarted member gets its partitions back at once).
+//!   durable downstream), with a 10 s session and 1 s heartbeats (a member that died
+//!   without leaving is replaced after 10 s rather than Kafka's default 45 s), and static
+//!   membership when an instance id is given (a restarted member gets its partitions back
+//!   at once, without a rebalance of the others).
 //! - **Readers** (assign-only consumers that scan a topic and commit nothing) and **admin**
 //!   clients take the connection alone.
 //!

@@ -7,7 +7,7 @@
 //! cargo build --release -p ipaudit-collector -p ipaudit-tests --bins
 //! target/release/collector-bench --objects 100000 --changes 100000
 //! ```
-//! Uses `$IPAUDIT_TEST_BROKERS` when set, else starts tansu (see scripts/broker).
+//! Uses `$IPAUDIT_TEST_BROKERS` when set, else starts Apache Kafka (see scripts/broker).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -117,7 +117,7 @@ fn main() {
     let brokers = match shared_broker() {
         Some(b) => b,
         None => {
-            let b = Broker::start_in_memory();
+            let b = Broker::start();
             let addr = b.addr.clone();
             _broker = b;
             addr

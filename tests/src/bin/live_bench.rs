@@ -11,7 +11,7 @@
 //! cargo build --release -p ipaudit-analyzer -p ipaudit-collector -p ipaudit-tests --bins
 //! target/release/replay-bench generate --out /tmp/ipaudit-history.avro --events 200000 --ips 40000 --subnets 2000
 //! pip install confluent-kafka
-//! dir=$(mktemp -d); export IPAUDIT_TEST_BROKERS=$(scripts/broker start $dir)
+//! dir=$(mktemp -d); export $(scripts/broker start $dir | grep ^IPAUDIT_TEST_BROKERS=)
 //! target/release/live-bench /tmp/ipaudit-history.avro 50
 //! ```
 
@@ -132,7 +132,7 @@ fn main() {
     let brokers = match shared_broker() {
         Some(b) => b,
         None => {
-            let b = Broker::start_in_memory();
+            let b = Broker::start();
             let addr = b.addr.clone();
             _own = b;
             addr

@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo build -p ipaudit-collector -p ipaudit-tests --bins
-//! dir=$(mktemp -d); export IPAUDIT_TEST_BROKERS=$(scripts/broker start $dir)
+//! dir=$(mktemp -d); export $(scripts/broker start $dir | grep ^IPAUDIT_TEST_BROKERS=)
 //! target/debug/outbox-drain-bench --rows 1000000
 //! scripts/pair-bench -n 3 --timeout 3600 --vs 'target/debug/outbox-drain-bench --collector /tmp/main-collector' -- target/debug/outbox-drain-bench
 //! scripts/broker stop $dir
@@ -113,7 +113,7 @@ fn main() {
     let brokers = match shared_broker() {
         Some(b) => b,
         None => {
-            let b = Broker::start_in_memory();
+            let b = Broker::start();
             let addr = b.addr.clone();
             _broker = b;
             addr
