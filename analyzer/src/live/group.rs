@@ -27,8 +27,9 @@ use std::sync::{Arc, Mutex};
 use ipaudit_runtime::telemetry::InternalEvent as _;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
-use rdkafka::types::RDKafkaRespErr;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
 use rusqlite::{params, Connection};
 use tracing::warn;
@@ -95,6 +96,15 @@ pub struct GroupContext {
 }
 
 impl ClientContext for GroupContext {
+    /// librdkafka's errors, as its default logs them, but for the end of a partition: the
+    /// consume loop asks for it (`enable.partition.eof`) and takes it from the consumer,
+    /// where it is news, not an error.
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+
     fn stats(&self, statistics: Statistics) {
         let Some(topic) = statistics.topics.get(&self.topic) else {
             return;
@@ -194,7 +204,7 @@ impl GroupContext {
                 partition,
                 committed,
             )?;
-            Ok::<_, rdkafka::error::KafkaError>((offset, committed))
+            Ok::<_, KafkaError>((offset, committed))
         });
         match found {
             Ok((offset, committed)) => {
