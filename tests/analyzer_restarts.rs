@@ -1,7 +1,8 @@
 //! `analyzer run` restarted on a state directory it cannot use as it is: a store file
-//! that is not a readable SQLite database, or a checkpoint this build cannot read (written
-//! by a newer release). Each must be set aside with a warning and the analysis rebuilt
-//! from the latest snapshot in the topic, never a crash loop. Simulated API server ->
+//! that is not a readable SQLite database, a checkpoint this build cannot read (written
+//! by a newer release), or a checkpoint whose offset Kafka no longer has (the records
+//! were deleted while it was down). Each must be set aside with a warning and the analysis
+//! rebuilt from the latest snapshot in the topic, never a crash loop. Simulated API server ->
 //! collector -> real broker -> `analyzer run` -> a real HTTP webhook receiver.
 
 use std::collections::HashMap;
@@ -9,12 +10,14 @@ use std::time::Duration;
 
 use ipaudit_analyzer::live::store::Store;
 use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::broker::create_topic;
+use ipaudit_tests::broker::{create_topic, delete_records, watermarks};
 use ipaudit_tests::collector::CollectorProcess;
 use ipaudit_tests::receiver::{Received, Receiver};
-use ipaudit_tests::scenario::{play_kube_ovn_seed, Seed};
-use ipaudit_tests::wait_for;
+use ipaudit_tests::scenario::{
+    play_kube_ovn_seed, play_subnet_deleted_under_live_ip, subnet_leak_alert, Seed,
+};
 use ipaudit_tests::world::World;
+use ipaudit_tests::{poll_until, wait_for};
 
 fn rule(r: &Received) -> String {
     r.body["rule"].as_str().unwrap_or_default().to_owned()
@@ -150,4 +153,70 @@ fn a_checkpoint_of_a_newer_format_is_set_aside_and_the_analysis_rebuilt_from_the
         !log.contains("set aside") && !log.contains("rebuilding"),
         "{log}"
     );
+}
+
+/// Records deleted (the admin API's DeleteRecords, as retention would) past the analyzer's
+/// checkpoint while it was down: on restart it counts the gap, rebuilds the partition from
+/// a snapshot after the gap, and the incident that follows still fires.
+#[test]
+#[ignore = "analyzer bugs on Kafka's out-of-range path: the AutoOffsetReset error can be handled before the assignment it follows is applied (then nothing is rebuilt), and the seek to the rebuild offset is refused with 'Erroneous state' (the partition stays unread); run with --ignored once live/consume.rs applies group changes before each poll result and re-assigns instead of seeking"]
+fn records_deleted_past_the_checkpoint_while_down_are_counted_and_rebuilt_from_a_snapshot_and_the_next_incident_fires(
+) {
+    let world = World::new("out-of-range", None);
+    let receiver = Receiver::start(&world.runtime);
+    let _collector = CollectorProcess::start(&world.setup(), &["--snapshot-interval", "1s"]);
+    let first = analyzer(&world, &receiver, "out-of-range");
+    wait_for(
+        "the analyzer owns the partition",
+        Duration::from_secs(30),
+        || (first.value("ipaudit_analyzer_assigned_partitions") == 1.0).then_some(()),
+    );
+    play_subnet_deleted_under_live_ip(&world.sim, "before", 51);
+    wait_for("the alert before the stop", Duration::from_secs(30), || {
+        subnet_leak_alert(&receiver, "before")
+    });
+    // A checkpoint (every second) holds the offset reached.
+    std::thread::sleep(Duration::from_secs(2));
+    first.kill();
+
+    // While it is down the cluster changes, and the partition loses everything up to here.
+    for i in 0..5u8 {
+        play_subnet_deleted_under_live_ip(&world.sim, &format!("while-down-{i}"), 60 + i);
+    }
+    std::thread::sleep(Duration::from_millis(1_500));
+    let (_, high) = watermarks(&world.brokers, &world.topic, 0);
+    let low = world
+        .runtime
+        .block_on(delete_records(&world.brokers, &world.topic, 0, high));
+    assert_eq!(low, high);
+    // The collector's next snapshots start after the gap.
+    std::thread::sleep(Duration::from_secs(3));
+
+    let mut restarted = analyzer(&world, &receiver, "out-of-range");
+    poll_until(Duration::from_secs(30), || {
+        (restarted.value("ipaudit_analyzer_offset_out_of_range_total{partition=\"0\"}") > 0.0)
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the gap is not counted; log:\n{}", restarted.log_text()));
+    let log = restarted.log_text();
+    let rebuilt = log
+        .lines()
+        .find(|l| l.contains("checkpointed offset is outside the log"))
+        .unwrap_or_else(|| panic!("the gap is logged:\n{log}"));
+    assert!(
+        rebuilt.contains("start=Snapshot("),
+        "rebuilt from a snapshot after the gap: {rebuilt}"
+    );
+    play_subnet_deleted_under_live_ip(&world.sim, "after", 52);
+    let alert = poll_until(Duration::from_secs(30), || {
+        subnet_leak_alert(&receiver, "after")
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no alert of the incident after the rebuild; log:\n{}",
+            restarted.log_text()
+        )
+    });
+    assert_eq!(alert.body["status"], "FIRING");
+    assert!(!restarted.wait(Duration::from_millis(100)), "still running");
 }

@@ -318,6 +318,43 @@ pub fn read_topic_via(
     payloads
 }
 
+/// The low and high watermarks of partition `partition` of `topic`: its first offset and
+/// the offset after its last message.
+pub fn watermarks(brokers: &str, topic: &str, partition: i32) -> (i64, i64) {
+    let consumer: BaseConsumer = plain(brokers)
+        .set(
+            "group.id",
+            format!("test-watermarks-{}", std::process::id()),
+        )
+        .create()
+        .expect("consumer");
+    consumer
+        .fetch_watermarks(topic, partition, Duration::from_secs(10))
+        .expect("watermarks")
+}
+
+/// Deletes the records of partition `partition` of `topic` before offset `before` (what
+/// retention does to old segments, through the admin API); returns the new low watermark.
+pub async fn delete_records(brokers: &str, topic: &str, partition: i32, before: i64) -> i64 {
+    let admin: AdminClient<DefaultClientContext> = plain(brokers).create().expect("admin");
+    let mut offsets = TopicPartitionList::new();
+    offsets
+        .add_partition_offset(topic, partition, rdkafka::Offset::Offset(before))
+        .expect("offsets");
+    let result = admin
+        .delete_records(&offsets, &AdminOptions::new())
+        .await
+        .expect("delete records");
+    let element = result
+        .find_partition(topic, partition)
+        .expect("the partition in the result");
+    element.error().expect("records deleted");
+    match element.offset() {
+        rdkafka::Offset::Offset(low) => low,
+        other => panic!("low watermark after deleting: {other:?}"),
+    }
+}
+
 /// Produces one message and waits for the broker's acknowledgement.
 pub async fn produce(brokers: &str, topic: &str, key: &[u8], payload: &[u8]) {
     use rdkafka::producer::{FutureProducer, FutureRecord};
