@@ -298,6 +298,7 @@ pub async fn run(
                 // points to): the state it goes with cannot be continued.
                 let out_of_range =
                     out_of_range_partitions(&consumer, &config.topic, &owned, &shared);
+                let mut rebuilds = HashMap::new();
                 for partition in out_of_range {
                     drop_partition(
                         &mut store,
@@ -321,11 +322,10 @@ pub async fn run(
                         }
                         Start::Beginning => Offset::Beginning,
                     };
-                    if let Err(error) =
-                        consumer.seek(&config.topic, partition, offset, Duration::from_secs(10))
-                    {
-                        warn!(%error, partition, "cannot move to the rebuild offset");
-                    }
+                    rebuilds.insert(partition, offset);
+                }
+                if !rebuilds.is_empty() {
+                    reassign(&consumer, &config.topic, &owned, &shared, &rebuilds);
                 }
             }
             Turn::Message(Err(error)) => warn!(%error, "consumer error"),
@@ -601,6 +601,37 @@ fn out_of_range_partitions(
         }
     }
     out
+}
+
+/// Assigns the owned partitions again, `rebuilds` at their rebuild offset and the others
+/// at their next offset. A partition whose fetch stopped at an offset outside the log is in
+/// an error state in which librdkafka refuses a seek ("Erroneous state"); a new
+/// assignment starts its fetch afresh.
+fn reassign(
+    consumer: &StreamConsumer<GroupContext>,
+    topic: &str,
+    owned: &HashSet<i32>,
+    shared: &GroupShared,
+    rebuilds: &HashMap<i32, Offset>,
+) {
+    let next = shared
+        .next
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut list = TopicPartitionList::new();
+    for partition in owned {
+        let offset = rebuilds.get(partition).copied().unwrap_or_else(|| {
+            next.get(partition)
+                .map_or(Offset::Beginning, |n| Offset::Offset(*n))
+        });
+        if let Err(error) = list.add_partition_offset(topic, *partition, offset) {
+            warn!(%error, partition, "cannot set the rebuild offset");
+        }
+    }
+    if let Err(error) = consumer.assign(&list) {
+        warn!(%error, "cannot assign the partitions again at their rebuild offsets");
+    }
 }
 
 /// Sets each owned partition's lag from its end (librdkafka's statistics) and the next
