@@ -31,7 +31,8 @@ use crate::live::sinks::{run_delivery, AlertSink, DeliveryConfig};
 use crate::live::start_offset::Start;
 use crate::live::store::{Store, StoreError};
 use crate::live::telemetry::{
-    CheckpointWritten, EventConsumed, MessageUndecodable, OffsetOutOfRange, SnapshotRebuildStarted,
+    CheckpointWritten, EventConsumed, MessageUndecodable, OffsetOutOfRange, SnapshotChoice,
+    SnapshotRebuildStarted,
 };
 use crate::live::CLIENT_ID;
 
@@ -551,7 +552,7 @@ fn rebuild_start(config: &LiveConfig, partition: i32, metrics: &Metrics) -> Star
         return Start::Beginning;
     }
     let found = crate::live::group::blocking(|| {
-        crate::live::start_offset::latest_snapshot_offset(
+        crate::live::start_offset::first_snapshot_offset(
             &config.connection,
             &config.topic,
             partition,
@@ -562,13 +563,13 @@ fn rebuild_start(config: &LiveConfig, partition: i32, metrics: &Metrics) -> Star
             SnapshotRebuildStarted {
                 partition,
                 offset,
-                committed: None,
+                chosen: SnapshotChoice::FirstAfterGap,
             }
             .emit(metrics);
             Start::Snapshot(offset)
         }
         Err(error) => {
-            warn!(%error, partition, "cannot find the latest snapshot; reading the partition from its start");
+            warn!(%error, partition, "cannot find a snapshot after the gap; reading the partition from its start");
             Start::Beginning
         }
     }

@@ -36,7 +36,9 @@ use tracing::warn;
 
 use crate::live::metrics::Metrics;
 use crate::live::start_offset::Start;
-use crate::live::telemetry::{PartitionsAssigned, PartitionsRevoked, SnapshotRebuildStarted};
+use crate::live::telemetry::{
+    PartitionsAssigned, PartitionsRevoked, SnapshotChoice, SnapshotRebuildStarted,
+};
 
 /// A change of this instance's partitions, for the consume loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,7 +213,7 @@ impl GroupContext {
                 SnapshotRebuildStarted {
                     partition,
                     offset,
-                    committed,
+                    chosen: committed.map_or(SnapshotChoice::Latest, SnapshotChoice::AtOrBefore),
                 }
                 .emit(&self.metrics);
                 self.shared

@@ -35,6 +35,8 @@ pub enum Start {
 struct Frames {
     /// Offset of the last SYNC_START that has its SYNC_END after it.
     complete: HashMap<(String, Stream), i64>,
+    /// Offset of the first such SYNC_START.
+    first_complete: HashMap<(String, Stream), i64>,
     open: HashMap<(String, Stream), i64>,
     /// The streams each collector announced with a frame: the kinds it watches.
     announced: HashMap<String, Vec<Stream>>,
@@ -66,6 +68,7 @@ impl Frames {
             }
             EventType::SyncEnd => {
                 if let Some(start) = self.open.remove(&key) {
+                    self.first_complete.entry(key.clone()).or_insert(start);
                     self.complete.insert(key, start);
                 }
             }
@@ -76,24 +79,28 @@ impl Frames {
     /// Where the latest snapshot of every collector begins, if every stream each
     /// collector seen announced has a complete frame.
     fn start(&self, collectors: &[String]) -> Option<i64> {
+        Self::earliest_of(&self.complete, &self.announced, collectors)
+    }
+
+    /// Where the first snapshot of every collector begins, on the same condition.
+    fn first_start(&self, collectors: &[String]) -> Option<i64> {
+        Self::earliest_of(&self.first_complete, &self.announced, collectors)
+    }
+
+    /// The earliest of one frame per announced stream of each collector, if each has one.
+    fn earliest_of(
+        frames: &HashMap<(String, Stream), i64>,
+        announced: &HashMap<String, Vec<Stream>>,
+        collectors: &[String],
+    ) -> Option<i64> {
         let mut start = i64::MAX;
         for collector in collectors {
-            for stream in self.announced.get(collector)? {
-                start = start.min(*self.complete.get(&(collector.clone(), *stream))?);
+            for stream in announced.get(collector)? {
+                start = start.min(*frames.get(&(collector.clone(), *stream))?);
             }
         }
         (start != i64::MAX).then_some(start)
     }
-}
-
-/// The offset to start partition `partition` of `topic` at: the beginning of the latest
-/// complete snapshot, or the start of the partition when there is none.
-pub fn latest_snapshot_offset(
-    connection: &ipaudit_runtime::kafka::Connection,
-    topic: &str,
-    partition: i32,
-) -> Result<i64, KafkaError> {
-    snapshot_offset_at_or_before(connection, topic, partition, None)
 }
 
 /// The offset `group` committed for `partition` of `topic` (the next one to consume), or
@@ -135,35 +142,7 @@ pub fn snapshot_offset_at_or_before(
     let mut window = 10_000i64;
     loop {
         let from = (bound - window).max(low);
-        let mut frames = Frames::default();
-        let mut collectors: Vec<String> = Vec::new();
-        let mut list = TopicPartitionList::new();
-        list.add_partition_offset(topic, partition, Offset::Offset(from))?;
-        consumer.assign(&list)?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut next = from;
-        while next < high && Instant::now() < deadline {
-            match consumer.poll(Duration::from_millis(500)) {
-                Some(Ok(message)) => {
-                    next = message.offset() + 1;
-                    if let Some(Ok(event)) = message.payload().map(decode::<WatchEvent>) {
-                        if !collectors.contains(&event.collector_id)
-                            && event.event_type != EventType::Remediation
-                            && message.offset() <= bound
-                        {
-                            collectors.push(event.collector_id.clone());
-                        }
-                        frames.see_bounded(message.offset(), &event, bound);
-                    }
-                    if next > bound && frames.open.is_empty() {
-                        // Every frame that begins in time has ended.
-                        break;
-                    }
-                }
-                Some(Err(e)) => return Err(e),
-                None => {}
-            }
-        }
+        let (frames, collectors) = read_frames(&consumer, topic, partition, from..high, bound)?;
         if let Some(start) = frames.start(&collectors) {
             return Ok(start);
         }
@@ -172,6 +151,75 @@ pub fn snapshot_offset_at_or_before(
         }
         window *= 4;
     }
+}
+
+/// The offset to start partition `partition` of `topic` at after what a checkpoint
+/// pointed to was deleted (retention, `DeleteRecords`): the beginning of the first complete
+/// snapshot after the log's new start, so that as little as possible is skipped; the log's
+/// start when there is none.
+pub fn first_snapshot_offset(
+    connection: &ipaudit_runtime::kafka::Connection,
+    topic: &str,
+    partition: i32,
+) -> Result<i64, KafkaError> {
+    let consumer: BaseConsumer = connection
+        .reader(crate::live::CLIENT_ID, "ipaudit-snapshot-scan")
+        .create()?;
+    let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+    let mut window = 10_000i64;
+    loop {
+        let to = low.saturating_add(window).min(high);
+        let (frames, collectors) = read_frames(&consumer, topic, partition, low..to, high)?;
+        if let Some(start) = frames.first_start(&collectors) {
+            return Ok(start);
+        }
+        if to == high {
+            return Ok(low);
+        }
+        window *= 4;
+    }
+}
+
+/// The relist frames of `offsets` of the partition (those that begin after `bound` left
+/// out), and the collectors that wrote up to `bound`. Stops early once past `bound` with
+/// every frame that began in time ended.
+fn read_frames(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    offsets: std::ops::Range<i64>,
+    bound: i64,
+) -> Result<(Frames, Vec<String>), KafkaError> {
+    let mut frames = Frames::default();
+    let mut collectors: Vec<String> = Vec::new();
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, partition, Offset::Offset(offsets.start))?;
+    consumer.assign(&list)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut next = offsets.start;
+    while next < offsets.end && Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(message)) => {
+                next = message.offset() + 1;
+                if let Some(Ok(event)) = message.payload().map(decode::<WatchEvent>) {
+                    if !collectors.contains(&event.collector_id)
+                        && event.event_type != EventType::Remediation
+                        && message.offset() <= bound
+                    {
+                        collectors.push(event.collector_id.clone());
+                    }
+                    frames.see_bounded(message.offset(), &event, bound);
+                }
+                if next > bound && frames.open.is_empty() {
+                    // Every frame that begins in time has ended.
+                    break;
+                }
+            }
+            Some(Err(e)) => return Err(e),
+            None => {}
+        }
+    }
+    Ok((frames, collectors))
 }
 
 #[cfg(test)]
@@ -244,5 +292,26 @@ mod tests {
         );
         assert_eq!(start_with(3), Some(0));
         assert_eq!(start_with(1), None, "no frame of the IPs began in time");
+    }
+
+    #[test]
+    fn after_a_gap_the_first_complete_snapshot_is_where_the_rebuild_starts() {
+        let c = "c1".to_owned();
+        let mut frames = Frames::default();
+        let mut offset = 0;
+        let mut see = |frames: &mut Frames, stream, t| {
+            frames.see(offset, &marker("c1", stream, t));
+            offset += 1;
+        };
+        // The pods' frame cut by the gap (its start deleted), then two full snapshots.
+        see(&mut frames, Stream::Pod, EventType::SyncEnd); // 0
+        for _ in 0..2 {
+            for stream in [Stream::Pod, Stream::Ip] {
+                see(&mut frames, stream, EventType::SyncStart); // 1, 3; 5, 7
+                see(&mut frames, stream, EventType::SyncEnd);
+            }
+        }
+        assert_eq!(frames.first_start(std::slice::from_ref(&c)), Some(1));
+        assert_eq!(frames.start(std::slice::from_ref(&c)), Some(5));
     }
 }

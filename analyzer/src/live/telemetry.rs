@@ -92,25 +92,40 @@ pub struct SnapshotRebuildStarted {
     pub partition: i32,
     /// The offset of the snapshot's start.
     pub offset: i64,
-    /// The group's committed offset the snapshot begins at or before; `None`: the group
-    /// never consumed the partition, and the snapshot is its latest.
-    pub committed: Option<i64>,
+    /// Which snapshot it is.
+    pub chosen: SnapshotChoice,
+}
+
+/// Why a rebuild starts at the snapshot it starts at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotChoice {
+    /// The group never consumed the partition: its latest snapshot.
+    Latest,
+    /// The group consumed it up to this committed offset: the latest snapshot at or
+    /// before it.
+    AtOrBefore(i64),
+    /// What the checkpoint pointed to was deleted: the first snapshot after the gap.
+    FirstAfterGap,
 }
 
 impl InternalEvent for SnapshotRebuildStarted {
     type Metrics = Metrics;
     fn emit(self, metrics: &Metrics) {
-        match self.committed {
-            Some(committed) => info!(
-                partition = self.partition,
-                offset = self.offset,
+        let (partition, offset) = (self.partition, self.offset);
+        match self.chosen {
+            SnapshotChoice::Latest => info!(
+                partition,
+                offset, "no local state: rebuilding from the latest snapshot"
+            ),
+            SnapshotChoice::AtOrBefore(committed) => info!(
+                partition,
+                offset,
                 committed,
                 "no local state: rebuilding from the snapshot at or before the group's committed offset"
             ),
-            None => info!(
-                partition = self.partition,
-                offset = self.offset,
-                "no local state: rebuilding from the latest snapshot"
+            SnapshotChoice::FirstAfterGap => info!(
+                partition,
+                offset, "rebuilding from the first snapshot after the gap"
             ),
         }
         metrics
@@ -253,7 +268,7 @@ mod tests {
         SnapshotRebuildStarted {
             partition: 2,
             offset: 40,
-            committed: None,
+            chosen: SnapshotChoice::Latest,
         }
         .emit(&metrics);
         PartitionsAssigned {
