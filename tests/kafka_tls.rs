@@ -417,3 +417,31 @@ fn help_with_kafka_secrets_in_the_environment_shows_none() {
         assert!(!help.contains("pw-from-env"), "{program}:\n{help}");
     }
 }
+
+/// A principal no ACL allows anything (the StandardAuthorizer denies what no ACL allows):
+/// an analyzer running as it stops non-zero with a message naming what it was denied,
+/// instead of retrying in silence as if the cluster were quiet.
+#[test]
+fn an_analyzer_whose_principal_may_not_read_the_events_stops_naming_what_is_denied() {
+    let world = TlsWorld::new(
+        "denied",
+        TlsSetup {
+            client_certificates: false,
+            scram: Some("SCRAM-SHA-512"),
+        },
+    );
+    let flags = world.endpoint.flags_as("intruder");
+    let log = world.dir.path().join("analyzer-denied.log");
+    let (success, stderr) = run_to_end(
+        analyzer_command(&world, &flags),
+        &log,
+        Duration::from_secs(60),
+    );
+    assert_eq!(success, Some(false), "{stderr}");
+    assert!(
+        stderr.contains("Kafka denies this analyzer's principal")
+            && (stderr.contains(&format!("read on topic {}", world.topic))
+                || stderr.contains("the consumer group refused")),
+        "{stderr}"
+    );
+}

@@ -56,6 +56,8 @@ pub struct TlsEndpoint {
     /// What clients must present.
     pub setup: TlsSetup,
     scram: Option<Scram>,
+    /// What the broker's start printed (the other SCRAM users among it).
+    env: BrokerEnv,
     /// The broker's directory (its nodes' logs).
     broker_dir: PathBuf,
     scratch: tempfile::TempDir,
@@ -225,6 +227,7 @@ impl TlsEndpoint {
             setup,
             scram,
             broker_dir: env.get("IPAUDIT_TEST_KAFKA_DIR").into(),
+            env,
             scratch,
             _own: own,
         }
@@ -296,5 +299,27 @@ impl TlsEndpoint {
     /// The flags trusting the right CA.
     pub fn flags(&self) -> Vec<String> {
         self.flags_trusting(&self.ca)
+    }
+
+    /// The flags of the SASL_SSL listener as SCRAM user `user` (one of the broker's:
+    /// `collector`, `analyzer`, `intruder`), who may do only what ACLs allow it.
+    pub fn flags_as(&self, user: &str) -> Vec<String> {
+        let scram = self
+            .scram
+            .as_ref()
+            .expect("a SASL_SSL endpoint (TlsSetup::scram)");
+        let file = self.scratch.path().join(format!("sasl-password-{user}"));
+        std::fs::write(&file, format!("{}\n", self.env.scram_password(user)))
+            .expect("password file");
+        vec![
+            "--kafka-ca-file".to_owned(),
+            self.ca.display().to_string(),
+            "--kafka-sasl-mechanism".to_owned(),
+            scram.mechanism.to_owned(),
+            "--kafka-sasl-username".to_owned(),
+            user.to_owned(),
+            "--kafka-sasl-password-file".to_owned(),
+            file.display().to_string(),
+        ]
     }
 }

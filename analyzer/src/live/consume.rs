@@ -89,6 +89,18 @@ pub enum LiveError {
         #[source]
         source: std::io::Error,
     },
+    /// Kafka refuses this analyzer's principal what it needs: read on the events topic,
+    /// or the consumer group. Not retried: nothing changes until an operator grants it
+    /// (a silent retry loop would look like a quiet cluster).
+    #[error(
+        "Kafka denies this analyzer's principal {what} ({code}): grant it with kafka-acls, or run as a principal that has it"
+    )]
+    Denied {
+        /// What is denied, e.g. "read on topic ipaudit.events".
+        what: String,
+        /// Kafka's error.
+        code: RDKafkaErrorCode,
+    },
     /// The state directory is unusable.
     #[error("cannot create state directory {path}")]
     StateDir {
@@ -328,6 +340,17 @@ pub async fn run(
                 if !rebuilds.is_empty() {
                     reassign(&consumer, &config.topic, &owned, &shared, &rebuilds);
                 }
+            }
+            Turn::Message(Err(KafkaError::MessageConsumption(
+                code @ (RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::GroupAuthorizationFailed),
+            ))) => {
+                let what = if code == RDKafkaErrorCode::TopicAuthorizationFailed {
+                    format!("read on topic {}", config.topic)
+                } else {
+                    format!("the consumer group {}", config.group_id)
+                };
+                return Err(LiveError::Denied { what, code });
             }
             Turn::Message(Err(error)) => warn!(%error, "consumer error"),
             Turn::Tick => {
