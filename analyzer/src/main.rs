@@ -87,7 +87,8 @@ struct DeadLettersArgs {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum StartFrom {
-    /// The latest complete snapshot in the topic.
+    /// A complete snapshot in the topic: the latest one at or before the group's committed
+    /// offset, or the latest one when the group never consumed the partition.
     Snapshot,
     /// The start of the topic.
     Beginning,
@@ -191,8 +192,9 @@ struct RunArgs {
     /// last checkpoint and after the sinks delivered what it found.
     #[arg(long)]
     exit_at_end: bool,
-    /// Without local state, where to start reading: `snapshot` (the latest complete relist
-    /// snapshot in the topic, found by scanning back from its end) or `beginning`.
+    /// Without local state, where to start reading: `snapshot` (a complete relist snapshot
+    /// in the topic, found by scanning back from the group's committed offset, or from the
+    /// end when the group never consumed the partition) or `beginning`.
     #[arg(
         long,
         env = "IPAUDIT_START_FROM",
