@@ -8,11 +8,14 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use ipaudit_schemas::{kinds, EventType, KindPart, Stream, WatchEvent};
-use ipaudit_tests::broker::Broker;
+use ipaudit_tests::analyzer::AnalyzerProcess;
+use ipaudit_tests::broker::{partition_leader, Broker};
 use ipaudit_tests::collector::{read_recording, CollectorProcess};
+use ipaudit_tests::poll_until;
+use ipaudit_tests::receiver::Receiver;
 use ipaudit_tests::scenario::{
-    ip, play_kube_ovn_seed, play_whereabouts_reconciler_race, subnet, WHEREABOUTS_NAMESPACE,
-    WHEREABOUTS_NETWORK,
+    ip, play_kube_ovn_seed, play_subnet_deleted_under_live_ip, play_whereabouts_reconciler_race,
+    subnet, subnet_leak_alert, WHEREABOUTS_NAMESPACE, WHEREABOUTS_NETWORK,
 };
 use ipaudit_tests::seen_alerts;
 use ipaudit_tests::world::World;
@@ -794,5 +797,119 @@ fn a_cluster_with_only_spiderpool_is_watched_and_kinds_it_does_not_serve_are_ref
         error.contains("the API server serves none of the IPAM kinds ipaudit watches (looked for ips.kubeovn.io/v1, ")
             && error.contains("is kube-ovn, whereabouts or spiderpool installed?"),
         "{error}"
+    );
+}
+
+/// Three Kafka nodes, the events topic held by all three with `min.insync.replicas` 2:
+/// the leader of the events partition is SIGKILLed while the collector ships a churning
+/// cluster. Every change arrives, in order per stream once the resends are dropped (by
+/// their per-stream sequence, as the analyzer's dedupe does), nothing is quarantined or
+/// left in the outbox, and the analyzer raises exactly the alerts of the incidents played
+/// before and after the loss.
+#[test]
+fn the_events_partitions_leader_killed_mid_churn_loses_nothing_and_changes_no_alert() {
+    let mut cluster = Broker::start_cluster(3);
+    let world = World::replicated("broker-loss", &cluster.addr, 3);
+    let receiver = Receiver::start(&world.runtime);
+    let collector = world.collector();
+    let analyzer = AnalyzerProcess::start(
+        &world.brokers,
+        &world.topic,
+        &format!("ipaudit-broker-loss-{}", std::process::id()),
+        &world.dir.path().join("analyzer"),
+        &["--webhook-url", &format!("{}/hook", receiver.url)],
+    );
+    let leader = partition_leader(&world.brokers, &world.topic, 0);
+    std::thread::scope(|scope| {
+        let sim = &world.sim;
+        let changes = scope.spawn(move || {
+            play_subnet_deleted_under_live_ip(sim, "before-loss", 41);
+            churn(sim, 1_200, Duration::from_millis(3));
+            play_subnet_deleted_under_live_ip(sim, "after-loss", 42);
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(
+            !changes.is_finished(),
+            "the leader dies in the middle of the churn"
+        );
+        cluster.kill_node(leader as usize);
+        changes.join().expect("churn");
+    });
+    let journal = world.sim.journal();
+    let events = world.events_until(Duration::from_secs(120), all_mutations_in(&journal));
+    assert_eq!(
+        missing(&journal, &events),
+        Vec::<Key>::new(),
+        "log:\n{}",
+        collector.log_text()
+    );
+    assert!(
+        journal.len() > 2_500,
+        "a churning cluster: {} changes",
+        journal.len()
+    );
+    for stream in kinds::streams() {
+        let mut seen = BTreeSet::new();
+        let sequences: Vec<i64> = events
+            .iter()
+            .filter(|e| e.stream == stream && seen.insert(e.sequence))
+            .map(|e| e.sequence)
+            .collect();
+        assert!(
+            sequences.windows(2).all(|w| w[1] == w[0] + 1),
+            "{stream}: every event once, in order, after resends are dropped: {sequences:?}"
+        );
+    }
+    for subnet in ["before-loss", "after-loss"] {
+        poll_until(Duration::from_secs(30), || {
+            subnet_leak_alert(&receiver, subnet)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no alert for {subnet}; analyzer log:\n{}",
+                analyzer.log_text()
+            )
+        });
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let mut alerts: Vec<(String, String)> = receiver
+        .received("/hook")
+        .iter()
+        .map(|r| {
+            (
+                r.body["rule"].as_str().unwrap_or_default().to_owned(),
+                r.body["subnet"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    alerts.sort();
+    alerts.dedup();
+    assert_eq!(
+        alerts,
+        [
+            (
+                "subnet-deleted-before-ip".to_owned(),
+                "after-loss".to_owned()
+            ),
+            (
+                "subnet-deleted-before-ip".to_owned(),
+                "before-loss".to_owned()
+            ),
+        ],
+        "the alerts of a run without the fault, nothing else"
+    );
+    assert_eq!(
+        collector.counter("ipaudit_collector_quarantined_total"),
+        0.0,
+        "{}",
+        collector.metrics()
+    );
+    let emptied = poll_until(Duration::from_secs(10), || {
+        (collector.counter("ipaudit_collector_outbox_rows") == 0.0).then_some(())
+    });
+    assert!(
+        emptied.is_some(),
+        "the outbox empties: {}",
+        collector.metrics()
     );
 }

@@ -257,8 +257,25 @@ pub async fn create_topic_via(config: ClientConfig, topic: &str) {
 }
 
 async fn create_topic_in(config: ClientConfig, topic: &str, partitions: i32) {
+    create_topic_replicated(config, topic, partitions, 1).await
+}
+
+/// Creates a topic of one partition held by `replicas` nodes, `min.insync.replicas` one
+/// less (a cluster that loses one node keeps taking `acks=all` writes).
+pub async fn create_replicated_topic(brokers: &str, topic: &str, replicas: i32) {
+    create_topic_replicated(plain(brokers), topic, 1, replicas).await
+}
+
+async fn create_topic_replicated(
+    config: ClientConfig,
+    topic: &str,
+    partitions: i32,
+    replicas: i32,
+) {
     let admin: AdminClient<DefaultClientContext> = config.create().expect("admin client");
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let min_insync = (replicas - 1).max(1).to_string();
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replicas))
+        .set("min.insync.replicas", &min_insync);
     let results = admin
         .create_topics(
             [&new],
@@ -308,11 +325,26 @@ pub fn read_topic_via(
     consumer.assign(&assignment).expect("assign");
     let deadline = Instant::now() + timeout;
     let mut payloads = Vec::new();
-    while Instant::now() < deadline && !done(&payloads) {
+    // `done` reads everything read so far: it is asked when the reader has caught up
+    // with the topic (or every 1,000 messages of a topic that keeps growing), not after
+    // each message, which made reading thousands of events quadratic.
+    let mut asked_at = None;
+    while Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(message)) => payloads.push(message.payload().unwrap_or_default().to_vec()),
+            Some(Ok(message)) => {
+                payloads.push(message.payload().unwrap_or_default().to_vec());
+                if payloads.len() - asked_at.unwrap_or(0) < 1_000 {
+                    continue;
+                }
+            }
             Some(Err(e)) => eprintln!("consumer: {e}"),
             None => {}
+        }
+        if asked_at != Some(payloads.len()) {
+            asked_at = Some(payloads.len());
+            if done(&payloads) {
+                break;
+            }
         }
     }
     payloads
@@ -370,4 +402,21 @@ pub async fn produce(brokers: &str, topic: &str, key: &[u8], payload: &[u8]) {
         .await
         .map_err(|(e, _)| e)
         .expect("message acknowledged");
+}
+
+/// The node (its `node.id`, 1-based as `scripts/broker` numbers them) that leads
+/// `partition` of `topic`.
+pub fn partition_leader(brokers: &str, topic: &str, partition: i32) -> i32 {
+    let consumer: BaseConsumer = plain(brokers).create().expect("metadata client");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .and_then(|t| t.partitions().iter().find(|p| p.id() == partition))
+        .map(|p| p.leader())
+        .filter(|leader| *leader >= 0)
+        .unwrap_or_else(|| panic!("no leader for {topic}/{partition}"))
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use ipaudit_schemas::{decode, WatchEvent};
 use kube_sim::{Kind, KubeSim, SimConfig};
 
-use crate::broker::{create_partitioned_topic, read_topic, shared_broker, Broker};
+use crate::broker::{
+    create_partitioned_topic, create_replicated_topic, read_topic, shared_broker, Broker,
+};
 use crate::collector::{CollectorProcess, CollectorSetup};
 
 /// One test's world: a simulated API server, a broker, a topic, a state directory.
@@ -45,6 +47,17 @@ impl World {
         Self::with_sim(name, None, SimConfig::default(), partitions)
     }
 
+    /// A world on the cluster at `brokers` whose events topic is held by `replicas` nodes
+    /// (`min.insync.replicas` one less).
+    pub fn replicated(name: &str, brokers: &str, replicas: i32) -> World {
+        let world = Self::with_sim(name, Some(brokers.to_owned()), SimConfig::default(), 0);
+        world
+            .runtime
+            .block_on(create_replicated_topic(brokers, &world.topic, replicas));
+        world
+    }
+
+    /// `partitions`: of the events topic, created here; 0: the caller creates it.
     fn with_sim(name: &str, brokers: Option<String>, config: SimConfig, partitions: i32) -> World {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -70,7 +83,9 @@ impl World {
             }
         };
         let topic = format!("ipaudit.events.{name}.{}", std::process::id());
-        runtime.block_on(create_partitioned_topic(&brokers, &topic, partitions));
+        if partitions > 0 {
+            runtime.block_on(create_partitioned_topic(&brokers, &topic, partitions));
+        }
         World {
             sim,
             dir,
