@@ -3,7 +3,9 @@
 //! SSL with client certificates, SASL_SSL with SCRAM; certificates made by
 //! `scripts/broker`), with the broker's certificate verified against the CA given by
 //! `--kafka-ca-file`; a wrong CA or a wrong password stops either program with a clear
-//! error instead of a silent retry loop.
+//! error instead of a silent retry loop. With the broker's authorizer, each program runs
+//! as its own SCRAM user with the ACLs `deploy/kafka-acls.sh` grants; a principal without
+//! them is refused, and the programs say so.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -13,11 +15,13 @@ use ipaudit_schemas::{decode, Alert, WatchEvent};
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::broker::{create_topic_via, free_port, read_topic_via};
 use ipaudit_tests::collector::{workspace_binary, CollectorProcess, CollectorSetup};
-use ipaudit_tests::poll_until;
 use ipaudit_tests::receiver::Receiver;
 use ipaudit_tests::scenario::play_kube_ovn_seed;
 use ipaudit_tests::tls::{TlsEndpoint, TlsSetup};
+use ipaudit_tests::{manifest_dir, poll_until};
 use kube_sim::{Kind, KubeSim, SimConfig};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 
 /// A simulated API server and a broker reachable only over TLS.
 struct TlsWorld {
@@ -75,7 +79,11 @@ impl TlsWorld {
 
     /// `collector run` with the endpoint's TLS (and SASL) flags plus `extra`.
     fn collector(&self, extra: &[&str]) -> CollectorProcess {
-        let flags = self.endpoint.flags();
+        self.collector_with(&self.endpoint.flags(), extra)
+    }
+
+    /// `collector run` with Kafka flags `flags` plus `extra`, once it is ready.
+    fn collector_with(&self, flags: &[String], extra: &[&str]) -> CollectorProcess {
         let args: Vec<&str> = flags
             .iter()
             .map(String::as_str)
@@ -86,7 +94,12 @@ impl TlsWorld {
 
     /// `analyzer run` with the endpoint's flags plus `extra`, once it has joined its group.
     fn analyzer(&self, name: &str, extra: &[&str]) -> AnalyzerProcess {
-        let flags = self.endpoint.flags();
+        self.analyzer_with(&self.endpoint.flags(), name, extra)
+    }
+
+    /// `analyzer run` in group `ipaudit-<name>` with Kafka flags `flags` plus `extra`,
+    /// once it has joined its group.
+    fn analyzer_with(&self, flags: &[String], name: &str, extra: &[&str]) -> AnalyzerProcess {
         let args: Vec<&str> = flags
             .iter()
             .map(String::as_str)
@@ -443,5 +456,158 @@ fn an_analyzer_whose_principal_may_not_read_the_events_stops_naming_what_is_deni
             && (stderr.contains(&format!("read on topic {}", world.topic))
                 || stderr.contains("the consumer group refused")),
         "{stderr}"
+    );
+}
+
+/// `deploy/kafka-acls.sh` against the broker's authorizer (the StandardAuthorizer denies
+/// what no ACL allows): with only the ACLs it grants, the collector and the analyzer, each
+/// as its own SCRAM user, carry the kube-ovn seed from the API server to the webhook and
+/// the alerts topic, and back to the collector as a cleanup command that releases the
+/// stuck IP. A collector as a principal without ACLs stops non-zero naming the events
+/// topic, and that principal cannot put a command on the commands topic: Kafka refuses it
+/// (TOPIC_AUTHORIZATION_FAILED) before any collector could check its signature.
+#[test]
+fn with_the_deploy_acls_each_principal_does_its_part_and_an_intruder_is_refused() {
+    let started = Instant::now();
+    let world = TlsWorld::new(
+        "acls",
+        TlsSetup {
+            client_certificates: false,
+            scram: Some("SCRAM-SHA-512"),
+        },
+    );
+    let (alerts, commands) = (
+        format!("{}.alerts", world.topic),
+        format!("{}.commands", world.topic),
+    );
+    world.create_topic(&alerts);
+    world.create_topic(&commands);
+    let remediate_group = format!("remediator-acls-{}", std::process::id());
+    // TlsWorld::analyzer_with's group for the name "acls".
+    let analyzer_group = "ipaudit-acls";
+    let properties = world.endpoint.java_client_properties();
+    let output = Command::new(manifest_dir().join("../deploy/kafka-acls.sh"))
+        .args(["--bootstrap-server", &world.endpoint.addr])
+        .args(["--command-config", &properties.display().to_string()])
+        .args(["--collector-principal", "User:collector"])
+        .args(["--analyzer-principal", "User:analyzer"])
+        .args(["--remediate-group", &remediate_group])
+        .args(["--analyzer-group", analyzer_group])
+        .args(["--events-topic", &world.topic])
+        .args(["--alerts-topic", &alerts, "--commands-topic", &commands])
+        .output()
+        .expect("deploy/kafka-acls.sh");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let acls_took = started.elapsed();
+
+    let receiver = Receiver::start(&world.runtime);
+    let collector = world.collector_with(
+        &world.endpoint.flags_as("collector"),
+        &[
+            "--remediate",
+            "on",
+            "--commands-topic",
+            &commands,
+            "--remediate-group",
+            &remediate_group,
+        ],
+    );
+    let analyzer = world.analyzer_with(
+        &world.endpoint.flags_as("analyzer"),
+        "acls",
+        &[
+            "--webhook-url",
+            &format!("{}/hook", receiver.url),
+            "--alerts-topic",
+            &alerts,
+            "--cleanup-commands",
+            "--commands-topic",
+            &commands,
+        ],
+    );
+    let seed = play_kube_ovn_seed(&world.sim, false);
+    let hook = poll_until(Duration::from_secs(30), || {
+        receiver
+            .received("/hook")
+            .into_iter()
+            .find(|r| r.body["rule"] == "subnet-deleted-before-ip")
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no alert; collector log:\n{}\nanalyzer log:\n{}",
+            collector.log_text(),
+            analyzer.log_text()
+        )
+    });
+    assert_eq!(hook.body["subject_name"], seed.leaked_ip);
+    let records = read_topic_via(
+        world.endpoint.client_config(),
+        &alerts,
+        Duration::from_secs(20),
+        |p| !p.is_empty(),
+    );
+    let first = decode::<Alert>(records.first().expect("an alert record")).expect("an Alert");
+    assert_eq!(first.rule, "subnet-deleted-before-ip");
+    // The analyzer's command, read by the collector through its group: the IP is released.
+    poll_until(Duration::from_secs(30), || {
+        world
+            .sim
+            .get(Kind::Ip, "", seed.leaked_ip)
+            .is_err()
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the stuck IP is still there; collector log:\n{}\nanalyzer log:\n{}",
+            collector.log_text(),
+            analyzer.log_text()
+        )
+    });
+    let allowed_took = started.elapsed();
+
+    // A principal without ACLs: the collector stops, naming the topic it may not write.
+    let log = world.dir.path().join("collector-intruder.log");
+    let (success, stderr) = run_to_end(
+        collector_command(&world, &world.endpoint.flags_as("intruder")),
+        &log,
+        Duration::from_secs(30),
+    );
+    assert_eq!(success, Some(false), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "Kafka denies this collector's principal write on topic {}",
+            world.topic
+        )),
+        "{stderr}"
+    );
+
+    // ... and cannot inject a command: Kafka refuses the record itself.
+    let producer: FutureProducer = world
+        .endpoint
+        .client_config_as("intruder")
+        .set("message.timeout.ms", "10000")
+        .create()
+        .expect("producer");
+    let sent = world.runtime.block_on(
+        producer.send(
+            FutureRecord::to(&commands)
+                .key("lab")
+                .payload(&b"a command nobody signed"[..]),
+            Duration::from_secs(10),
+        ),
+    );
+    match sent {
+        Err((KafkaError::MessageProduction(code), _)) => {
+            assert_eq!(code, RDKafkaErrorCode::TopicAuthorizationFailed)
+        }
+        other => panic!("the intruder's command was not refused by Kafka: {other:?}"),
+    }
+    eprintln!(
+        "acls: script {acls_took:?}, seed to released IP by {allowed_took:?}, all {:?}",
+        started.elapsed()
     );
 }

@@ -7,7 +7,9 @@
 //! [`permanent_reason`]) moves to the outbox's quarantine table, counted and logged with
 //! its object, so that the rows after it flow on. The events topic is created only when
 //! asked (`--create-topic`); a missing topic is otherwise logged and makes the collector
-//! unready, and the rows wait for it.
+//! unready, and the rows wait for it. A principal that Kafka does not allow to write the
+//! topic (its authorizer refuses the topic, or the idempotent producer's id) stops the
+//! producer with [`ProduceError::Denied`], naming the topic: no ACL appears by waiting.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -78,6 +80,18 @@ pub enum ProduceError {
         #[source]
         source: KafkaError,
     },
+    /// Kafka's authorizer refuses this collector's principal what it needs (write on the
+    /// events topic); not retryable: grant it (deploy/kafka-acls.sh) or run as another
+    /// principal.
+    #[error(
+        "Kafka denies this collector's principal {what} ({code}): grant it with kafka-acls (deploy/kafka-acls.sh), or run as a principal that has it"
+    )]
+    Denied {
+        /// What is denied, e.g. "write on topic ipaudit.events".
+        what: String,
+        /// Kafka's error.
+        code: RDKafkaErrorCode,
+    },
     /// A blocking step of the producer panicked (a bug).
     #[error("the producer's outbox step failed: {0}")]
     Task(String),
@@ -140,7 +154,8 @@ pub async fn ensure_topic(
     Ok(())
 }
 
-/// Whether the topic exists, from the broker's metadata.
+/// Whether the topic exists, from the broker's metadata; [`ProduceError::Denied`] when
+/// Kafka does not let this principal see it.
 pub async fn topic_exists(producer: &FutureProducer, topic: &str) -> Result<bool, ProduceError> {
     let client = producer.clone();
     let name = topic.to_owned();
@@ -155,10 +170,37 @@ pub async fn topic_exists(producer: &FutureProducer, topic: &str) -> Result<bool
         topic: topic.to_owned(),
         source,
     })?;
+    let denied = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .filter_map(|t| t.error().map(RDKafkaErrorCode::from))
+        .find(|code| denial(*code));
+    if let Some(code) = denied {
+        return Err(denied_write(topic, code));
+    }
     Ok(metadata
         .topics()
         .iter()
         .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+}
+
+/// Whether Kafka's authorizer refused: the topic, or the cluster (the idempotent
+/// producer's id, which Kafka grants to a principal with WRITE on some topic).
+fn denial(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::ClusterAuthorizationFailed
+            | RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+    )
+}
+
+fn denied_write(topic: &str, code: RDKafkaErrorCode) -> ProduceError {
+    ProduceError::Denied {
+        what: format!("write on topic {topic}"),
+        code,
+    }
 }
 
 /// The label of an error that refuses one message for good: sending the same bytes again
@@ -223,7 +265,7 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
         drain_timeout,
     } = task;
     let outbox = Arc::new(Mutex::new(Outbox::connect(&outbox_path)?));
-    check_or_create_topic(&producer, &config, &health).await;
+    check_or_create_topic(&producer, &config, &health).await?;
     // After a failed batch: 200 ms doubling to 5 s (rows wait safely in the outbox).
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let mut draining_since: Option<Instant> = None;
@@ -299,13 +341,23 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
         }
         batch.in_scope(|| KafkaBatchSent { delivered, failed }.emit(&metrics));
         if failed > 0 {
+            if let Some(code) = outcomes.iter().find_map(|o| match o {
+                Outcome::Failed(Some(code)) if denial(*code) => Some(*code),
+                _ => None,
+            }) {
+                return Err(denied_write(&config.topic, code));
+            }
             if outcomes
                 .iter()
                 .any(|o| matches!(o, Outcome::Failed(Some(code)) if topic_missing_code(*code)))
             {
-                check_or_create_topic(&producer, &config, &health).await;
+                check_or_create_topic(&producer, &config, &health).await?;
             }
             if let Some((code, reason)) = producer.client().fatal_error() {
+                if denial(code) {
+                    error!(?code, %reason, "Kafka refuses this producer");
+                    return Err(denied_write(&config.topic, code));
+                }
                 warn!(?code, %reason, "fatal producer error; recreating the producer");
                 producer = self::producer(&config)?;
             }
@@ -320,8 +372,13 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
 }
 
 /// Looks the topic up; creates it when that is allowed, else marks the collector
-/// unready. A broker that cannot be reached now is not an error: the rows wait.
-async fn check_or_create_topic(producer: &FutureProducer, config: &KafkaConfig, health: &Health) {
+/// unready. A broker that cannot be reached now is not an error: the rows wait; a
+/// principal that may not see the topic is ([`ProduceError::Denied`]).
+async fn check_or_create_topic(
+    producer: &FutureProducer,
+    config: &KafkaConfig,
+    health: &Health,
+) -> Result<(), ProduceError> {
     match topic_exists(producer, &config.topic).await {
         Ok(true) => {}
         Ok(false) => match config.create_topic {
@@ -338,8 +395,10 @@ async fn check_or_create_topic(producer: &FutureProducer, config: &KafkaConfig, 
                 health.topic_missing(&config.topic);
             }
         },
+        Err(e @ ProduceError::Denied { .. }) => return Err(e),
         Err(e) => warn!(error = %e, "cannot look the topic up now; events wait in the outbox"),
     }
+    Ok(())
 }
 
 /// What became of one row.

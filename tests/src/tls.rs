@@ -301,6 +301,42 @@ impl TlsEndpoint {
         self.flags_trusting(&self.ca)
     }
 
+    /// [`TlsEndpoint::client_config`] as SCRAM user `user` (one of the broker's), for a
+    /// test's own client that may do only what ACLs allow that user.
+    pub fn client_config_as(&self, user: &str) -> ClientConfig {
+        assert!(
+            self.scram.is_some(),
+            "a SASL_SSL endpoint (TlsSetup::scram)"
+        );
+        let mut config = self.client_config();
+        config
+            .set("sasl.username", user)
+            .set("sasl.password", self.env.scram_password(user));
+        config
+    }
+
+    /// A Java client's properties file (`--command-config` of Kafka's tools) for this
+    /// SASL_SSL endpoint as its super user, trusting the test CA.
+    pub fn java_client_properties(&self) -> PathBuf {
+        let scram = self
+            .scram
+            .as_ref()
+            .expect("a SASL_SSL endpoint (TlsSetup::scram)");
+        let file = self.scratch.path().join("admin-client.properties");
+        std::fs::write(
+            &file,
+            format!(
+                "security.protocol=SASL_SSL\nsasl.mechanism={}\nsasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{}\" password=\"{}\";\nssl.truststore.type=PEM\nssl.truststore.location={}\n",
+                scram.mechanism,
+                scram.username,
+                scram.password,
+                self.ca.display()
+            ),
+        )
+        .expect("client properties");
+        file
+    }
+
     /// The flags of the SASL_SSL listener as SCRAM user `user` (one of the broker's:
     /// `collector`, `analyzer`, `intruder`), who may do only what ACLs allow it.
     pub fn flags_as(&self, user: &str) -> Vec<String> {
