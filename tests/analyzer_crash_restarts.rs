@@ -41,6 +41,20 @@ fn start_analyzer(world: &World, receiver: &Receiver, name: &str, path: &str) ->
     )
 }
 
+/// Waits until `analyzer` has joined its group and been given the partition.
+fn wait_until_joined(analyzer: &AnalyzerProcess) {
+    wait_for(
+        "the analyzer joins its group",
+        Duration::from_secs(30),
+        || {
+            analyzer
+                .log_text()
+                .contains("partitions assigned")
+                .then_some(())
+        },
+    );
+}
+
 /// Each transition the receiver got on `path`, by idempotency key, with its rule and
 /// subject (a key seen twice is a resend, counted once).
 fn transitions(receiver: &Receiver, path: &str) -> BTreeSet<(String, String, String)> {
@@ -168,19 +182,14 @@ fn an_analyzer_sigkilled_at_random_moments_delivers_exactly_the_transitions_of_a
     let mut kills = Vec::new();
     let restarted = std::thread::scope(|scope| {
         let mut restarted = start_analyzer(&world, &receiver, "restarted", RESTARTED);
+        // Both read the partition from its start: each joins its group before anything
+        // happens (a group that never consumed starts at the latest snapshot).
+        wait_until_joined(&undisturbed);
+        wait_until_joined(&restarted);
         let history = scope.spawn(|| play_history(&world.sim));
-        // The first kill comes before the first periodic checkpoint (2 s): only the one
-        // written when the partition was assigned exists.
-        wait_for(
-            "the analyzer joins its group",
-            Duration::from_secs(30),
-            || {
-                restarted
-                    .log_text()
-                    .contains("partitions assigned")
-                    .then_some(())
-            },
-        );
+        // The first kill comes 300 ms into the history, before the first periodic
+        // checkpoint with anything in it (2 s): only the one written when the partition
+        // was assigned exists.
         std::thread::sleep(Duration::from_millis(300));
         let started = Instant::now();
         for kill in 0..KILLS {
