@@ -5,9 +5,16 @@ wrote to SRC_TOPIC, to a new topic DST_TOPIC, with the collector's producer poli
 first; the timed part is produce() of every record until flush() returns (all acked).
 usage: plain_producer.py BROKERS SRC_TOPIC DST_TOPIC [SKIP]
 SKIP: leave out the first SKIP records (e.g. the initial list) and send the rest."""
-import sys, time
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+import sys
+import time
+
+if len(sys.argv) < 4 or sys.argv[1] in ("-h", "--help"):
+    asked = len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help")
+    print(__doc__, file=sys.stdout if asked else sys.stderr)
+    sys.exit(0 if asked else 2)
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402 (after --help)
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 brokers, src, dst = sys.argv[1], sys.argv[2], sys.argv[3]
 skip = int(sys.argv[4]) if len(sys.argv) > 4 else 0
