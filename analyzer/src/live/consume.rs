@@ -281,11 +281,7 @@ pub async fn run(
                         )?;
                     }
                 }
-                shared
-                    .next
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(partition, offset + 1);
+                shared.set_next(partition, offset + 1);
                 at_end.remove(&partition);
             }
             Turn::Message(Err(KafkaError::PartitionEOF(partition))) => {
@@ -326,11 +322,7 @@ pub async fn run(
                     OffsetOutOfRange { partition, start }.emit(&metrics);
                     let offset = match start {
                         Start::Snapshot(n) | Start::Checkpoint(n) => {
-                            shared
-                                .next
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .insert(partition, n);
+                            shared.set_next(partition, n);
                             Offset::Offset(n)
                         }
                         Start::Beginning => Offset::Beginning,
@@ -559,11 +551,7 @@ fn drop_partition(
         analyzers.remove(cluster);
         metrics.cluster_dropped(cluster);
     }
-    shared
-        .next
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&partition);
+    shared.forget_next(partition);
     // The rebuilt analyses overwrite the dropped ones at the next checkpoint (same ids).
     save(store, topic, analyzers, shared)?;
     Ok(())
@@ -605,11 +593,7 @@ fn out_of_range_partitions(
     owned: &HashSet<i32>,
     shared: &GroupShared,
 ) -> Vec<i32> {
-    let next = shared
-        .next
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let next = shared.next_offsets();
     let mut out = Vec::new();
     for partition in owned {
         let Some(offset) = next.get(partition).copied() else {
@@ -638,11 +622,7 @@ fn reassign(
     shared: &GroupShared,
     rebuilds: &HashMap<i32, Offset>,
 ) {
-    let next = shared
-        .next
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let next = shared.next_offsets();
     let mut list = TopicPartitionList::new();
     for partition in owned {
         let offset = rebuilds.get(partition).copied().unwrap_or_else(|| {
@@ -666,7 +646,7 @@ fn report_lag(owned: &HashSet<i32>, shared: &GroupShared, metrics: &Metrics) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    let next = shared.next.lock().unwrap_or_else(|e| e.into_inner());
+    let next = shared.next_offsets();
     for partition in owned {
         if let (Some(high), Some(next)) = (high.get(partition), next.get(partition)) {
             metrics.lag(*partition, high - next);
@@ -682,11 +662,7 @@ fn commit_offsets(
     owned: &HashSet<i32>,
     shared: &GroupShared,
 ) {
-    let next = shared
-        .next
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let next = shared.next_offsets();
     let mut list = TopicPartitionList::new();
     for partition in owned {
         if let Some(offset) = next.get(partition) {
@@ -765,11 +741,7 @@ fn save(
     analyzers: &HashMap<String, Analyzer>,
     shared: &GroupShared,
 ) -> Result<(), StoreError> {
-    let offsets = shared
-        .next
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let offsets = shared.next_offsets();
     store.checkpoint(
         topic,
         analyzers.iter().map(|(c, a)| (c.as_str(), a.checkpoint())),

@@ -70,6 +70,36 @@ impl GroupShared {
         }
     }
 
+    /// The next offset of each partition, as it is now.
+    pub fn next_offsets(&self) -> HashMap<i32, i64> {
+        self.next.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The next offset of `partition`, if this instance has one.
+    pub fn next_of(&self, partition: i32) -> Option<i64> {
+        self.next
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&partition)
+            .copied()
+    }
+
+    /// `partition` goes on at `offset`.
+    pub fn set_next(&self, partition: i32, offset: i64) {
+        self.next
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(partition, offset);
+    }
+
+    /// `partition` has no next offset any more (its analysis is dropped).
+    pub fn forget_next(&self, partition: i32) {
+        self.next
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&partition);
+    }
+
     /// Takes the changes to apply.
     pub fn take_events(&self) -> Vec<GroupEvent> {
         std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
@@ -178,14 +208,7 @@ impl GroupContext {
     /// Where `partition` starts: its checkpoint, else a snapshot (see the module doc), else
     /// its start.
     fn start_of(&self, partition: i32) -> Start {
-        let stored = self
-            .shared
-            .next
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&partition)
-            .copied();
-        if let Some(next) = stored {
+        if let Some(next) = self.shared.next_of(partition) {
             return Start::Checkpoint(next);
         }
         let Some(scan) = &self.snapshot else {
@@ -216,11 +239,7 @@ impl GroupContext {
                     chosen: committed.map_or(SnapshotChoice::Latest, SnapshotChoice::AtOrBefore),
                 }
                 .emit(&self.metrics);
-                self.shared
-                    .next
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(partition, offset);
+                self.shared.set_next(partition, offset);
                 Start::Snapshot(offset)
             }
             Err(error) => {
