@@ -84,6 +84,42 @@ fn missing(journal: &[Mutation], events: &[WatchEvent]) -> Vec<Key> {
         .collect()
 }
 
+/// Reads the world's topic until every change the API server made is in it (at most
+/// `timeout`); fails naming what is missing, with the collector's log. Returns the events.
+fn every_change_arrives(
+    world: &World,
+    collector: &CollectorProcess,
+    timeout: Duration,
+) -> Vec<WatchEvent> {
+    let journal = world.sim.journal();
+    let events = world.events_until(timeout, all_mutations_in(&journal));
+    assert_eq!(
+        missing(&journal, &events),
+        Vec::<Key>::new(),
+        "log:\n{}",
+        collector.log_text()
+    );
+    events
+}
+
+/// Nothing was quarantined, and the outbox empties within 10 s.
+fn nothing_quarantined_and_the_outbox_empties(collector: &CollectorProcess) {
+    assert_eq!(
+        collector.counter("ipaudit_collector_quarantined_total"),
+        0.0,
+        "{}",
+        collector.metrics()
+    );
+    let emptied = poll_until(Duration::from_secs(10), || {
+        (collector.counter("ipaudit_collector_outbox_rows") == 0.0).then_some(())
+    });
+    assert!(
+        emptied.is_some(),
+        "the outbox empties: {}",
+        collector.metrics()
+    );
+}
+
 #[test]
 fn the_kube_ovn_seed_arrives_exactly_once_in_per_stream_version_order() {
     let world = World::new("seed", None);
@@ -206,14 +242,7 @@ fn events_made_while_the_broker_is_down_for_30s_all_arrive() {
         broker.restart();
         changes.join().expect("churn");
     });
-    let journal = world.sim.journal();
-    let events = world.events_until(Duration::from_secs(90), all_mutations_in(&journal));
-    assert_eq!(
-        missing(&journal, &events),
-        Vec::<Key>::new(),
-        "log:\n{}",
-        collector.log_text()
-    );
+    every_change_arrives(&world, &collector, Duration::from_secs(90));
 }
 
 /// A broker frozen (SIGSTOP: its connections stay open and nothing answers) for longer
@@ -237,34 +266,13 @@ fn events_made_while_the_broker_is_frozen_past_the_message_timeout_all_arrive_no
         broker.resume();
         changes.join().expect("churn");
     });
-    let journal = world.sim.journal();
-    let events = world.events_until(Duration::from_secs(90), all_mutations_in(&journal));
-    assert_eq!(
-        missing(&journal, &events),
-        Vec::<Key>::new(),
-        "log:\n{}",
-        collector.log_text()
-    );
+    every_change_arrives(&world, &collector, Duration::from_secs(90));
     assert!(
         collector.counter("ipaudit_collector_kafka_messages_total{result=\"failed\"}") >= 1.0,
         "the freeze outlasted the message timeout: deliveries failed and were sent again\n{}",
         collector.metrics()
     );
-    assert_eq!(
-        collector.counter("ipaudit_collector_quarantined_total"),
-        0.0,
-        "{}",
-        collector.metrics()
-    );
-    let mut rows = f64::NAN;
-    for _ in 0..100 {
-        rows = collector.counter("ipaudit_collector_outbox_rows");
-        if rows == 0.0 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(rows, 0.0, "the outbox empties");
+    nothing_quarantined_and_the_outbox_empties(&collector);
 }
 
 #[test]
@@ -835,19 +843,9 @@ fn the_events_partitions_leader_killed_mid_churn_loses_nothing_and_changes_no_al
         cluster.kill_node(leader as usize);
         changes.join().expect("churn");
     });
-    let journal = world.sim.journal();
-    let events = world.events_until(Duration::from_secs(120), all_mutations_in(&journal));
-    assert_eq!(
-        missing(&journal, &events),
-        Vec::<Key>::new(),
-        "log:\n{}",
-        collector.log_text()
-    );
-    assert!(
-        journal.len() > 2_500,
-        "a churning cluster: {} changes",
-        journal.len()
-    );
+    let events = every_change_arrives(&world, &collector, Duration::from_secs(120));
+    let changes = world.sim.journal().len();
+    assert!(changes > 2_500, "a churning cluster: {changes} changes");
     for stream in kinds::streams() {
         let mut seen = BTreeSet::new();
         let sequences: Vec<i64> = events
@@ -898,18 +896,5 @@ fn the_events_partitions_leader_killed_mid_churn_loses_nothing_and_changes_no_al
         ],
         "the alerts of a run without the fault, nothing else"
     );
-    assert_eq!(
-        collector.counter("ipaudit_collector_quarantined_total"),
-        0.0,
-        "{}",
-        collector.metrics()
-    );
-    let emptied = poll_until(Duration::from_secs(10), || {
-        (collector.counter("ipaudit_collector_outbox_rows") == 0.0).then_some(())
-    });
-    assert!(
-        emptied.is_some(),
-        "the outbox empties: {}",
-        collector.metrics()
-    );
+    nothing_quarantined_and_the_outbox_empties(&collector);
 }

@@ -16,7 +16,7 @@ use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::broker::{create_topic_via, free_port, read_topic_via};
 use ipaudit_tests::collector::{workspace_binary, CollectorProcess, CollectorSetup};
 use ipaudit_tests::receiver::Receiver;
-use ipaudit_tests::scenario::play_kube_ovn_seed;
+use ipaudit_tests::scenario::{play_kube_ovn_seed, Seed};
 use ipaudit_tests::tls::{TlsEndpoint, TlsSetup};
 use ipaudit_tests::{manifest_dir, poll_until};
 use kube_sim::{Kind, KubeSim, SimConfig};
@@ -31,6 +31,12 @@ struct TlsWorld {
     endpoint: TlsEndpoint,
     topic: String,
     runtime: tokio::runtime::Runtime,
+}
+
+/// The topics of the seed's alerts and cleanup commands.
+struct SeedTopics {
+    alerts: String,
+    commands: String,
 }
 
 impl TlsWorld {
@@ -90,6 +96,92 @@ impl TlsWorld {
             .chain(extra.iter().copied())
             .collect();
         CollectorProcess::start(&self.setup(), &args)
+    }
+
+    /// This world's alerts and cleanup-commands topics, created.
+    fn alert_and_command_topics(&self) -> SeedTopics {
+        let topics = SeedTopics {
+            alerts: format!("{}.alerts", self.topic),
+            commands: format!("{}.commands", self.topic),
+        };
+        self.create_topic(&topics.alerts);
+        self.create_topic(&topics.commands);
+        topics
+    }
+
+    /// The kube-ovn seed end to end: a remediating collector (Kafka flags
+    /// `collector_flags`, commands read in `remediate_group`) and an analyzer sending
+    /// cleanup commands (`analyzer_flags`, group `ipaudit-<name>`). The alert reaches a
+    /// webhook and the alerts topic, and the command comes back and the collector releases
+    /// the stuck IP. Returns the seed's names.
+    fn seed_from_alert_to_released_ip(
+        &self,
+        collector_flags: &[String],
+        analyzer_flags: &[String],
+        name: &str,
+        remediate_group: &str,
+        topics: &SeedTopics,
+    ) -> Seed {
+        let receiver = Receiver::start(&self.runtime);
+        let collector = self.collector_with(
+            collector_flags,
+            &[
+                "--remediate",
+                "on",
+                "--commands-topic",
+                &topics.commands,
+                "--remediate-group",
+                remediate_group,
+            ],
+        );
+        let analyzer = self.analyzer_with(
+            analyzer_flags,
+            name,
+            &[
+                "--webhook-url",
+                &format!("{}/hook", receiver.url),
+                "--alerts-topic",
+                &topics.alerts,
+                "--cleanup-commands",
+                "--commands-topic",
+                &topics.commands,
+            ],
+        );
+        let seed = play_kube_ovn_seed(&self.sim, false);
+        let logs = || {
+            format!(
+                "collector log:\n{}\nanalyzer log:\n{}",
+                collector.log_text(),
+                analyzer.log_text()
+            )
+        };
+        let hook = poll_until(Duration::from_secs(30), || {
+            receiver
+                .received("/hook")
+                .into_iter()
+                .find(|r| r.body["rule"] == "subnet-deleted-before-ip")
+        })
+        .unwrap_or_else(|| panic!("no alert; {}", logs()));
+        assert_eq!(hook.body["subject_name"], seed.leaked_ip);
+        assert_eq!(hook.body["subnet"], seed.subnet);
+        let records = read_topic_via(
+            self.endpoint.client_config(),
+            &topics.alerts,
+            Duration::from_secs(20),
+            |p| !p.is_empty(),
+        );
+        let first = decode::<Alert>(records.first().expect("an alert record over TLS"))
+            .expect("an Avro Alert");
+        assert_eq!(first.rule, "subnet-deleted-before-ip");
+        // The analyzer's command, read by the collector through its group: the IP is released.
+        poll_until(Duration::from_secs(30), || {
+            self.sim
+                .get(Kind::Ip, "", seed.leaked_ip)
+                .is_err()
+                .then_some(())
+        })
+        .unwrap_or_else(|| panic!("the stuck IP is still there; {}", logs()));
+        seed
     }
 
     /// `analyzer run` with the endpoint's flags plus `extra`, once it has joined its group.
@@ -215,74 +307,10 @@ fn the_seed_goes_through_mutual_tls_from_collector_to_alert_and_cleanup() {
             scram: None,
         },
     );
-    let receiver = Receiver::start(&world.runtime);
-    let (alerts, commands) = (
-        format!("{}.alerts", world.topic),
-        format!("{}.commands", world.topic),
-    );
-    world.create_topic(&alerts);
-    world.create_topic(&commands);
-    let collector = world.collector(&[
-        "--remediate",
-        "on",
-        "--commands-topic",
-        &commands,
-        "--remediate-group",
-        "remediator-mtls",
-    ]);
-    let analyzer = world.analyzer(
-        "mtls",
-        &[
-            "--webhook-url",
-            &format!("{}/hook", receiver.url),
-            "--alerts-topic",
-            &alerts,
-            "--cleanup-commands",
-            "--commands-topic",
-            &commands,
-        ],
-    );
-    let seed = play_kube_ovn_seed(&world.sim, false);
-
-    let hook = poll_until(Duration::from_secs(30), || {
-        receiver
-            .received("/hook")
-            .into_iter()
-            .find(|r| r.body["rule"] == "subnet-deleted-before-ip")
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "no alert; collector log:\n{}\nanalyzer log:\n{}",
-            collector.log_text(),
-            analyzer.log_text()
-        )
-    });
-    assert_eq!(hook.body["subject_name"], seed.leaked_ip);
-    assert_eq!(hook.body["subnet"], seed.subnet);
-
-    let records = read_topic_via(
-        world.endpoint.client_config(),
-        &alerts,
-        Duration::from_secs(20),
-        |p| !p.is_empty(),
-    );
-    let first =
-        decode::<Alert>(records.first().expect("an alert record over TLS")).expect("an Avro Alert");
-    assert_eq!(first.rule, "subnet-deleted-before-ip");
-
-    poll_until(Duration::from_secs(30), || {
-        world
-            .sim
-            .get(Kind::Ip, "", seed.leaked_ip)
-            .is_err()
-            .then_some(())
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "the stuck IP is still there; collector log:\n{}",
-            collector.log_text()
-        )
-    });
+    let topics = world.alert_and_command_topics();
+    let flags = world.endpoint.flags();
+    let seed =
+        world.seed_from_alert_to_released_ip(&flags, &flags, "mtls", "remediator-mtls", &topics);
     let events = world.events(|e| e.iter().any(|e| e.object_key() == seed.leaked_ip));
     assert!(events.iter().any(|e| e.object_key() == seed.leaked_ip));
 
@@ -476,12 +504,8 @@ fn with_the_deploy_acls_each_principal_does_its_part_and_an_intruder_is_refused(
             scram: Some("SCRAM-SHA-512"),
         },
     );
-    let (alerts, commands) = (
-        format!("{}.alerts", world.topic),
-        format!("{}.commands", world.topic),
-    );
-    world.create_topic(&alerts);
-    world.create_topic(&commands);
+    let topics = world.alert_and_command_topics();
+    let (alerts, commands) = (&topics.alerts, &topics.commands);
     let remediate_group = format!("remediator-acls-{}", std::process::id());
     // TlsWorld::analyzer_with's group for the name "acls".
     let analyzer_group = "ipaudit-acls";
@@ -494,7 +518,7 @@ fn with_the_deploy_acls_each_principal_does_its_part_and_an_intruder_is_refused(
         .args(["--remediate-group", &remediate_group])
         .args(["--analyzer-group", analyzer_group])
         .args(["--events-topic", &world.topic])
-        .args(["--alerts-topic", &alerts, "--commands-topic", &commands])
+        .args(["--alerts-topic", alerts, "--commands-topic", commands])
         .output()
         .expect("deploy/kafka-acls.sh");
     assert!(
@@ -504,69 +528,13 @@ fn with_the_deploy_acls_each_principal_does_its_part_and_an_intruder_is_refused(
     );
     let acls_took = started.elapsed();
 
-    let receiver = Receiver::start(&world.runtime);
-    let collector = world.collector_with(
+    world.seed_from_alert_to_released_ip(
         &world.endpoint.flags_as("collector"),
-        &[
-            "--remediate",
-            "on",
-            "--commands-topic",
-            &commands,
-            "--remediate-group",
-            &remediate_group,
-        ],
-    );
-    let analyzer = world.analyzer_with(
         &world.endpoint.flags_as("analyzer"),
         "acls",
-        &[
-            "--webhook-url",
-            &format!("{}/hook", receiver.url),
-            "--alerts-topic",
-            &alerts,
-            "--cleanup-commands",
-            "--commands-topic",
-            &commands,
-        ],
+        &remediate_group,
+        &topics,
     );
-    let seed = play_kube_ovn_seed(&world.sim, false);
-    let hook = poll_until(Duration::from_secs(30), || {
-        receiver
-            .received("/hook")
-            .into_iter()
-            .find(|r| r.body["rule"] == "subnet-deleted-before-ip")
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "no alert; collector log:\n{}\nanalyzer log:\n{}",
-            collector.log_text(),
-            analyzer.log_text()
-        )
-    });
-    assert_eq!(hook.body["subject_name"], seed.leaked_ip);
-    let records = read_topic_via(
-        world.endpoint.client_config(),
-        &alerts,
-        Duration::from_secs(20),
-        |p| !p.is_empty(),
-    );
-    let first = decode::<Alert>(records.first().expect("an alert record")).expect("an Alert");
-    assert_eq!(first.rule, "subnet-deleted-before-ip");
-    // The analyzer's command, read by the collector through its group: the IP is released.
-    poll_until(Duration::from_secs(30), || {
-        world
-            .sim
-            .get(Kind::Ip, "", seed.leaked_ip)
-            .is_err()
-            .then_some(())
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "the stuck IP is still there; collector log:\n{}\nanalyzer log:\n{}",
-            collector.log_text(),
-            analyzer.log_text()
-        )
-    });
     let allowed_took = started.elapsed();
 
     // A principal without ACLs: the collector stops, naming the topic it may not write.
@@ -594,7 +562,7 @@ fn with_the_deploy_acls_each_principal_does_its_part_and_an_intruder_is_refused(
         .expect("producer");
     let sent = world.runtime.block_on(
         producer.send(
-            FutureRecord::to(&commands)
+            FutureRecord::to(commands)
                 .key("lab")
                 .payload(&b"a command nobody signed"[..]),
             Duration::from_secs(10),
