@@ -189,8 +189,10 @@ pub async fn run(
         // A rebalance happens inside the consumer's poll, and the message that poll
         // returns may be of a partition just assigned: its clusters are restored before
         // the message is analysed, never after (which would replace what it changed).
+        let group_events = shared.take_events();
+        let group_changed = !group_events.is_empty();
         let mut started_without_state = false;
-        for event in shared.take_events() {
+        for event in group_events {
             started_without_state |= apply_group_event(
                 event,
                 GroupState {
@@ -206,7 +208,9 @@ pub async fn run(
                 },
             )?;
         }
-        at_end.retain(|partition| owned.contains(partition));
+        if group_changed {
+            at_end.retain(|partition| owned.contains(partition));
+        }
         if started_without_state {
             // Where a partition without state starts is kept before anything of it is
             // analysed (see `live::group`): a restart resumes from there.

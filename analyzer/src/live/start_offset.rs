@@ -134,10 +134,7 @@ pub fn snapshot_offset_at_or_before(
     partition: i32,
     bound: Option<i64>,
 ) -> Result<i64, KafkaError> {
-    let consumer: BaseConsumer = connection
-        .reader(crate::live::CLIENT_ID, "ipaudit-snapshot-scan")
-        .create()?;
-    let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+    let (consumer, low, high) = scan_reader(connection, topic, partition)?;
     let bound = bound.map_or(high, |b| b.clamp(low, high));
     let mut window = 10_000i64;
     loop {
@@ -162,10 +159,7 @@ pub fn first_snapshot_offset(
     topic: &str,
     partition: i32,
 ) -> Result<i64, KafkaError> {
-    let consumer: BaseConsumer = connection
-        .reader(crate::live::CLIENT_ID, "ipaudit-snapshot-scan")
-        .create()?;
-    let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+    let (consumer, low, high) = scan_reader(connection, topic, partition)?;
     let mut window = 10_000i64;
     loop {
         let to = low.saturating_add(window).min(high);
@@ -178,6 +172,19 @@ pub fn first_snapshot_offset(
         }
         window *= 4;
     }
+}
+
+/// A reader for scanning `partition` of `topic`, and the partition's first and next offsets.
+fn scan_reader(
+    connection: &ipaudit_runtime::kafka::Connection,
+    topic: &str,
+    partition: i32,
+) -> Result<(BaseConsumer, i64, i64), KafkaError> {
+    let consumer: BaseConsumer = connection
+        .reader(crate::live::CLIENT_ID, "ipaudit-snapshot-scan")
+        .create()?;
+    let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+    Ok((consumer, low, high))
 }
 
 /// The relist frames of `offsets` of the partition (those that begin after `bound` left
