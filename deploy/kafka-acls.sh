@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Grants ipaudit's two Kafka principals what they need and nothing else, for brokers with
 # an authorizer on (KRaft's StandardAuthorizer denies whatever no ACL allows):
-#   collector  WRITE (+DESCRIBE) on the events topic; READ (+DESCRIBE) on the commands
-#              topic and READ on its remediation consumer group (--remediate-group)
-#   analyzer   READ (+DESCRIBE) on the events topic and READ on its consumer group
-#              (--group); WRITE (+DESCRIBE) on the alerts and the commands topic
+#   collector  WRITE (+DESCRIBE) on the events and the schemas topic; READ (+DESCRIBE) on
+#              the commands topic and READ on its remediation consumer group
+#              (--remediate-group)
+#   analyzer   READ (+DESCRIBE) on the events and the schemas topic and READ on its
+#              consumer group (--group); WRITE (+DESCRIBE) on the alerts and the commands
+#              topic
 # Neither may create or delete topics (deploy/topics.yaml creates them), and no one else
 # may write the commands topic: a third principal's command is refused by Kafka
 # (TOPIC_AUTHORIZATION_FAILED) before the collector ever checks its signature. Neither
@@ -25,6 +27,7 @@
 #   --remediate-group GROUP       ... or the collector's --remediate-group, when set
 #   --analyzer-group GROUP        the analyzer's --group       (default ipaudit-analyzer)
 #   --events-topic TOPIC          --topic of both programs     (default ipaudit.events)
+#   --schemas-topic TOPIC         --schemas-topic of both      (default ipaudit.schemas)
 #   --alerts-topic TOPIC          the analyzer's --alerts-topic (default ipaudit.alerts)
 #   --commands-topic TOPIC        --commands-topic of both     (default ipaudit.commands)
 #   --remove                      remove these ACLs instead of adding them
@@ -44,7 +47,7 @@ die() {
 }
 
 bootstrap="" command_config="" collector="" analyzer="" cluster_id="" remediate_group=""
-analyzer_group=ipaudit-analyzer events=ipaudit.events alerts=ipaudit.alerts
+analyzer_group=ipaudit-analyzer events=ipaudit.events schemas=ipaudit.schemas alerts=ipaudit.alerts
 commands=ipaudit.commands action=--add
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -61,6 +64,7 @@ while [ $# -gt 0 ]; do
     --remediate-group) remediate_group=$2 ;;
     --analyzer-group) analyzer_group=$2 ;;
     --events-topic) events=$2 ;;
+    --schemas-topic) schemas=$2 ;;
     --alerts-topic) alerts=$2 ;;
     --commands-topic) commands=$2 ;;
     *) usage ;;
@@ -76,7 +80,7 @@ if [ -z "$remediate_group" ]; then
   [ -n "$cluster_id" ] || die "--cluster-id or --remediate-group is required (the collector's remediation group)"
   remediate_group=ipaudit-remediator-$cluster_id
 fi
-for name in "$events" "$alerts" "$commands" "$analyzer_group" "$remediate_group"; do
+for name in "$events" "$schemas" "$alerts" "$commands" "$analyzer_group" "$remediate_group"; do
   [ -n "$name" ] || die "a topic or group name is empty"
 done
 
@@ -112,10 +116,10 @@ grant() {
   pids+=($!)
   echo "$principal $*" >"$outputs/$n.what"
 }
-grant "$collector" --operation Write --operation Describe --topic "$events"
+grant "$collector" --operation Write --operation Describe --topic "$events" --topic "$schemas"
 # DESCRIBE on the group is implied by READ on it: this call grants nothing more.
 grant "$collector" --operation Read --operation Describe --topic "$commands" --group "$remediate_group"
-grant "$analyzer" --operation Read --operation Describe --topic "$events" --group "$analyzer_group"
+grant "$analyzer" --operation Read --operation Describe --topic "$events" --topic "$schemas" --group "$analyzer_group"
 grant "$analyzer" --operation Write --operation Describe --topic "$alerts" --topic "$commands"
 
 failed=0

@@ -78,7 +78,12 @@ fn docker_compose_runs_kafka_its_topics_the_collector_and_the_analyzer() {
         "broker,controller"
     );
     let init = strings(&compose["services"]["kafka-init"]["command"]).join(" ");
-    for topic in ["ipaudit.events", "ipaudit.alerts", "ipaudit.commands"] {
+    for topic in [
+        "ipaudit.events",
+        "ipaudit.schemas",
+        "ipaudit.alerts",
+        "ipaudit.commands",
+    ] {
         assert!(init.contains(topic), "kafka-init does not create {topic}");
     }
     for service in ["collector", "analyzer"] {
@@ -98,6 +103,9 @@ fn docker_compose_runs_kafka_its_topics_the_collector_and_the_analyzer() {
     // The topic the compose file uses is the binaries' default too.
     assert!(help("collector", "run").contains("[default: ipaudit.events]"));
     assert!(help("analyzer", "run").contains("[default: ipaudit.events]"));
+    for program in ["collector", "analyzer"] {
+        assert!(help(program, "run").contains("[default: ipaudit.schemas]"));
+    }
 }
 
 fn kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
@@ -366,12 +374,21 @@ fn deploy_creates_the_topics_with_replication_and_the_collector_does_not() {
         .expect("a --replication-factor");
     assert!(factor > 1, "replication factor {factor}");
     assert!(script.contains("min.insync.replicas=2"));
-    for topic in ["ipaudit.events", "ipaudit.alerts", "ipaudit.commands"] {
+    for topic in [
+        "ipaudit.events",
+        "ipaudit.schemas",
+        "ipaudit.alerts",
+        "ipaudit.commands",
+    ] {
         assert!(
             script.contains(&format!("create {topic} ")),
             "{topic} not created"
         );
     }
+    assert!(
+        script.contains("create ipaudit.schemas 1 \"--config cleanup.policy=compact\""),
+        "the schemas topic is compacted: one record per schema is kept for ever"
+    );
     let collector = yaml_documents("deploy/collector.yaml");
     let container = &kind(&collector, "Deployment", "ipaudit-collector")["spec"]["template"]
         ["spec"]["containers"][0];

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use ipaudit_schemas::{decode, Alert, WatchEvent};
 use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::broker::{create_topic_via, free_port, read_topic_via};
+use ipaudit_tests::broker::{
+    create_schemas_topic_via, create_topic_via, free_port, read_topic_via, schemas_topic_of,
+};
 use ipaudit_tests::collector::{workspace_binary, CollectorProcess, CollectorSetup};
 use ipaudit_tests::receiver::Receiver;
 use ipaudit_tests::scenario::{play_kube_ovn_seed, Seed};
@@ -65,6 +67,11 @@ impl TlsWorld {
             runtime,
         };
         world.create_topic(&world.topic);
+        world.runtime.block_on(create_schemas_topic_via(
+            world.endpoint.client_config(),
+            &world.topic,
+            1,
+        ));
         world
     }
 
@@ -266,6 +273,7 @@ fn collector_command(world: &TlsWorld, kafka_flags: &[String]) -> Command {
         .args(["--kubeconfig", &world.kubeconfig.display().to_string()])
         .args(["--cluster-id", "lab", "--collector-id", "refused"])
         .args(["--brokers", &world.endpoint.addr, "--topic", &world.topic])
+        .args(["--schemas-topic", &schemas_topic_of(&world.topic)])
         .args([
             "--state-dir",
             &world.dir.path().join("refused").display().to_string(),
@@ -281,6 +289,7 @@ fn analyzer_command(world: &TlsWorld, kafka_flags: &[String]) -> Command {
     command
         .arg("run")
         .args(["--brokers", &world.endpoint.addr, "--topic", &world.topic])
+        .args(["--schemas-topic", &schemas_topic_of(&world.topic)])
         .args(["--group", "refused"])
         .args([
             "--state-dir",
@@ -518,6 +527,7 @@ fn with_the_deploy_acls_each_principal_does_its_part_and_an_intruder_is_refused(
         .args(["--remediate-group", &remediate_group])
         .args(["--analyzer-group", analyzer_group])
         .args(["--events-topic", &world.topic])
+        .args(["--schemas-topic", &schemas_topic_of(&world.topic)])
         .args(["--alerts-topic", alerts, "--commands-topic", commands])
         .output()
         .expect("deploy/kafka-acls.sh");

@@ -81,6 +81,10 @@ struct DeadLettersArgs {
     /// the Kafka connection below; without it, messages stay set aside.
     #[arg(long)]
     republish: bool,
+    /// With --republish: the compacted topic of the collectors' writer schemas, read for
+    /// messages of a schema this build does not carry ("" reads none).
+    #[arg(long, env = "IPAUDIT_SCHEMAS_TOPIC", default_value = ipaudit_schemas::writer_schemas::DEFAULT_TOPIC)]
+    schemas_topic: String,
     #[command(flatten)]
     kafka: ipaudit_runtime::kafka::KafkaArgs,
 }
@@ -101,6 +105,11 @@ struct RunArgs {
     /// Topic of watch events.
     #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
     topic: String,
+    /// Compacted topic of the collectors' writer schemas, read when an event names a schema
+    /// this build does not carry (a newer collector's); "" reads none, and such events are
+    /// kept as dead letters.
+    #[arg(long, env = "IPAUDIT_SCHEMAS_TOPIC", default_value = ipaudit_schemas::writer_schemas::DEFAULT_TOPIC)]
+    schemas_topic: String,
     /// Consumer group.
     #[arg(long, env = "IPAUDIT_GROUP", default_value = "ipaudit-analyzer")]
     group: String,
@@ -394,6 +403,7 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
     let config = ipaudit_analyzer::live::consume::LiveConfig {
         connection,
         topic: args.topic,
+        schemas_topic: Some(args.schemas_topic).filter(|t| !t.is_empty()),
         group_id: args.group,
         state_dir: args.state_dir,
         analyzer: AnalyzerConfig {
@@ -436,6 +446,7 @@ fn run_dead_letters(command: DeadLettersCommand) -> anyhow::Result<ExitCode> {
         let republish = if args.republish {
             Some(deadletters::Republish {
                 connection: kafka_connection(&args.kafka)?,
+                schemas_topic: Some(args.schemas_topic.clone()).filter(|t| !t.is_empty()),
             })
         } else {
             None

@@ -29,6 +29,7 @@ use crate::metrics::Metrics;
 use crate::observed::StreamState;
 use crate::outbox::{Outbox, OutboxError};
 use crate::produce::{run_producer, KafkaConfig, ProduceError, ProducerTask};
+use crate::publish_schemas::SchemaPublisher;
 use crate::record::FileWriter;
 use crate::remediate::{run_remediator, RemediateConfig, RemediationMode};
 use crate::watch::{WatchConfig, WatchError, WatchOutputs, Watcher};
@@ -491,6 +492,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
         stored: Arc::clone(&pipeline.stored),
         shutdown: producer_stop_rx,
         drain_timeout: config.shutdown_timeout,
+        schemas: SchemaPublisher::new(config.kafka.schemas_topic.clone()),
     }));
     pipeline
         .run(shutdown, Some((producer, producer_stop)))

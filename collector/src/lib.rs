@@ -6,7 +6,7 @@
 //! The pipeline, one module each: [`discovery`] (which kinds) -> [`watch`] (list + watch
 //! per stream, relist diff) ->
 //! [`event`] (objects into `WatchEvent`s) -> [`observed`] (the message) -> [`writer`] -> [`outbox`] (SQLite) ->
-//! [`produce`] (Kafka); or [`record`] (an Avro file) instead of the last two.
+//! [`produce`] (Kafka, each writer schema published first by [`publish_schemas`]); or [`record`] (an Avro file) instead of the last two.
 //! [`app`] wires them; [`http`], [`metrics`] and [`telemetry`] (one typed event per fact,
 //! logged and counted together) are the operator's window. [`guard`] and
 //! [`admission`] refuse or warn about the deletion of a Subnet or pool that live
@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod observed;
 pub mod outbox;
 pub mod produce;
+pub mod publish_schemas;
 pub mod record;
 pub mod remediate;
 pub mod telemetry;

@@ -168,8 +168,14 @@ struct RunArgs {
     /// Topic for watch events.
     #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
     topic: String,
-    /// Create the topic when it is missing. Without it a missing topic is logged as an
-    /// error and /readyz answers 503; events wait in the outbox until it exists.
+    /// Compacted topic each writer schema is published to before the first event written
+    /// with it, so that analyzers older than this collector can read its events; "" when
+    /// every analyzer is as new as the collector.
+    #[arg(long, env = "IPAUDIT_SCHEMAS_TOPIC", default_value = ipaudit_schemas::writer_schemas::DEFAULT_TOPIC)]
+    schemas_topic: String,
+    /// Create the events and the schemas topic when they are missing. Without it a missing
+    /// topic is logged as an error and /readyz answers 503; events wait in the outbox until
+    /// it exists.
     #[arg(long, env = "IPAUDIT_CREATE_TOPIC")]
     create_topic: bool,
     /// Partitions of a topic created by --create-topic (-1: the broker's num.partitions).
@@ -436,6 +442,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             let kafka = KafkaConfig {
                 connection,
                 topic: args.topic,
+                schemas_topic: Some(args.schemas_topic).filter(|t| !t.is_empty()),
                 cluster_id: args.watch.cluster_id.clone(),
                 create_topic: args.create_topic.then_some(TopicCreation {
                     partitions: args.create_topic_partitions,

@@ -29,6 +29,7 @@ use tracing::{debug_span, error, info, warn, Instrument as _};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::outbox::{Outbox, OutboxError, Quarantine, Row};
+use crate::publish_schemas::SchemaPublisher;
 use crate::telemetry::{KafkaBatchSent, RowQuarantined};
 
 /// Where and how events go to Kafka.
@@ -38,6 +39,9 @@ pub struct KafkaConfig {
     pub connection: ipaudit_runtime::kafka::Connection,
     /// The events topic.
     pub topic: String,
+    /// The compacted topic each writer schema goes to before its first event (`None`:
+    /// none, `--schemas-topic ""`).
+    pub schemas_topic: Option<String>,
     /// Message key: one cluster's history stays in one partition, in order.
     pub cluster_id: String,
     /// Create the topic when it is missing (`--create-topic`); `None`: never.
@@ -111,9 +115,20 @@ pub fn producer(config: &KafkaConfig) -> Result<FutureProducer, ProduceError> {
 /// The collector's Kafka client id (broker logs and quotas name it).
 const CLIENT_ID: &str = "ipaudit-collector";
 
-/// Creates the topic unless it exists.
+/// What a topic the collector creates is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicRole {
+    /// The events topic: `--create-topic-partitions` partitions.
+    Events,
+    /// The schemas topic: one partition, compacted (one record per fingerprint is kept).
+    Schemas,
+}
+
+/// Creates `topic` unless it exists.
 pub async fn ensure_topic(
     config: &KafkaConfig,
+    topic: &str,
+    role: TopicRole,
     creation: TopicCreation,
 ) -> Result<(), ProduceError> {
     let admin: AdminClient<DefaultClientContext> = config
@@ -121,25 +136,33 @@ pub async fn ensure_topic(
         .admin(CLIENT_ID)
         .create()
         .map_err(ProduceError::Config)?;
-    let topic = NewTopic::new(
-        &config.topic,
-        creation.partitions,
+    let partitions = match role {
+        TopicRole::Events => creation.partitions,
+        TopicRole::Schemas => 1,
+    };
+    let mut new_topic = NewTopic::new(
+        topic,
+        partitions,
         TopicReplication::Fixed(creation.replication),
     );
+    if role == TopicRole::Schemas {
+        new_topic = new_topic.set("cleanup.policy", "compact");
+    }
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = admin
-        .create_topics([&topic], &options)
+        .create_topics([&new_topic], &options)
         .await
         .map_err(|source| ProduceError::CreateTopic {
-            topic: config.topic.clone(),
+            topic: topic.to_owned(),
             source,
         })?;
     for result in results {
         match result {
             Ok(_) => info!(
-                topic = %config.topic,
-                partitions = creation.partitions,
+                %topic,
+                partitions,
                 replication = creation.replication,
+                ?role,
                 "created topic (-1: the broker's default)"
             ),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
@@ -248,6 +271,8 @@ pub struct ProducerTask {
     pub shutdown: watch::Receiver<bool>,
     /// How long the drain may take.
     pub drain_timeout: Duration,
+    /// Publishes the writer schemas of the rows before the rows.
+    pub schemas: SchemaPublisher,
 }
 
 /// Sends the outbox to Kafka until `shutdown` turns true and the outbox is empty (or
@@ -263,9 +288,10 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
         stored,
         mut shutdown,
         drain_timeout,
+        mut schemas,
     } = task;
     let outbox = Arc::new(Mutex::new(Outbox::connect(&outbox_path)?));
-    check_or_create_topic(&producer, &config, &health).await?;
+    check_or_create_topics(&producer, &config, &schemas, &health).await?;
     // After a failed batch: 200 ms doubling to 5 s (rows wait safely in the outbox).
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let mut draining_since: Option<Instant> = None;
@@ -311,6 +337,30 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
             first = rows.first().map(|r| r.id),
             last = rows.last().map(|r| r.id)
         );
+        if let Err(e) = schemas.publish_for(&producer, &rows).await {
+            match e.code() {
+                Some(code) if denial(code) => {
+                    return Err(denied_write(schemas.topic().unwrap_or_default(), code))
+                }
+                Some(code) if topic_missing_code(code) => {
+                    check_or_create_topics(&producer, &config, &schemas, &health).await?;
+                }
+                _ => {}
+            }
+            // The rows wait for their schema: an analyzer older than this collector could
+            // read none of them without it.
+            warn!(error = %e, "writer schema not published; the batch waits");
+            KafkaBatchSent {
+                delivered: 0,
+                failed: rows.len() as u64,
+            }
+            .emit(&metrics);
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.next_delay()) => {}
+                _ = shutdown.changed() => {}
+            }
+            continue;
+        }
         let outcomes = send_in_order(&producer, &config, &rows)
             .instrument(batch.clone())
             .await;
@@ -351,7 +401,7 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
                 .iter()
                 .any(|o| matches!(o, Outcome::Failed(Some(code)) if topic_missing_code(*code)))
             {
-                check_or_create_topic(&producer, &config, &health).await?;
+                check_or_create_topics(&producer, &config, &schemas, &health).await?;
             }
             if let Some((code, reason)) = producer.client().fatal_error() {
                 if denial(code) {
@@ -371,32 +421,46 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
     }
 }
 
-/// Looks the topic up; creates it when that is allowed, else marks the collector
-/// unready. A broker that cannot be reached now is not an error: the rows wait; a
-/// principal that may not see the topic is ([`ProduceError::Denied`]).
-async fn check_or_create_topic(
+/// Looks the events topic and the schemas topic up; creates a missing one when that is
+/// allowed, else marks the collector unready. A broker that cannot be reached now is not
+/// an error: the rows wait; a principal that may not see a topic is
+/// ([`ProduceError::Denied`]).
+async fn check_or_create_topics(
     producer: &FutureProducer,
     config: &KafkaConfig,
+    schemas: &SchemaPublisher,
     health: &Health,
 ) -> Result<(), ProduceError> {
-    match topic_exists(producer, &config.topic).await {
-        Ok(true) => {}
-        Ok(false) => match config.create_topic {
-            Some(creation) => {
-                if let Err(e) = ensure_topic(config, creation).await {
-                    warn!(error = %e, topic = %config.topic, "cannot create the topic now; events wait in the outbox");
+    let topics = std::iter::once((config.topic.as_str(), TopicRole::Events))
+        .chain(schemas.topic().map(|t| (t, TopicRole::Schemas)));
+    for (topic, role) in topics {
+        match topic_exists(producer, topic).await {
+            Ok(true) => {}
+            Ok(false) => match config.create_topic {
+                Some(creation) => {
+                    if let Err(e) = ensure_topic(config, topic, role, creation).await {
+                        warn!(error = %e, %topic, "cannot create the topic now; events wait in the outbox");
+                    }
                 }
+                None => {
+                    match role {
+                        TopicRole::Events => error!(
+                            %topic,
+                            "the events topic does not exist: create it (see deploy/topics.yaml), or pass --create-topic; events wait in the outbox"
+                        ),
+                        TopicRole::Schemas => error!(
+                            %topic,
+                            "the schemas topic does not exist: create it (see deploy/topics.yaml), pass --create-topic, or --schemas-topic \"\" if every analyzer is as new as this collector; events wait in the outbox"
+                        ),
+                    }
+                    health.topic_missing(topic);
+                }
+            },
+            Err(e @ ProduceError::Denied { .. }) => return Err(e),
+            Err(e) => {
+                warn!(error = %e, %topic, "cannot look the topic up now; events wait in the outbox")
             }
-            None => {
-                error!(
-                    topic = %config.topic,
-                    "the events topic does not exist: create it (see deploy/), or pass --create-topic; events wait in the outbox"
-                );
-                health.topic_missing(&config.topic);
-            }
-        },
-        Err(e @ ProduceError::Denied { .. }) => return Err(e),
-        Err(e) => warn!(error = %e, "cannot look the topic up now; events wait in the outbox"),
+        }
     }
     Ok(())
 }

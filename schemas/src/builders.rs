@@ -308,3 +308,117 @@ impl EventBuilder {
         self.build(EventType::Deleted)
     }
 }
+
+/// A WatchEvent schema one version ahead of this build, for tests of what a newer collector
+/// sends: today's schema with a kind this build does not know (`CALICO_BLOCK`, last of the
+/// `Stream` symbols) and a field (`calico_block`, an optional string).
+pub struct NextVersion {
+    /// The schema's JSON, as the collector publishes it.
+    pub text: String,
+    /// The parsed schema.
+    pub schema: apache_avro::Schema,
+    /// Its fingerprint, as its messages carry it.
+    pub fingerprint: [u8; 8],
+}
+
+impl NextVersion {
+    /// The synthetic next version.
+    pub fn new() -> NextVersion {
+        use crate::Record as _;
+        let mut json: serde_json::Value =
+            serde_json::from_str(WatchEvent::schemas().current().text)
+                .expect("the bundled schema is JSON");
+        let fields = json["fields"]
+            .as_array_mut()
+            .expect("a record schema has fields");
+        if let Some(stream) = fields.iter_mut().find(|f| f["name"] == "stream") {
+            if let Some(symbols) = stream["type"]["symbols"].as_array_mut() {
+                symbols.push("CALICO_BLOCK".into());
+            }
+        }
+        fields.push(
+            serde_json::json!({"name": "calico_block", "type": ["null", "string"], "default": null}),
+        );
+        let text = json.to_string();
+        let schema = apache_avro::Schema::parse_str(&text).expect("the next version parses");
+        let fingerprint = crate::registry::fingerprint(&schema);
+        NextVersion {
+            text,
+            schema,
+            fingerprint,
+        }
+    }
+
+    /// `event`, single-object encoded with the next version (`calico_block` unset).
+    pub fn encode(&self, event: &WatchEvent) -> Vec<u8> {
+        self.encode_value(self.value_of(event))
+    }
+
+    /// A `CALICO_BLOCK` event (a kind this build does not know) with `event`'s metadata and
+    /// versions, single-object encoded with the next version.
+    pub fn encode_calico_block(&self, event: &WatchEvent, block: &str) -> Vec<u8> {
+        use apache_avro::types::Value;
+        let mut value = self.value_of(event);
+        let calico = self.stream_symbols() - 1;
+        if let Value::Record(fields) = &mut value {
+            for (name, v) in fields.iter_mut() {
+                match name.as_str() {
+                    "stream" => *v = Value::Enum(calico, "CALICO_BLOCK".into()),
+                    "ip" | "subnet" | "pod" | "ip_pool" | "ip_reservation" | "spider_ip_pool"
+                    | "spider_endpoint" => *v = Value::Union(0, Box::new(Value::Null)),
+                    "calico_block" => {
+                        *v = Value::Union(1, Box::new(Value::String(block.to_owned())))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.encode_value(value)
+    }
+
+    fn stream_symbols(&self) -> u32 {
+        match &self.schema {
+            apache_avro::Schema::Record(record) => record
+                .fields
+                .iter()
+                .find(|f| f.name == "stream")
+                .and_then(|f| match &f.schema {
+                    apache_avro::Schema::Enum(e) => u32::try_from(e.symbols.len()).ok(),
+                    _ => None,
+                })
+                .expect("the next version has the stream enum"),
+            _ => unreachable!("the next version is a record"),
+        }
+    }
+
+    fn value_of(&self, event: &WatchEvent) -> apache_avro::types::Value {
+        use apache_avro::types::Value;
+        let mut value = apache_avro::to_value(event).expect("an event converts to a value");
+        if let Value::Record(fields) = &mut value {
+            fields.push((
+                "calico_block".into(),
+                Value::Union(0, Box::new(Value::Null)),
+            ));
+        }
+        value
+            .resolve(&self.schema)
+            .expect("an event of today resolves to the next version")
+    }
+
+    fn encode_value(&self, value: apache_avro::types::Value) -> Vec<u8> {
+        let mut out = Vec::with_capacity(512);
+        out.extend_from_slice(&crate::message::MAGIC);
+        out.extend_from_slice(&self.fingerprint);
+        apache_avro::writer::datum::GenericDatumWriter::builder(&self.schema)
+            .build()
+            .and_then(|writer| writer.write_value_ref(&mut out, &value))
+            .expect("the value fits the schema");
+        out
+    }
+}
+
+impl Default for NextVersion {
+    fn default() -> Self {
+        NextVersion::new()
+    }
+}

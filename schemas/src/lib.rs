@@ -4,6 +4,7 @@
 //!
 //! - [`message`]: Kafka messages, Avro single-object encoding (`C3 01` + fingerprint).
 //! - [`container`]: recordings, Avro object container files.
+//! - [`writer_schemas`]: newer writers' schemas, learnt from the schemas topic.
 //! - [`datum`]: the decoder specialised to the WatchEvent schema (every kept version), the
 //!   hot path of both.
 //! - [`kubernetes`]: Kubernetes objects as JSON into [`WatchEvent`]s, leniently.
@@ -21,6 +22,7 @@ pub mod kinds;
 pub mod kubernetes;
 pub mod message;
 pub mod registry;
+pub mod writer_schemas;
 
 pub use alert::{Actor, Alert, AlertStatus, Cleanup, Evidence, Severity};
 pub use command::{
@@ -36,8 +38,12 @@ pub use event::{
     SubnetInfo, WatchEvent,
 };
 pub use kinds::{Ipam, KindSpec, KINDS};
-pub use message::{decode, decode_into, encode, DecodeError, EncodeError};
+pub use message::{
+    decode, decode_into, decode_into_with, decode_with, encode, fingerprint_of, DecodeError,
+    EncodeError,
+};
 pub use registry::{DatumError, Record, SchemaSet, SchemaVersion};
+pub use writer_schemas::{WriterSchemaError, WriterSchemas};
 
 /// kube-ovn's finalizer on IPs and Subnets since v1.13.0.
 pub const KUBE_OVN_FINALIZER: &str = "kubeovn.io/kube-ovn-controller";

@@ -3,6 +3,7 @@
 
 use crate::datum::Fields;
 use crate::registry::{DatumError, Record};
+use crate::writer_schemas::WriterSchemas;
 
 /// The two magic bytes that open every single-object-encoded message.
 pub const MAGIC: [u8; 2] = [0xC3, 0x01];
@@ -55,6 +56,17 @@ pub enum DecodeError {
         #[source]
         source: DatumError,
     },
+    /// The datum does not match the learnt schema it names (truncated, corrupt).
+    #[error("malformed {record} datum (learnt schema {fingerprint:016x})")]
+    MalformedLearnt {
+        /// The record type.
+        record: &'static str,
+        /// The writer schema's fingerprint, as a little-endian integer.
+        fingerprint: u64,
+        /// What was wrong.
+        #[source]
+        source: DatumError,
+    },
     /// Bytes left after a complete datum.
     #[error("{extra} unexpected bytes after a complete {record} datum")]
     TrailingBytes {
@@ -83,16 +95,26 @@ pub fn encode<T: Record>(record: &T) -> Result<Vec<u8>, EncodeError> {
 
 /// Decodes a single-object-encoded record written with any known version of its schema.
 pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, DecodeError> {
-    let (index, version, mut body) = datum::<T>(bytes)?;
-    let record = T::schemas()
-        .read_datum::<T>(index, &mut body)
-        .map_err(|source| DecodeError::Malformed {
-            record: T::NAME,
+    decode_with(bytes, &WriterSchemas::new())
+}
+
+/// [`decode`], also reading records written with a schema learnt from the schemas topic
+/// (see [`crate::writer_schemas`]).
+pub fn decode_with<T: Record>(bytes: &[u8], learnt: &WriterSchemas) -> Result<T, DecodeError> {
+    match datum::<T>(bytes, learnt)? {
+        Datum::OfThisBuild {
+            index,
             version,
-            source,
-        })?;
-    no_trailing_bytes::<T>(body)?;
-    Ok(record)
+            mut body,
+        } => {
+            let record = T::schemas()
+                .read_datum::<T>(index, &mut body)
+                .map_err(|source| malformed::<T>(version, source))?;
+            no_trailing_bytes::<T>(body)?;
+            Ok(record)
+        }
+        Datum::Learnt { fingerprint, body } => read_learnt(learnt, fingerprint, body),
+    }
 }
 
 /// [`decode`] into `into`, a record decoded before, keeping `fields` (of a WatchEvent;
@@ -105,19 +127,97 @@ pub fn decode_into<T: Record>(
     fields: &Fields,
     into: &mut T,
 ) -> Result<(), DecodeError> {
-    let (index, version, mut body) = datum::<T>(bytes)?;
-    T::read_version_into(index, &mut body, fields, into).map_err(|source| {
-        DecodeError::Malformed {
-            record: T::NAME,
-            version,
-            source,
-        }
-    })?;
-    no_trailing_bytes::<T>(body)
+    decode_into_with(bytes, fields, into, &WriterSchemas::new())
 }
 
-/// A message's schema version (index in the record's schemas, and number) and datum.
-fn datum<T: Record>(bytes: &[u8]) -> Result<(usize, u32, &[u8]), DecodeError> {
+/// [`decode_into`], also reading records written with a schema learnt from the schemas
+/// topic (those are read whole, through schema resolution: the slow path).
+pub fn decode_into_with<T: Record>(
+    bytes: &[u8],
+    fields: &Fields,
+    into: &mut T,
+    learnt: &WriterSchemas,
+) -> Result<(), DecodeError> {
+    match datum::<T>(bytes, learnt)? {
+        Datum::OfThisBuild {
+            index,
+            version,
+            mut body,
+        } => {
+            T::read_version_into(index, &mut body, fields, into)
+                .map_err(|source| malformed::<T>(version, source))?;
+            no_trailing_bytes::<T>(body)
+        }
+        Datum::Learnt { fingerprint, body } => {
+            *into = read_learnt(learnt, fingerprint, body)?;
+            Ok(())
+        }
+    }
+}
+
+/// The fingerprint of a single-object message, when it has the header: what
+/// [`DecodeError::UnknownFingerprint`] names, as the schemas topic keys it.
+pub fn fingerprint_of(bytes: &[u8]) -> Option<[u8; 8]> {
+    if bytes.len() >= HEADER_LEN && bytes[..2] == MAGIC {
+        bytes[2..HEADER_LEN].try_into().ok()
+    } else {
+        None
+    }
+}
+
+/// A message's datum, and the schema it was written with.
+enum Datum<'a> {
+    /// A version of this build's (index in the record's schemas, and number).
+    OfThisBuild {
+        index: usize,
+        version: u32,
+        body: &'a [u8],
+    },
+    /// A schema learnt from the schemas topic.
+    Learnt {
+        fingerprint: &'a [u8],
+        body: &'a [u8],
+    },
+}
+
+fn malformed<T: Record>(version: u32, source: DatumError) -> DecodeError {
+    DecodeError::Malformed {
+        record: T::NAME,
+        version,
+        source,
+    }
+}
+
+fn read_learnt<T: Record>(
+    learnt: &WriterSchemas,
+    fingerprint: &[u8],
+    mut body: &[u8],
+) -> Result<T, DecodeError> {
+    let record = learnt
+        .read_datum::<T>(fingerprint, &mut body)
+        .ok_or_else(|| unknown::<T>(fingerprint))?
+        .map_err(|source| DecodeError::MalformedLearnt {
+            record: T::NAME,
+            fingerprint: fingerprint_number(fingerprint),
+            source,
+        })?;
+    no_trailing_bytes::<T>(body)?;
+    Ok(record)
+}
+
+fn fingerprint_number(fingerprint: &[u8]) -> u64 {
+    u64::from_le_bytes(fingerprint.try_into().unwrap_or_default())
+}
+
+fn unknown<T: Record>(fingerprint: &[u8]) -> DecodeError {
+    DecodeError::UnknownFingerprint {
+        record: T::NAME,
+        fingerprint: fingerprint_number(fingerprint),
+    }
+}
+
+/// A message's schema and datum.
+fn datum<'a, T: Record>(bytes: &'a [u8], learnt: &WriterSchemas) -> Result<Datum<'a>, DecodeError> {
     if bytes.len() < HEADER_LEN {
         return Err(DecodeError::TooShort { len: bytes.len() });
     }
@@ -128,13 +228,16 @@ fn datum<T: Record>(bytes: &[u8]) -> Result<(usize, u32, &[u8]), DecodeError> {
     }
     let set = T::schemas();
     let fingerprint = &bytes[2..HEADER_LEN];
-    let index = set.position_of_fingerprint(fingerprint).ok_or_else(|| {
-        DecodeError::UnknownFingerprint {
-            record: T::NAME,
-            fingerprint: u64::from_le_bytes(fingerprint.try_into().unwrap_or_default()),
-        }
-    })?;
-    Ok((index, set.versions()[index].version, &bytes[HEADER_LEN..]))
+    let body = &bytes[HEADER_LEN..];
+    match set.position_of_fingerprint(fingerprint) {
+        Some(index) => Ok(Datum::OfThisBuild {
+            index,
+            version: set.versions()[index].version,
+            body,
+        }),
+        None if learnt.knows::<T>(fingerprint) => Ok(Datum::Learnt { fingerprint, body }),
+        None => Err(unknown::<T>(fingerprint)),
+    }
 }
 
 /// Bytes after a complete datum are an error.

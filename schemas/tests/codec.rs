@@ -271,18 +271,7 @@ fn events_of_every_new_kind_round_trip_as_messages_and_in_containers() {
 
 /// A schema one version ahead of this build: a kind this build does not know, and a field.
 fn schema_of_a_newer_collector() -> Schema {
-    let mut json: serde_json::Value =
-        serde_json::from_str(WatchEvent::schemas().current().text).unwrap();
-    let fields = json["fields"].as_array_mut().unwrap();
-    let stream = fields.iter_mut().find(|f| f["name"] == "stream").unwrap();
-    stream["type"]["symbols"]
-        .as_array_mut()
-        .unwrap()
-        .push("CALICO_BLOCK".into());
-    fields.push(
-        serde_json::json!({"name": "calico_block", "type": ["null", "string"], "default": null}),
-    );
-    Schema::parse(&json).unwrap()
+    ipaudit_schemas::builders::NextVersion::new().schema
 }
 
 #[test]
@@ -759,4 +748,39 @@ fn a_block_declaring_more_than_the_cap_is_refused_without_allocating_it() {
         ),
         "{errors:?}"
     );
+}
+
+#[test]
+fn a_message_of_a_newer_schema_decodes_once_its_schema_is_learnt_and_a_new_kind_reads_as_unknown() {
+    use ipaudit_schemas::builders::NextVersion;
+    use ipaudit_schemas::{decode_into_with, decode_with, WriterSchemas};
+    let next = NextVersion::new();
+    let known = rich_ip_event();
+    let message = next.encode(&known);
+    let calico = next.encode_calico_block(&known, "block-1");
+    let mut learnt = WriterSchemas::new();
+    assert!(matches!(
+        decode_with::<WatchEvent>(&message, &learnt),
+        Err(DecodeError::UnknownFingerprint { .. })
+    ));
+    assert!(learnt
+        .learn::<WatchEvent>(&next.fingerprint, next.text.as_bytes())
+        .unwrap());
+    assert_eq!(decode_with::<WatchEvent>(&message, &learnt).unwrap(), known);
+    let unknown = decode_with::<WatchEvent>(&calico, &learnt).unwrap();
+    assert_eq!(unknown.stream, Stream::Unknown);
+    assert_eq!(unknown.resource_version, known.resource_version);
+    assert!(unknown.part.is_none());
+    let mut into = WatchEvent::blank();
+    decode_into_with(&message, &Fields::ALL, &mut into, &learnt).unwrap();
+    assert_eq!(into, known);
+    // Cut anywhere, a message of a learnt schema is an error, never a record.
+    for cut in 10..message.len() {
+        assert!(
+            decode_with::<WatchEvent>(&message[..cut], &learnt).is_err(),
+            "cut at {cut}"
+        );
+    }
+    // Without the learnt schemas the build's own decoder still refuses it.
+    assert!(decode::<WatchEvent>(&message).is_err());
 }

@@ -38,6 +38,7 @@ impl AnalyzerProcess {
         let child = Command::new(workspace_binary("analyzer"))
             .arg("run")
             .args(["--brokers", brokers, "--topic", topic, "--group", group])
+            .args(["--schemas-topic", &crate::broker::schemas_topic_of(topic)])
             .args(["--state-dir", &state_dir.display().to_string()])
             .args(if extra.contains(&"--checkpoint-interval") {
                 &[][..]
@@ -94,6 +95,11 @@ impl AnalyzerProcess {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         false
+    }
+
+    /// SIGTERM, then waits for a clean exit; returns whether it exited with success.
+    pub fn terminate(mut self, timeout: std::time::Duration) -> bool {
+        crate::terminate(&mut self.child, timeout)
     }
 
     /// SIGKILL.

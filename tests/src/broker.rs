@@ -234,6 +234,44 @@ pub fn port_opens(port: u16, timeout: Duration) -> bool {
     true
 }
 
+/// The schemas topic that goes with a test's events topic: each test has its own, as it
+/// has its own events topic.
+pub fn schemas_topic_of(events_topic: &str) -> String {
+    format!("{events_topic}.schemas")
+}
+
+/// Creates the compacted schemas topic of `events_topic` (see [`schemas_topic_of`]), held
+/// by `replicas` nodes, through a client configured by `config`.
+pub async fn create_schemas_topic_via(config: ClientConfig, events_topic: &str, replicas: i32) {
+    let admin: AdminClient<DefaultClientContext> = config.create().expect("admin client");
+    let min_insync = (replicas - 1).max(1).to_string();
+    let topic = schemas_topic_of(events_topic);
+    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(replicas))
+        .set("cleanup.policy", "compact")
+        .set("min.insync.replicas", &min_insync);
+    let results = admin
+        .create_topics(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("create schemas topic");
+    for result in results {
+        if let Err((name, code)) = result {
+            assert_eq!(
+                code,
+                rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists,
+                "create {name}"
+            );
+        }
+    }
+}
+
+/// Creates the schemas topic of `events_topic` on `brokers` (plaintext).
+pub async fn create_schemas_topic(brokers: &str, events_topic: &str, replicas: i32) {
+    create_schemas_topic_via(plain(brokers), events_topic, replicas).await
+}
+
 /// Creates a topic (one partition) for one test.
 pub async fn create_topic(brokers: &str, topic: &str) {
     create_topic_via(plain(brokers), topic).await

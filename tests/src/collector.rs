@@ -81,6 +81,10 @@ impl CollectorProcess {
                 "collector-test",
             ])
             .args(["--brokers", setup.brokers, "--topic", setup.topic])
+            .args([
+                "--schemas-topic",
+                &crate::broker::schemas_topic_of(setup.topic),
+            ])
             .args(["--state-dir", &setup.state_dir.display().to_string()])
             .args(["--kafka-option", "message.timeout.ms=120000"])
             .args(extra);
@@ -196,19 +200,7 @@ impl CollectorProcess {
 
     /// SIGTERM, then waits for a clean exit; returns whether it exited with success.
     pub fn terminate(mut self, timeout: Duration) -> bool {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.success();
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::terminate(&mut self.child, timeout)
     }
 }
 

@@ -149,6 +149,27 @@ pub fn write_recording(path: &Path, events: &[WatchEvent]) {
     writer.finish().expect("finish recording");
 }
 
+/// SIGTERM to `child`, then waits for it to exit; whether it exited with success in
+/// `timeout` (else it is killed).
+pub fn terminate(child: &mut std::process::Child, timeout: Duration) -> bool {
+    let pid = child.id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status.success();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Polls `found` every 50 ms until it yields a value, and fails the test naming `what`
 /// when `timeout` passes first.
 pub fn wait_for<T>(what: &str, timeout: Duration, found: impl FnMut() -> Option<T>) -> T {

@@ -8,7 +8,8 @@ use ipaudit_schemas::{decode, WatchEvent};
 use kube_sim::{Kind, KubeSim, SimConfig};
 
 use crate::broker::{
-    create_partitioned_topic, create_replicated_topic, read_topic, shared_broker, Broker,
+    create_partitioned_topic, create_replicated_topic, create_schemas_topic, read_topic,
+    shared_broker, Broker,
 };
 use crate::collector::{CollectorProcess, CollectorSetup};
 
@@ -55,9 +56,13 @@ impl World {
             .runtime
             .block_on(create_replicated_topic(brokers, &world.topic, replicas));
         world
+            .runtime
+            .block_on(create_schemas_topic(brokers, &world.topic, replicas));
+        world
     }
 
-    /// `partitions`: of the events topic, created here; 0: the caller creates it.
+    /// `partitions`: of the events topic, created here with its schemas topic; 0: the
+    /// caller creates both.
     fn with_sim(name: &str, brokers: Option<String>, config: SimConfig, partitions: i32) -> World {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -85,6 +90,7 @@ impl World {
         let topic = format!("ipaudit.events.{name}.{}", std::process::id());
         if partitions > 0 {
             runtime.block_on(create_partitioned_topic(&brokers, &topic, partitions));
+            runtime.block_on(create_schemas_topic(&brokers, &topic, 1));
         }
         World {
             sim,

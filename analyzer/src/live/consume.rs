@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ipaudit_runtime::kafka::NoOffset;
 use ipaudit_runtime::telemetry::InternalEvent as _;
-use ipaudit_schemas::{decode_into, WatchEvent};
+use ipaudit_schemas::{decode_into_with, fingerprint_of, DecodeError, WatchEvent, WriterSchemas};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -32,8 +32,9 @@ use crate::live::start_offset::Start;
 use crate::live::store::{Store, StoreError};
 use crate::live::telemetry::{
     CheckpointWritten, EventConsumed, MessageUndecodable, OffsetOutOfRange, SnapshotChoice,
-    SnapshotRebuildStarted,
+    SnapshotRebuildStarted, WriterSchemaLookedUp,
 };
+use crate::live::writer_schemas::SchemaTopic;
 use crate::live::CLIENT_ID;
 
 /// How the live analyzer runs.
@@ -42,6 +43,9 @@ pub struct LiveConfig {
     pub connection: ipaudit_runtime::kafka::Connection,
     /// The events topic.
     pub topic: String,
+    /// The schemas topic, read for messages of a schema this build does not carry
+    /// (`None`: such messages are dead letters).
+    pub schemas_topic: Option<String>,
     /// The consumer group.
     pub group_id: String,
     /// Where the store lives.
@@ -179,6 +183,10 @@ pub async fn run(
     // Each message is decoded into the event analysed before (its strings reused), of the
     // fields the analysis reads.
     let mut spare: Option<Box<WatchEvent>> = None;
+    // Newer collectors' schemas, learnt from the schemas topic when a message names one.
+    let mut learnt = WriterSchemas::new();
+    let mut schema_topic =
+        SchemaTopic::new(config.connection.clone(), config.schemas_topic.clone());
     loop {
         let turn = tokio::select! {
             message = consumer.recv() => Turn::Message(message),
@@ -223,10 +231,23 @@ pub async fn run(
                 let mut event = spare
                     .take()
                     .unwrap_or_else(|| Box::new(WatchEvent::blank()));
-                match message
-                    .payload()
-                    .map(|payload| decode_into(payload, &ANALYSIS_FIELDS, &mut *event))
-                {
+                let mut decoded = message.payload().map(|payload| {
+                    decode_into_with(payload, &ANALYSIS_FIELDS, &mut *event, &learnt)
+                });
+                if let Some(Err(DecodeError::UnknownFingerprint { fingerprint, .. })) = decoded {
+                    let payload = message.payload().unwrap_or_default();
+                    if learn_writer_schema(&mut schema_topic, payload, &mut learnt, &metrics).await
+                    {
+                        tracing::debug!(fingerprint, "decoding again with the learnt schema");
+                        decoded = Some(decode_into_with(
+                            payload,
+                            &ANALYSIS_FIELDS,
+                            &mut *event,
+                            &learnt,
+                        ));
+                    }
+                }
+                match decoded {
                     Some(Ok(())) => {
                         let span = tracing::debug_span!(
                             "consume",
@@ -411,6 +432,39 @@ enum Turn<M> {
     Checkpoint,
 }
 
+/// Reads the schemas topic for the schema `payload` names, unless it was read for it
+/// lately; whether the schema is known now.
+async fn learn_writer_schema(
+    schema_topic: &mut SchemaTopic,
+    payload: &[u8],
+    learnt: &mut WriterSchemas,
+    metrics: &Metrics,
+) -> bool {
+    let Some(fingerprint) = fingerprint_of(payload) else {
+        return false;
+    };
+    let number = u64::from_le_bytes(fingerprint);
+    match schema_topic.learn_for(fingerprint, learnt).await {
+        Ok(None) => false,
+        Ok(Some(lookup)) => {
+            WriterSchemaLookedUp {
+                fingerprint: number,
+                outcome: Ok(&lookup),
+            }
+            .emit(metrics);
+            lookup.found
+        }
+        Err(error) => {
+            WriterSchemaLookedUp {
+                fingerprint: number,
+                outcome: Err(&error),
+            }
+            .emit(metrics);
+            false
+        }
+    }
+}
+
 /// The group consumer: manual offsets (the store holds them), static membership when an
 /// instance id is given, statistics for the lag, and an error rather than a silent jump
 /// when a checkpointed offset is outside the log.
@@ -532,6 +586,7 @@ fn resume(
     for alert in analyzer.active_alerts().iter() {
         metrics.alert(alert);
     }
+    metrics.analysis_restored(&cluster, &analyzer.stats());
     info!(%cluster, "cluster resumed from the checkpoint");
     analyzers.insert(cluster, analyzer);
 }

@@ -2,7 +2,9 @@
 //! after an upgrade. Two kinds are kept in the store file:
 //!
 //! - messages of the events topic this build could not decode (a newer collector's
-//!   schema, a corrupt record). `replay` decodes each again with this build; one that now
+//!   schema, a corrupt record). `replay` decodes each again with this build and the
+//!   writer schemas of the schemas topic (a newer collector's, published after the
+//!   message was set aside, or unreadable then); one that now
 //!   decodes is published to its topic again (keyed by its cluster id, so it reaches the
 //!   partition of its cluster) and leaves the list; one that still fails stays, with the
 //!   new reason.
@@ -13,12 +15,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipaudit_runtime::kafka::Delivery;
-use ipaudit_schemas::{decode, WatchEvent};
+use ipaudit_schemas::{decode_with, fingerprint_of, WatchEvent, WriterSchemas};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rusqlite::{params, Connection};
 
 use crate::live::sinks::ledger::{Ledger, LedgerError, SinkDeadLetter};
+use crate::live::writer_schemas::SchemaTopic;
 
 /// Why listing or re-driving failed.
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +136,9 @@ pub fn list(path: &Path, sink: Option<&str>) -> Result<DeadLetters, DeadLetterEr
 pub struct Republish {
     /// How to reach the brokers.
     pub connection: ipaudit_runtime::kafka::Connection,
+    /// The schemas topic, read when a message names a schema this build does not carry
+    /// (`None`: such messages stay).
+    pub schemas_topic: Option<String>,
 }
 
 /// Re-drives what the store at `path` set aside: messages that decode with this build are
@@ -181,10 +187,32 @@ async fn republish_messages(
             topic: String::new(),
             source,
         })?;
+    // Messages of a schema this build does not carry are read with the schemas topic's.
+    let mut learnt = WriterSchemas::new();
+    let unknown_schema = rows.iter().any(|(.., payload)| {
+        payload
+            .as_deref()
+            .and_then(fingerprint_of)
+            .is_some_and(|f| !learnt.knows::<WatchEvent>(&f))
+    });
+    if unknown_schema {
+        let mut schema_topic =
+            SchemaTopic::new(target.connection.clone(), target.schemas_topic.clone());
+        match schema_topic.learn_all(&mut learnt).await {
+            Ok(lookup) => {
+                for refused in lookup.iter().flat_map(|l| &l.refused) {
+                    tracing::warn!(%refused, "schemas topic record refused");
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the schemas topic: messages of schemas this build does not carry stay set aside");
+            }
+        }
+    }
     for (topic, partition, offset, payload) in rows {
         let decoded = payload
             .as_deref()
-            .map(decode::<WatchEvent>)
+            .map(|p| decode_with::<WatchEvent>(p, &learnt))
             .map(|r| r.map_err(|e| e.to_string()));
         match (decoded, payload) {
             (Some(Ok(event)), Some(payload)) => {

@@ -31,6 +31,13 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// `{result}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// How it ended.
+    pub result: String,
+}
+
 /// `{rule}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RuleLabels {
@@ -70,6 +77,7 @@ pub struct Metrics {
     pub(crate) checkpoint: Histogram,
     pub(crate) offset_out_of_range: Family<PartitionLabels, Counter>,
     pub(crate) rebuilds: Family<PartitionLabels, Counter>,
+    pub(crate) writer_schema_lookups: Family<ResultLabels, Counter>,
     assigned: Gauge,
     /// Firing alerts by (cluster, alert id) -> rule: setting a state again is harmless, so
     /// a transition made twice (after a restart) does not count twice.
@@ -85,6 +93,17 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// An analysis's input problem counters, in the order of their `kind` labels.
+fn problems(stats: &AnalyzerStats) -> [u64; 5] {
+    [
+        stats.unknown_kinds,
+        stats.stale,
+        stats.reorder.late,
+        stats.reorder.unversioned,
+        stats.reorder.epochs,
+    ]
 }
 
 impl Metrics {
@@ -156,6 +175,12 @@ impl Metrics {
             "Partitions started at their latest snapshot for want of local state",
             rebuilds.clone(),
         );
+        let writer_schema_lookups = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "writer_schema_lookups",
+            "Reads of the schemas topic for a message of a schema this build does not carry, by result (found, not_found, failed)",
+            writer_schema_lookups.clone(),
+        );
         let assigned = Gauge::default();
         registry.register_with_unit(
             "assigned",
@@ -175,6 +200,7 @@ impl Metrics {
             checkpoint,
             offset_out_of_range,
             rebuilds,
+            writer_schema_lookups,
             assigned,
             firing_alerts: Arc::default(),
             seen_problems: Arc::default(),
@@ -203,21 +229,22 @@ impl Metrics {
         }
     }
 
-    /// Counts the input problems a cluster's analysis found since the last call (its
-    /// counters are cumulative and restored with the checkpoint: only growth counts).
+    /// A cluster's analysis was restored from a checkpoint: its input problems so far were
+    /// counted by the process that found them, not by this one.
+    pub fn analysis_restored(&self, cluster: &str, stats: &AnalyzerStats) {
+        self.seen_problems
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(cluster.to_owned(), problems(stats));
+    }
+
+    /// Counts the input problems a cluster's analysis found since the last call, or since
+    /// it was restored ([`Metrics::analysis_restored`]) or began: its counters are
+    /// cumulative and restored with the checkpoint, so only growth counts.
     pub fn analysis_problems(&self, cluster: &str, stats: &AnalyzerStats) {
-        let now = [
-            stats.unknown_kinds,
-            stats.stale,
-            stats.reorder.late,
-            stats.reorder.unversioned,
-            stats.reorder.epochs,
-        ];
+        let now = problems(stats);
         let mut seen = self.seen_problems.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(before) = seen.get_mut(cluster) else {
-            seen.insert(cluster.to_owned(), now);
-            return;
-        };
+        let before = seen.entry(cluster.to_owned()).or_default();
         for (i, kind) in ["unknown_kind", "stale", "late", "unversioned", "new_epoch"]
             .into_iter()
             .enumerate()
@@ -364,6 +391,7 @@ mod tests {
             ..AnalyzerStats::default()
         };
         // Restored with 5: counted since this process started, not before.
+        metrics.analysis_restored("c", &stats);
         metrics.analysis_problems("c", &stats);
         stats.stale = 7;
         stats.reorder.epochs = 1;
@@ -376,6 +404,23 @@ mod tests {
         assert!(
             text.contains("ipaudit_analyzer_input_problems_total{kind=\"new_epoch\"} 1"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_problems_of_a_new_clusters_first_checkpoint_are_counted() {
+        let metrics = Metrics::new();
+        let stats = AnalyzerStats {
+            unknown_kinds: 1,
+            ..AnalyzerStats::default()
+        };
+        metrics.analysis_problems("new", &stats);
+        assert!(
+            metrics
+                .encode()
+                .contains("ipaudit_analyzer_input_problems_total{kind=\"unknown_kind\"} 1"),
+            "{}",
+            metrics.encode()
         );
     }
 }

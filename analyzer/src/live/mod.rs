@@ -10,6 +10,7 @@ pub mod sinks;
 pub mod start_offset;
 pub mod store;
 pub mod telemetry;
+pub mod writer_schemas;
 
 /// The analyzer's Kafka client id (broker logs and quotas name it).
 pub(crate) const CLIENT_ID: &str = "ipaudit-analyzer";

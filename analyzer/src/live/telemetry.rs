@@ -13,6 +13,7 @@ use tracing::{debug, info, trace, warn};
 
 use crate::live::metrics::{KindLabels, Metrics, SinkFailureLabels};
 use crate::live::start_offset::Start;
+use crate::live::writer_schemas::{Lookup, SchemaTopicError};
 
 /// A watch event was read from the events topic and handed to its cluster's analysis.
 pub struct EventConsumed {
@@ -60,6 +61,48 @@ impl InternalEvent for MessageUndecodable<'_> {
             .input_problems
             .get_or_create(&KindLabels {
                 kind: "undecodable".into(),
+            })
+            .inc();
+    }
+}
+
+/// The schemas topic was read for a message of a schema this build does not carry.
+pub struct WriterSchemaLookedUp<'a> {
+    /// The message's fingerprint, as its decode error prints it.
+    pub fingerprint: u64,
+    /// What the read found, or why it failed.
+    pub outcome: Result<&'a Lookup, &'a SchemaTopicError>,
+}
+
+impl InternalEvent for WriterSchemaLookedUp<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        let fingerprint = format!("{:016x}", self.fingerprint);
+        let result = match self.outcome {
+            Ok(lookup) => {
+                for refused in &lookup.refused {
+                    warn!(%refused, "schemas topic record refused");
+                }
+                if lookup.found {
+                    info!(%fingerprint, learnt = lookup.learnt,
+                        "writer schema learnt from the schemas topic: its messages are read by resolution to this build's schema");
+                    "found"
+                } else {
+                    warn!(%fingerprint, learnt = lookup.learnt,
+                        "the schemas topic has no schema for this fingerprint: its messages are kept as dead letters");
+                    "not_found"
+                }
+            }
+            Err(error) => {
+                warn!(%fingerprint, error = %error,
+                    "cannot read the schemas topic: messages of this schema are kept as dead letters");
+                "failed"
+            }
+        };
+        metrics
+            .writer_schema_lookups
+            .get_or_create(&crate::live::metrics::ResultLabels {
+                result: result.into(),
             })
             .inc();
     }
