@@ -388,6 +388,41 @@ pub fn read_topic_via(
     payloads
 }
 
+/// The partition each message key of `keys` was written to in `topic` (of `partitions`
+/// partitions), read from the start of every partition until each key was seen or
+/// `timeout` passed (a key never seen is missing from the answer).
+pub fn partitions_of_keys(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    keys: &[String],
+    timeout: Duration,
+) -> BTreeMap<String, i32> {
+    let consumer: BaseConsumer = plain(brokers)
+        .set("group.id", format!("test-keys-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    for partition in 0..partitions {
+        assignment
+            .add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
+            .expect("assignment");
+    }
+    consumer.assign(&assignment).expect("assign");
+    let deadline = Instant::now() + timeout;
+    let mut found = BTreeMap::new();
+    while found.len() < keys.len() && Instant::now() < deadline {
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+            let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
+            if keys.contains(&key) {
+                found.insert(key, message.partition());
+            }
+        }
+    }
+    found
+}
+
 /// The low and high watermarks of partition `partition` of `topic`: its first offset and
 /// the offset after its last message.
 pub fn watermarks(brokers: &str, topic: &str, partition: i32) -> (i64, i64) {

@@ -64,7 +64,8 @@ impl CollectorProcess {
     }
 
     /// Starts `collector run` without waiting for anything (for collectors that are
-    /// meant to fail or stay unready).
+    /// meant to fail or stay unready). Its collector id is `collector-test` unless `extra`
+    /// names one.
     pub fn start_unready(setup: &CollectorSetup<'_>, extra: &[&str]) -> CollectorProcess {
         let metrics_port = crate::broker::free_port();
         let log = setup
@@ -74,12 +75,12 @@ impl CollectorProcess {
         command
             .arg("run")
             .args(["--kubeconfig", &setup.kubeconfig.display().to_string()])
-            .args([
-                "--cluster-id",
-                setup.cluster_id,
-                "--collector-id",
-                "collector-test",
-            ])
+            .args(["--cluster-id", setup.cluster_id])
+            .args(if extra.contains(&"--collector-id") {
+                &[][..]
+            } else {
+                &["--collector-id", "collector-test"][..]
+            })
             .args(["--brokers", setup.brokers, "--topic", setup.topic])
             .args([
                 "--schemas-topic",
