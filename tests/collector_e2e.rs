@@ -812,7 +812,8 @@ fn a_cluster_with_only_spiderpool_is_watched_and_kinds_it_does_not_serve_are_ref
 
 /// Three Kafka nodes, the events topic held by all three with `min.insync.replicas` 2:
 /// the leader of the events partition is SIGKILLed while the collector ships a churning
-/// cluster. Every change arrives, in order per stream once the resends are dropped (by
+/// cluster. While the partition has no leader (about 7 s), /readyz answers 503 saying how
+/// many rows have waited how long with nothing delivered, and 200 once they are. Every change arrives, in order per stream once the resends are dropped (by
 /// their per-stream sequence, as the analyzer's dedupe does), nothing is quarantined or
 /// left in the outbox, and the analyzer raises exactly the alerts of the incidents played
 /// before and after the loss.
@@ -821,7 +822,8 @@ fn the_events_partitions_leader_killed_mid_churn_loses_nothing_and_changes_no_al
     let mut cluster = Broker::start_cluster(3);
     let world = World::replicated("broker-loss", &cluster.addr, 3);
     let receiver = Receiver::start(&world.runtime);
-    let collector = world.collector();
+    // Unready after 1 s of rows waiting with nothing delivered: the loss shows on /readyz.
+    let collector = CollectorProcess::start(&world.setup(), &["--unready-after", "1s"]);
     let analyzer = AnalyzerProcess::start(
         &world.brokers,
         &world.topic,
@@ -843,6 +845,43 @@ fn the_events_partitions_leader_killed_mid_churn_loses_nothing_and_changes_no_al
             "the leader dies in the middle of the churn"
         );
         cluster.kill_node(leader as usize);
+        // /readyz, each change of answer, until the changes are made and it is ready again.
+        let killed = std::time::Instant::now();
+        let mut answers: Vec<(Duration, u16, String)> = Vec::new();
+        let recovered = |answers: &[(Duration, u16, String)]| {
+            answers.iter().any(|(_, code, _)| *code == 503)
+                && answers.last().is_some_and(|(_, code, _)| *code == 200)
+        };
+        while !(changes.is_finished() && recovered(&answers))
+            && killed.elapsed() < Duration::from_secs(60)
+        {
+            if let Some((code, body)) = collector.readyz() {
+                if answers
+                    .last()
+                    .is_none_or(|(_, c, b)| (*c, b) != (code, &body))
+                {
+                    answers.push((killed.elapsed(), code, body));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("readyz after the kill: {answers:?}");
+        let unready: Vec<&String> = answers
+            .iter()
+            .filter(|(_, code, _)| *code == 503)
+            .map(|(_, _, body)| body)
+            .collect();
+        assert!(
+            !unready.is_empty()
+                && unready
+                    .iter()
+                    .all(|b| b.contains("rows have waited") && b.contains("nothing delivered to Kafka")),
+            "while the partition had no leader, /readyz said the rows wait undelivered, and only that: {answers:?}"
+        );
+        assert!(
+            recovered(&answers),
+            "ready again once delivered: {answers:?}"
+        );
         changes.join().expect("churn");
     });
     let events = every_change_arrives(&world, &collector, Duration::from_secs(120));
