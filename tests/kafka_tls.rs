@@ -502,7 +502,8 @@ fn an_analyzer_whose_principal_may_not_read_the_events_stops_naming_what_is_deni
 /// the alerts topic, and back to the collector as a cleanup command that releases the
 /// stuck IP. A collector as a principal without ACLs stops non-zero naming the events
 /// topic, and that principal cannot put a command on the commands topic: Kafka refuses it
-/// (TOPIC_AUTHORIZATION_FAILED) before any collector could check its signature.
+/// (TOPIC_AUTHORIZATION_FAILED) before any collector could check its signature. A
+/// collector remediating in a consumer group its principal may not use stops naming it.
 #[test]
 fn with_the_deploy_acls_each_principal_does_its_part_and_an_intruder_is_refused() {
     let started = Instant::now();
@@ -584,6 +585,32 @@ fn with_the_deploy_acls_each_principal_does_its_part_and_an_intruder_is_refused(
         }
         other => panic!("the intruder's command was not refused by Kafka: {other:?}"),
     }
+
+    // The collector's own principal, remediating in a group the ACLs do not name: it stops
+    // naming the group, rather than waiting for commands that can never come.
+    let log = world.dir.path().join("collector-other-group.log");
+    let mut flags = world.endpoint.flags_as("collector");
+    flags.extend(
+        [
+            "--remediate",
+            "dry-run",
+            "--commands-topic",
+            commands,
+            "--remediate-group",
+            "not-granted",
+        ]
+        .map(str::to_owned),
+    );
+    let (success, stderr) = run_to_end(
+        collector_command(&world, &flags),
+        &log,
+        Duration::from_secs(60),
+    );
+    assert_eq!(success, Some(false), "{stderr}");
+    assert!(
+        stderr.contains("Kafka denies this collector's principal the consumer group not-granted"),
+        "{stderr}"
+    );
     eprintln!(
         "acls: script {acls_took:?}, seed to released IP by {allowed_took:?}, all {:?}",
         started.elapsed()

@@ -84,13 +84,26 @@ pub struct RemediateConfig {
     pub retry_backoff: Duration,
 }
 
-/// Why the remediator stopped. Both are worth a restart of the process: the consumer or
-/// the state database may work again.
+/// Why the remediator stopped. All but [`RemediateError::Denied`] are worth a restart of
+/// the process: the consumer or the state database may work again.
 #[derive(Debug, thiserror::Error)]
 pub enum RemediateError {
     /// The consumer could not be created or subscribed.
     #[error("commands consumer")]
     Kafka(#[from] KafkaError),
+    /// Kafka's authorizer refuses this collector's principal what the remediator needs
+    /// (read on the commands topic, or its consumer group). Not retried: nothing changes
+    /// until an operator grants it, and a silent retry loop would look like a quiet
+    /// cluster.
+    #[error(
+        "Kafka denies this collector's principal {what} ({code}): grant it with kafka-acls (deploy/kafka-acls.sh), or run as a principal that has it"
+    )]
+    Denied {
+        /// What is denied, e.g. "read on topic ipaudit.commands".
+        what: String,
+        /// Kafka's error.
+        code: rdkafka::types::RDKafkaErrorCode,
+    },
     /// The record of handled commands failed.
     #[error("record of handled commands")]
     Sqlite(#[from] rusqlite::Error),
@@ -351,6 +364,17 @@ pub async fn run_remediator(
                     }
                 }
                 open
+            }
+            Some(Err(KafkaError::MessageConsumption(
+                code @ (rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed
+                | rdkafka::types::RDKafkaErrorCode::GroupAuthorizationFailed),
+            ))) => {
+                let what = if code == rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed {
+                    format!("read on topic {}", remediator.config.topic)
+                } else {
+                    format!("the consumer group {group}")
+                };
+                return Err(RemediateError::Denied { what, code });
             }
             Some(Err(error)) => {
                 warn!(%error, "commands consumer error");
