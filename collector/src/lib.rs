@@ -7,13 +7,15 @@
 //! per stream, relist diff) ->
 //! [`event`] (objects into `WatchEvent`s) -> [`observed`] (the message) -> [`writer`] -> [`outbox`] (SQLite) ->
 //! [`produce`] (Kafka, each writer schema published first by [`publish_schemas`]); or [`record`] (an Avro file) instead of the last two.
-//! [`app`] wires them; [`http`], [`metrics`] and [`telemetry`] (one typed event per fact,
+//! [`remediate`] obeys the analyzer's cleanup commands through [`cleanup`], the cleanup
+//! actions `kubectl ipaudit release` runs too. [`app`] wires them; [`http`], [`metrics`] and [`telemetry`] (one typed event per fact,
 //! logged and counted together) are the operator's window. [`guard`] and
 //! [`admission`] refuse or warn about the deletion of a Subnet or pool that live
 //! allocations still name (the validating webhook).
 
 pub mod admission;
 pub mod app;
+pub mod cleanup;
 pub mod discovery;
 pub mod event;
 pub mod guard;

@@ -14,7 +14,8 @@
 //!   its uid and resourceVersion still the ones the command names.
 //!
 //! It then removes only kube-ovn's finalizer, with a JSON patch that tests the
-//! resourceVersion and the finalizer, so it cannot hit a changed or recreated object.
+//! resourceVersion and the finalizer, so it cannot hit a changed or recreated object: the
+//! checks and the write are [`crate::cleanup`]'s, which `kubectl ipaudit release` runs too.
 //! Patches are rate-limited. Every outcome (applied, dry-run, skipped or refused and why,
 //! failed) is recorded as a REMEDIATION event on the events topic, so the audit log holds
 //! the action too.
@@ -35,18 +36,18 @@ use std::time::{Duration, Instant};
 use ipaudit_runtime::clock::now_ms;
 use ipaudit_runtime::kafka::NoOffset;
 use ipaudit_schemas::{
-    decode, is_kube_ovn_finalizer, CleanupAction, CleanupCommand, CommandKey, EventType, NameError,
-    ObjectMeta, Remediation, RemediationOutcome, SignatureError, Stream, WatchEvent,
+    decode, CleanupAction, CleanupCommand, CommandKey, EventType, NameError, ObjectMeta,
+    Remediation, RemediationOutcome, SignatureError, Stream, WatchEvent,
 };
 use kube::Client;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rusqlite::{params, Connection, OptionalExtension};
-use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use crate::cleanup::{self, Cleanup, Mode, Outcome, Target};
 use crate::event::Stamp;
 use crate::observed::{LiveChange, Observed};
 
@@ -265,36 +266,9 @@ struct Remediator {
     recent: VecDeque<Instant>,
 }
 
-/// What happened to one command, ready to be recorded.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    /// Applied, dry-run, skipped or failed.
-    pub outcome: RemediationOutcome,
-    /// Why, for a person.
-    pub reason: String,
-    /// The finalizer removed (or that would be), once the checks reached it.
-    pub finalizer: Option<String>,
-    /// The target's resourceVersion as last read.
-    pub resource_version: String,
-}
-
-impl Outcome {
-    fn new(outcome: RemediationOutcome, reason: String, rv: &str) -> Self {
-        Outcome {
-            outcome,
-            reason,
-            finalizer: None,
-            resource_version: rv.to_owned(),
-        }
-    }
-
-    fn refused(refusal: &Refusal, rv: &str) -> Self {
-        Self::new(
-            RemediationOutcome::Skipped,
-            format!("refused: {refusal}"),
-            rv,
-        )
-    }
+/// A refusal before anything is read, as an outcome to record.
+fn refused(refusal: &Refusal, rv: &str) -> Outcome {
+    Outcome::skipped(format!("refused: {refusal}"), rv)
 }
 
 /// Runs until `shutdown`; outcomes go to `events` like any observed event.
@@ -408,7 +382,7 @@ impl Remediator {
                 warn!(%error, command = %id, "undecodable command refused");
                 let refusal = Refusal::Undecodable(error);
                 let command = unreadable_command(&id, &self.stamp.cluster_id);
-                return Ok(self.emit(&command, Outcome::refused(&refusal, "")).await);
+                return Ok(self.emit(&command, refused(&refusal, "")).await);
             }
         };
         if command.cluster_id != self.stamp.cluster_id {
@@ -420,7 +394,7 @@ impl Remediator {
                 // Not stored under its id: a forged command must not take a real one's id.
                 let refusal = Refusal::Signature(error);
                 span.in_scope(|| warn!(reason = %refusal, "command refused"));
-                let outcome = Outcome::refused(&refusal, &command.expected_resource_version);
+                let outcome = refused(&refusal, &command.expected_resource_version);
                 return Ok(self.emit(&command, outcome).await);
             }
         }
@@ -464,7 +438,7 @@ impl Remediator {
             // The key may have changed since the command was stored.
             if let Err(error) = key.verify(&command) {
                 let refusal = Refusal::Signature(error);
-                let outcome = Outcome::refused(&refusal, &command.expected_resource_version);
+                let outcome = refused(&refusal, &command.expected_resource_version);
                 self.ledger.record(
                     &id,
                     &payload,
@@ -492,7 +466,7 @@ impl Remediator {
         let outcome = match self.precheck(&command) {
             Err(refusal) => {
                 warn!(reason = %refusal, "command refused");
-                Outcome::refused(&refusal, &command.expected_resource_version)
+                refused(&refusal, &command.expected_resource_version)
             }
             Ok(()) => {
                 if !self.wait_for_rate_limit(shutdown).await {
@@ -633,220 +607,44 @@ fn outcome_event(stamp: &Stamp, command: &CleanupCommand, outcome: Outcome) -> W
     event
 }
 
-/// Runs the checks against the live objects and, if they pass and remediation is on, the
-/// patch. Also the guarded finalizer removal of `kubectl ipaudit release`.
+/// The cleanup a command asks for, if this collector knows it.
+pub fn cleanup_of(command: &CleanupCommand) -> Option<Cleanup> {
+    match (command.action, command.target_kind.as_str()) {
+        (CleanupAction::RemoveFinalizer, "IP") => Some(Cleanup::ReleaseStuckIp {
+            target: Target {
+                stream: Stream::Ip,
+                namespace: None,
+                name: command.target_name.clone(),
+                uid: command.target_uid.clone(),
+                resource_version: command.expected_resource_version.clone(),
+            },
+            subnet: command.subnet.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// Runs a command's cleanup in `mode` (see [`crate::cleanup`]).
 pub async fn execute(client: &Client, mode: RemediationMode, command: &CleanupCommand) -> Outcome {
-    let expected = command.expected_resource_version.as_str();
-    let skipped = |reason: String, rv: &str| Outcome::new(RemediationOutcome::Skipped, reason, rv);
-    let failed = |reason: String, rv: &str| Outcome::new(RemediationOutcome::Failed, reason, rv);
-    if command.action != CleanupAction::RemoveFinalizer || command.target_kind != "IP" {
-        return skipped(
+    let Some(cleanup) = cleanup_of(command) else {
+        return Outcome::skipped(
             format!(
                 "unsupported action {:?} on {}",
                 command.action, command.target_kind
             ),
-            expected,
+            &command.expected_resource_version,
         );
-    }
-    let ip_path = format!("/apis/kubeovn.io/v1/ips/{}", command.target_name);
-    let ip = match get(client, &ip_path, "ips", &command.target_name).await {
-        Lookup::Found(ip) => ip,
-        Lookup::Absent => return skipped("the IP no longer exists".into(), expected),
-        Lookup::Failed(e) => return failed(format!("cannot read the IP: {e}"), expected),
     };
-    let uid = ip
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let rv = ip
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    if uid != command.target_uid {
-        return skipped(
-            format!(
-                "uid changed: the IP was recreated ({uid} is not {})",
-                command.target_uid
-            ),
-            &rv,
-        );
-    }
-    if rv != expected {
-        return skipped(format!("resourceVersion changed ({rv} is not {expected}): the IP was updated since the alert"), &rv);
-    }
-    if ip
-        .pointer("/metadata/deletionTimestamp")
-        .is_none_or(Value::is_null)
-    {
-        return skipped("the IP is not terminating".into(), &rv);
-    }
-    let subnet = ip
-        .pointer("/spec/subnet")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if subnet != command.subnet {
-        return skipped(
-            format!("the IP names subnet {subnet:?}, not {:?}", command.subnet),
-            &rv,
-        );
-    }
-    // `subnet` equals the command's, whose name was checked to be a DNS-1123 subdomain.
-    let subnet_path = format!("/apis/kubeovn.io/v1/subnets/{subnet}");
-    match get(client, &subnet_path, "subnets", subnet).await {
-        Lookup::Absent => {}
-        Lookup::Found(_) => {
-            return skipped(
-                format!("subnet {subnet} exists: kube-ovn can finish the deletion itself"),
-                &rv,
-            )
-        }
-        Lookup::Failed(e) => return failed(format!("cannot read subnet {subnet}: {e}"), &rv),
-    }
-    let finalizers: Vec<&str> = ip
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let Some((index, finalizer)) = finalizers
-        .iter()
-        .enumerate()
-        .find(|(_, f)| is_kube_ovn_finalizer(f))
-    else {
-        return skipped("the IP has no kube-ovn finalizer".into(), &rv);
+    let mode = match mode {
+        RemediationMode::On => Mode::Apply,
+        RemediationMode::DryRun | RemediationMode::Off => Mode::DryRun,
     };
-    let finalizer = (*finalizer).to_owned();
-    let with_finalizer = |outcome: RemediationOutcome, reason: String| Outcome {
-        outcome,
-        reason,
-        finalizer: Some(finalizer.clone()),
-        resource_version: rv.clone(),
-    };
-    if mode == RemediationMode::DryRun {
-        return with_finalizer(
-            RemediationOutcome::DryRun,
-            format!("all checks passed; would remove {finalizer}"),
-        );
-    }
-    let patch = json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
-        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-    ]);
-    let request = http::Request::patch(&ip_path)
-        .header(http::header::CONTENT_TYPE, "application/json-patch+json")
-        .body(serde_json::to_vec(&patch).unwrap_or_default());
-    let request = match request {
-        Ok(r) => r,
-        Err(e) => {
-            return with_finalizer(
-                RemediationOutcome::Failed,
-                format!("cannot build the patch: {e}"),
-            )
-        }
-    };
-    match client.request::<Value>(request).await {
-        Ok(_) => with_finalizer(
-            RemediationOutcome::Applied,
-            format!("removed {finalizer} at resourceVersion {rv}"),
-        ),
-        Err(kube::Error::Api(status))
-            if status.code == 409
-                || status.code == 422
-                || names_missing(&status, "ips", &command.target_name) =>
-        {
-            with_finalizer(
-                RemediationOutcome::Skipped,
-                format!(
-                    "the IP changed while patching ({}): {}",
-                    status.code, status.message
-                ),
-            )
-        }
-        Err(e) => with_finalizer(RemediationOutcome::Failed, format!("patch failed: {e}")),
-    }
-}
-
-/// What a GET of one object found.
-#[derive(Debug)]
-pub enum Lookup {
-    /// The object.
-    Found(Value),
-    /// A 404 whose Status names exactly this object: it does not exist.
-    Absent,
-    /// Anything else, including a 404 that does not name the object (its resource type is
-    /// missing, e.g. while its CRD is reinstalled): worth retrying.
-    Failed(String),
-}
-
-/// Whether `status` is the API server's "object not found" for `plural`/`name`: a 404 with
-/// reason NotFound whose details name the object. A 404 for a missing resource type says
-/// "the server could not find the requested resource" and names nothing.
-pub fn names_missing(status: &kube::core::Status, plural: &str, name: &str) -> bool {
-    status.code == 404
-        && status.reason == "NotFound"
-        && status
-            .details
-            .as_ref()
-            .is_some_and(|d| d.name == name && (d.kind.is_empty() || d.kind == plural))
-}
-
-/// GETs an object at `path` (its collection is `plural`), telling an absent object from
-/// a missing resource type.
-pub async fn get(client: &Client, path: &str, plural: &str, name: &str) -> Lookup {
-    let request = match http::Request::get(path).body(Vec::new()) {
-        Ok(request) => request,
-        Err(e) => return Lookup::Failed(e.to_string()),
-    };
-    match client.request::<Value>(request).await {
-        Ok(object) => Lookup::Found(object),
-        Err(kube::Error::Api(status)) if names_missing(&status, plural, name) => Lookup::Absent,
-        Err(kube::Error::Api(status)) if status.code == 404 => Lookup::Failed(format!(
-            "404 that does not name {plural}/{name} (the resource type may be missing, e.g. its CRD is being reinstalled): {}",
-            status.message
-        )),
-        Err(e) => Lookup::Failed(e.to_string()),
-    }
+    cleanup::apply(client, mode, &cleanup).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::core::response::StatusDetails;
-
-    fn not_found(details: Option<StatusDetails>) -> kube::core::Status {
-        let mut status = kube::core::Status::failure("not found", "NotFound").with_code(404);
-        status.details = details;
-        status
-    }
-
-    #[test]
-    fn only_a_404_naming_the_subnet_means_it_is_absent() {
-        let named = StatusDetails {
-            name: "net-1".into(),
-            group: "kubeovn.io".into(),
-            kind: "subnets".into(),
-            uid: String::new(),
-            causes: Vec::new(),
-            retry_after_seconds: 0,
-        };
-        assert!(names_missing(
-            &not_found(Some(named.clone())),
-            "subnets",
-            "net-1"
-        ));
-        assert!(!names_missing(
-            &not_found(Some(named.clone())),
-            "subnets",
-            "net-2"
-        ));
-        assert!(!names_missing(&not_found(Some(named)), "ips", "net-1"));
-        // The 404 of a resource type that is not served names nothing.
-        assert!(!names_missing(&not_found(None), "subnets", "net-1"));
-        let mut other = not_found(None);
-        other.reason = "Failed to parse error data".into();
-        assert!(!names_missing(&other, "subnets", "net-1"));
-    }
 
     #[test]
     fn the_ledger_keeps_old_handled_commands_handled() {

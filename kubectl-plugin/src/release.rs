@@ -6,8 +6,9 @@
 //! - each target is read again and acted on only if its uid and resourceVersion are still
 //!   the report's, and every write carries that as a precondition (a JSON patch `test`, a
 //!   DELETE precondition), so that an object changed in between is never hit;
-//! - kube-ovn, an IP stuck terminating: kube-ovn's finalizer is removed by the collector's
-//!   own guarded remediation ([`ipaudit_collector::remediate::execute`]: subnet still
+//! - every change is made by the cleanups the collector's remediation makes
+//!   ([`ipaudit_collector::cleanup`]), with the same checks and preconditions;
+//! - kube-ovn, an IP stuck terminating: kube-ovn's finalizer is removed (subnet still
 //!   absent, a patch that tests the resourceVersion and the finalizer at its index);
 //! - kube-ovn, an orphaned IP: deleted with uid and resourceVersion preconditions while its
 //!   subnet is still absent; if kube-ovn's finalizer then holds it, it is released as above;
@@ -23,17 +24,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ipaudit_analyzer::analysis::fix::is_object_name;
-use ipaudit_collector::remediate::{execute, get, names_missing, Lookup, RemediationMode};
+use ipaudit_collector::cleanup::{self, Cleanup, Mode};
 use ipaudit_runtime::clock::now_ms;
-use ipaudit_schemas::convert::from_object_of;
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
-use ipaudit_schemas::{
-    is_kube_ovn_finalizer, CleanupAction, CleanupCommand, EventType, KindPart, RemediationOutcome,
-    Stream,
-};
+use ipaudit_schemas::{CleanupAction, RemediationOutcome, Stream};
 use kube::Client;
-use serde_json::{json, Value};
+use serde_json::json;
 use tracing::info_span;
 
 use crate::cluster::ClusterIdentity;
@@ -213,9 +209,9 @@ pub async fn release(
         .open(&options.log_file)
         .map_err(log_error)?;
     let mode = if options.apply {
-        RemediationMode::On
+        Mode::Apply
     } else {
-        RemediationMode::DryRun
+        Mode::DryRun
     };
     let mut last: Option<Instant> = None;
     let mut actions = Vec::new();
@@ -232,7 +228,7 @@ pub async fn release(
             }
             last = Some(Instant::now());
         }
-        let (verdict, reason) = run(client, mode, report, finding, &plan).await;
+        let (verdict, reason) = run(client, mode, &plan).await;
         let action = Action {
             rule: finding.alert.rule.clone(),
             alert_id: finding.alert.alert_id.clone(),
@@ -281,23 +277,17 @@ pub async fn release(
 }
 
 /// What a finding calls for.
-enum Plan<'a> {
-    /// kube-ovn: remove the finalizer of a stuck IP.
-    RemoveFinalizer(&'a ipaudit_schemas::Cleanup),
-    /// kube-ovn: delete an orphaned IP.
-    DeleteOrphanedIp(&'a Target),
-    /// whereabouts: remove an allocation of a pool.
-    RemoveAllocation(&'a Target, &'a str),
+enum Plan {
+    /// A cleanup of [`ipaudit_collector::cleanup`].
+    Clean(Cleanup),
     /// Nothing: only reported, for this reason.
     Report(String),
 }
 
-impl Plan<'_> {
+impl Plan {
     fn name(&self) -> &'static str {
         match self {
-            Plan::RemoveFinalizer(_) => "remove-finalizer",
-            Plan::DeleteOrphanedIp(_) => "delete",
-            Plan::RemoveAllocation(..) => "remove-allocation",
+            Plan::Clean(cleanup) => cleanup.name(),
             Plan::Report(_) => "none",
         }
     }
@@ -307,19 +297,46 @@ impl Plan<'_> {
     }
 }
 
-fn plan(finding: &ReportFinding) -> Plan<'_> {
+/// The cleanup's view of a report's target.
+fn target_of(target: &Target) -> cleanup::Target {
+    cleanup::Target {
+        stream: target.stream,
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+        uid: target.uid.clone(),
+        resource_version: target.resource_version.clone(),
+    }
+}
+
+fn plan(finding: &ReportFinding) -> Plan {
     let alert = &finding.alert;
     if let Some(cleanup) = &alert.cleanup {
         if cleanup.action == CleanupAction::RemoveFinalizer && cleanup.target_stream == Stream::Ip {
-            return Plan::RemoveFinalizer(cleanup);
+            return Plan::Clean(Cleanup::ReleaseStuckIp {
+                target: cleanup::Target {
+                    stream: Stream::Ip,
+                    namespace: None,
+                    name: cleanup.target_name.clone(),
+                    uid: cleanup.target_uid.clone(),
+                    resource_version: cleanup.resource_version.clone(),
+                },
+                subnet: cleanup.pool.clone(),
+            });
         }
     }
     let Some(target) = &finding.target else {
         return Plan::Report("the snapshot holds no object to act on".into());
     };
     match (alert.rule.as_str(), target.stream, &target.address) {
-        ("ip-orphaned", Stream::Ip, _) => Plan::DeleteOrphanedIp(target),
-        ("ip-without-pod", Stream::IpPool, Some(address)) => Plan::RemoveAllocation(target, address),
+        ("ip-orphaned", Stream::Ip, _) => Plan::Clean(Cleanup::DeleteOrphanedIp {
+            target: target_of(target),
+        }),
+        ("ip-without-pod", Stream::IpPool, Some(address)) => {
+            Plan::Clean(Cleanup::RemovePoolAllocation {
+                target: target_of(target),
+                address: address.clone(),
+            })
+        }
         (_, Stream::SpiderIpPool | Stream::SpiderEndpoint, _) => Plan::Report(
             "spiderpool: only reported (its controller releases what its pods no longer hold); see the fix".into(),
         ),
@@ -327,346 +344,13 @@ fn plan(finding: &ReportFinding) -> Plan<'_> {
     }
 }
 
-async fn run(
-    client: &Client,
-    mode: RemediationMode,
-    report: &CheckReport,
-    finding: &ReportFinding,
-    plan: &Plan<'_>,
-) -> (Verdict, String) {
+async fn run(client: &Client, mode: Mode, plan: &Plan) -> (Verdict, String) {
     match plan {
         Plan::Report(why) => (Verdict::ReportOnly, why.clone()),
-        Plan::RemoveFinalizer(cleanup) => {
-            let command = command(report, finding, cleanup, &cleanup.resource_version);
-            if let Err(error) = command.check_names() {
-                return (Verdict::Skipped, format!("refused: {error}"));
-            }
-            let outcome = execute(client, mode, &command).await;
+        Plan::Clean(cleanup) => {
+            let outcome = cleanup::apply(client, mode, cleanup).await;
             (Verdict::of(outcome.outcome), outcome.reason)
         }
-        Plan::DeleteOrphanedIp(target) => {
-            delete_orphaned_ip(client, mode, report, finding, target).await
-        }
-        Plan::RemoveAllocation(target, address) => {
-            remove_allocation(client, mode, target, address).await
-        }
-    }
-}
-
-/// The collector's cleanup command for a finalizer removal at `rv`.
-fn command(
-    report: &CheckReport,
-    finding: &ReportFinding,
-    cleanup: &ipaudit_schemas::Cleanup,
-    rv: &str,
-) -> CleanupCommand {
-    CleanupCommand {
-        command_id: finding.alert.alert_id.clone(),
-        cluster_id: report.cluster.cluster_id(),
-        action: CleanupAction::RemoveFinalizer,
-        target_kind: "IP".into(),
-        target_name: cleanup.target_name.clone(),
-        target_uid: cleanup.target_uid.clone(),
-        expected_resource_version: rv.to_owned(),
-        finalizer: Some(cleanup.finalizer.clone()),
-        subnet: cleanup.pool.clone(),
-        reason_alert_id: finding.alert.alert_id.clone(),
-        issued_at_ms: now_ms(),
-        alert_fired_at_ms: finding.alert.fired_at_ms,
-        signature: None,
-    }
-}
-
-/// The live object, if it is still exactly the target (else the verdict that says why not).
-async fn reread(client: &Client, path: &str, target: &Target) -> Result<Value, (Verdict, String)> {
-    let kind = target.stream.kind();
-    let plural = target.stream.spec().map_or("", |s| s.plural);
-    let live = match get(client, path, plural, &target.name).await {
-        Lookup::Found(object) => object,
-        Lookup::Absent => return Err((Verdict::Skipped, format!("the {kind} no longer exists"))),
-        Lookup::Failed(e) => return Err((Verdict::Failed, format!("cannot read the {kind}: {e}"))),
-    };
-    let field = |name: &str| {
-        live.pointer(&format!("/metadata/{name}"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let (uid, rv) = (field("uid"), field("resourceVersion"));
-    if uid != target.uid {
-        return Err((
-            Verdict::Skipped,
-            format!(
-                "uid changed: the {kind} was recreated ({uid} is not {})",
-                target.uid
-            ),
-        ));
-    }
-    if rv != target.resource_version {
-        return Err((
-            Verdict::Skipped,
-            format!(
-                "resourceVersion changed ({rv} is not {}): the {kind} was updated since the report",
-                target.resource_version
-            ),
-        ));
-    }
-    Ok(live)
-}
-
-/// The API path of one object of `stream`; `None` when a name is not a Kubernetes name
-/// (names come from a file anyone can edit, and go into the URL path).
-fn path_of(stream: Stream, namespace: Option<&str>, name: &str) -> Option<String> {
-    let spec = stream.spec()?;
-    let valid = is_object_name(name)
-        && namespace.is_none_or(ipaudit_analyzer::analysis::fix::is_label_name)
-        && namespace.is_some() == spec.namespaced;
-    if !valid {
-        return None;
-    }
-    let collection = spec.collection_path();
-    Some(match namespace {
-        Some(ns) => {
-            let (prefix, plural) = collection.rsplit_once('/')?;
-            format!("{prefix}/namespaces/{ns}/{plural}/{name}")
-        }
-        None => format!("{collection}/{name}"),
-    })
-}
-
-fn object_path(target: &Target) -> Option<String> {
-    path_of(target.stream, target.namespace.as_deref(), &target.name)
-}
-
-/// Ok when the object of `stream` named `name` is absent; else the verdict, with `present`
-/// as the reason when it exists.
-async fn require_absent(
-    client: &Client,
-    stream: Stream,
-    namespace: Option<&str>,
-    name: &str,
-    present: String,
-) -> Result<(), (Verdict, String)> {
-    let (Some(path), Some(spec)) = (path_of(stream, namespace, name), stream.spec()) else {
-        return Err((
-            Verdict::Skipped,
-            format!("refused: {name:?} is not a Kubernetes name"),
-        ));
-    };
-    match get(client, &path, spec.plural, name).await {
-        Lookup::Absent => Ok(()),
-        Lookup::Found(_) => Err((Verdict::Skipped, present)),
-        Lookup::Failed(e) => Err((
-            Verdict::Failed,
-            format!("cannot read {} {name}: {e}", spec.plural),
-        )),
-    }
-}
-
-async fn delete_orphaned_ip(
-    client: &Client,
-    mode: RemediationMode,
-    report: &CheckReport,
-    finding: &ReportFinding,
-    target: &Target,
-) -> (Verdict, String) {
-    let Some(path) = object_path(target) else {
-        return (
-            Verdict::Skipped,
-            format!("refused: {:?} is not a Kubernetes name", target.name),
-        );
-    };
-    let live = match reread(client, &path, target).await {
-        Ok(live) => live,
-        Err(verdict) => return verdict,
-    };
-    if live
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
-    {
-        return (Verdict::Skipped, "the IP is terminating already".into());
-    }
-    let subnet = live
-        .pointer("/spec/subnet")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    if let Err(verdict) = require_absent(
-        client,
-        Stream::Subnet,
-        None,
-        &subnet,
-        format!("subnet {subnet} exists now: the IP is not orphaned"),
-    )
-    .await
-    {
-        return verdict;
-    }
-    if mode == RemediationMode::DryRun {
-        return (
-            Verdict::DryRun,
-            format!("all checks passed; would delete it (uid {}, resourceVersion {}) and release kube-ovn's finalizer if it holds it", target.uid, target.resource_version),
-        );
-    }
-    let options = json!({"apiVersion": "v1", "kind": "DeleteOptions",
-        "preconditions": {"uid": target.uid, "resourceVersion": target.resource_version}});
-    let request = http::Request::delete(&path)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(serde_json::to_vec(&options).unwrap_or_default());
-    let request = match request {
-        Ok(r) => r,
-        Err(e) => return (Verdict::Failed, format!("cannot build the delete: {e}")),
-    };
-    let answer = match client.request::<Value>(request).await {
-        Ok(answer) => answer,
-        Err(kube::Error::Api(status))
-            if status.code == 409 || names_missing(&status, "ips", &target.name) =>
-        {
-            return (
-                Verdict::Skipped,
-                format!(
-                    "the IP changed while deleting ({}): {}",
-                    status.code, status.message
-                ),
-            )
-        }
-        Err(e) => return (Verdict::Failed, format!("delete failed: {e}")),
-    };
-    // With kube-ovn's finalizer the IP is only marked; its subnet is gone, so kube-ovn
-    // cannot release it: do what the stuck-IP cleanup does, at the version the delete made.
-    let finalizer = answer
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .and_then(|f| {
-            f.iter()
-                .filter_map(Value::as_str)
-                .find(|f| is_kube_ovn_finalizer(f))
-        })
-        .map(str::to_owned);
-    let terminating = answer
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null());
-    let (Some(finalizer), true) = (finalizer, terminating) else {
-        return (
-            Verdict::Applied,
-            format!(
-                "deleted (uid {}, resourceVersion {})",
-                target.uid, target.resource_version
-            ),
-        );
-    };
-    let rv = answer
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let cleanup = ipaudit_schemas::Cleanup {
-        action: CleanupAction::RemoveFinalizer,
-        target_stream: Stream::Ip,
-        target_name: target.name.clone(),
-        target_namespace: None,
-        target_uid: target.uid.clone(),
-        resource_version: rv.to_owned(),
-        finalizer,
-        pool: subnet,
-    };
-    let outcome = execute(
-        client,
-        RemediationMode::On,
-        &command(report, finding, &cleanup, rv),
-    )
-    .await;
-    let verdict = Verdict::of(outcome.outcome);
-    (
-        verdict,
-        format!(
-            "deleted at resourceVersion {}; then {}",
-            target.resource_version, outcome.reason
-        ),
-    )
-}
-
-async fn remove_allocation(
-    client: &Client,
-    mode: RemediationMode,
-    target: &Target,
-    address: &str,
-) -> (Verdict, String) {
-    let Some(path) = object_path(target) else {
-        return (
-            Verdict::Skipped,
-            format!("refused: {:?} is not a Kubernetes name", target.name),
-        );
-    };
-    let live = match reread(client, &path, target).await {
-        Ok(live) => live,
-        Err(verdict) => return verdict,
-    };
-    // The pool read by the same converter as every event, so the address means the same.
-    let allocation = match from_object_of(Stream::IpPool, EventType::Modified, &live) {
-        Ok(converted) => match converted.event.part {
-            Some(KindPart::IpPool(pool)) => {
-                pool.allocations.into_iter().find(|a| a.address == address)
-            }
-            _ => None,
-        },
-        Err(e) => return (Verdict::Failed, format!("cannot read the IPPool: {e}")),
-    };
-    let Some(allocation) = allocation else {
-        return (
-            Verdict::Skipped,
-            format!("the IPPool no longer allocates {address}"),
-        );
-    };
-    let (namespace, pod) = allocation
-        .podref
-        .split_once('/')
-        .unwrap_or(("", &allocation.podref));
-    if let Err(verdict) = require_absent(
-        client,
-        Stream::Pod,
-        Some(namespace),
-        pod,
-        format!("pod {} exists now", allocation.podref),
-    )
-    .await
-    {
-        return verdict;
-    }
-    let offset = allocation.offset.replace('~', "~0").replace('/', "~1");
-    if mode == RemediationMode::DryRun {
-        return (
-            Verdict::DryRun,
-            format!("all checks passed; would remove allocation {} ({address} for {}) at resourceVersion {}", allocation.offset, allocation.podref, target.resource_version),
-        );
-    }
-    let patch = json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": target.resource_version},
-        {"op": "test", "path": format!("/spec/allocations/{offset}/podref"), "value": allocation.podref},
-        {"op": "remove", "path": format!("/spec/allocations/{offset}")},
-    ]);
-    let request = http::Request::patch(&path)
-        .header(http::header::CONTENT_TYPE, "application/json-patch+json")
-        .body(serde_json::to_vec(&patch).unwrap_or_default());
-    let request = match request {
-        Ok(r) => r,
-        Err(e) => return (Verdict::Failed, format!("cannot build the patch: {e}")),
-    };
-    match client.request::<Value>(request).await {
-        Ok(_) => (
-            Verdict::Applied,
-            format!(
-                "removed allocation {} ({address} for {}) at resourceVersion {}",
-                allocation.offset, allocation.podref, target.resource_version
-            ),
-        ),
-        Err(kube::Error::Api(status)) if status.code == 409 || status.code == 422 => (
-            Verdict::Skipped,
-            format!(
-                "the IPPool changed while patching ({}): {}",
-                status.code, status.message
-            ),
-        ),
-        Err(e) => (Verdict::Failed, format!("patch failed: {e}")),
     }
 }
 

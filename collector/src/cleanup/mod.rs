@@ -1,0 +1,154 @@
+//! Cleanup actions, one place for both callers: the collector's remediator (a signed
+//! command from the analyzer, [`crate::remediate`]) and `kubectl ipaudit release` (a
+//! finding of a check's report). A [`Cleanup`] says what to do to which object at which
+//! uid and resourceVersion, and what must still hold; [`apply`] re-reads the target,
+//! checks every precondition against the live objects, and only then writes, with the
+//! API server's own preconditions (a JSON patch `test` on the resourceVersion and on the
+//! entry it removes, or DELETE preconditions on uid and resourceVersion), so that an object
+//! changed or recreated in between is never hit. The [`Outcome`] says what happened and
+//! why: applied, dry-run (every check passed, nothing written), skipped (something no
+//! longer holds; retrying does not help) or failed (the API server did not answer as
+//! expected; a retry may).
+//!
+//! The actions, by IPAM ([`kube_ovn`], [`whereabouts`]):
+//! - kube-ovn, an IP stuck terminating whose subnet is gone: remove kube-ovn's finalizer
+//!   (the IP still terminating, its subnet still the one named and still absent);
+//! - kube-ovn, an orphaned IP (its subnet gone): delete it (uid and resourceVersion
+//!   preconditions, the subnet still absent), then release it as above if kube-ovn's
+//!   finalizer holds it;
+//! - whereabouts, an IPPool allocation whose pod is gone: remove that allocation (a patch
+//!   that tests the pool's resourceVersion and the allocation's podref; the pod still
+//!   absent).
+
+pub mod api;
+mod kube_ovn;
+mod whereabouts;
+
+use ipaudit_schemas::{RemediationOutcome, Stream};
+use kube::Client;
+
+/// One object a cleanup acts on, as the finding saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Its kind.
+    pub stream: Stream,
+    /// Its namespace; `None` for cluster-scoped kinds.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// The uid it must still have.
+    pub uid: String,
+    /// The resourceVersion it must still have.
+    pub resource_version: String,
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cleanup {
+    /// kube-ovn: remove kube-ovn's finalizer from an IP stuck terminating because its
+    /// subnet (which must still be absent) is gone.
+    ReleaseStuckIp {
+        /// The IP.
+        target: Target,
+        /// The subnet the IP must still name, and that must still be absent.
+        subnet: String,
+    },
+    /// kube-ovn: delete an IP whose subnet is gone, then release it if kube-ovn's finalizer
+    /// holds it.
+    DeleteOrphanedIp {
+        /// The IP.
+        target: Target,
+    },
+    /// whereabouts: remove the allocation of `address` from an IPPool, its pod gone.
+    RemovePoolAllocation {
+        /// The IPPool.
+        target: Target,
+        /// The allocated address.
+        address: String,
+    },
+}
+
+impl Cleanup {
+    /// Its name, as `release` prints it: `remove-finalizer`, `delete`, `remove-allocation`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Cleanup::ReleaseStuckIp { .. } => "remove-finalizer",
+            Cleanup::DeleteOrphanedIp { .. } => "delete",
+            Cleanup::RemovePoolAllocation { .. } => "remove-allocation",
+        }
+    }
+
+    /// The object it acts on.
+    pub fn target(&self) -> &Target {
+        match self {
+            Cleanup::ReleaseStuckIp { target, .. }
+            | Cleanup::DeleteOrphanedIp { target }
+            | Cleanup::RemovePoolAllocation { target, .. } => target,
+        }
+    }
+}
+
+/// Whether a cleanup writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Every check runs; nothing is written.
+    DryRun,
+    /// Checks pass, then the write.
+    Apply,
+}
+
+/// What happened to one cleanup.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Applied, dry-run, skipped or failed.
+    pub outcome: RemediationOutcome,
+    /// Why, for a person.
+    pub reason: String,
+    /// The finalizer removed (or that would be), once the checks reached it.
+    pub finalizer: Option<String>,
+    /// The target's resourceVersion as last read.
+    pub resource_version: String,
+}
+
+impl Outcome {
+    /// An outcome without a finalizer.
+    pub fn new(outcome: RemediationOutcome, reason: String, rv: &str) -> Self {
+        Outcome {
+            outcome,
+            reason,
+            finalizer: None,
+            resource_version: rv.to_owned(),
+        }
+    }
+
+    /// Not acted on: something no longer holds (retrying does not help).
+    pub fn skipped(reason: String, rv: &str) -> Self {
+        Self::new(RemediationOutcome::Skipped, reason, rv)
+    }
+
+    /// The API server did not answer as expected (a retry may help).
+    pub fn failed(reason: String, rv: &str) -> Self {
+        Self::new(RemediationOutcome::Failed, reason, rv)
+    }
+
+    /// Whether trying again later may change it.
+    pub fn is_retryable(&self) -> bool {
+        self.outcome == RemediationOutcome::Failed
+    }
+}
+
+/// Checks `cleanup`'s preconditions against the live objects and, in [`Mode::Apply`],
+/// makes its change.
+pub async fn apply(client: &Client, mode: Mode, cleanup: &Cleanup) -> Outcome {
+    match cleanup {
+        Cleanup::ReleaseStuckIp { target, subnet } => {
+            kube_ovn::release_stuck_ip(client, mode, target, subnet).await
+        }
+        Cleanup::DeleteOrphanedIp { target } => {
+            kube_ovn::delete_orphaned_ip(client, mode, target).await
+        }
+        Cleanup::RemovePoolAllocation { target, address } => {
+            whereabouts::remove_pool_allocation(client, mode, target, address).await
+        }
+    }
+}
