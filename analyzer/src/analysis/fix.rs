@@ -202,7 +202,7 @@ pub fn vet(alert: &mut Alert) {
         Some("a name in the events is not a valid Kubernetes name".to_owned())
     } else if !has_commands {
         None
-    } else if !is_object_key(&alert.subject_name) {
+    } else if !is_subject_name(&alert.subject_kind, &alert.subject_name) {
         Some(format!(
             "the {}'s name is not a valid Kubernetes name",
             alert.subject_kind
@@ -219,6 +219,18 @@ pub fn vet(alert: &mut Alert) {
         alert
             .summary
             .push_str(&format!(" (no fix command is given: {why})"));
+    }
+}
+
+/// Whether an alert's subject is named by Kubernetes names: an object key, or for an
+/// allocation of a pool (`POOL/ADDRESS`, e.g. `kube-system/10.200.0.0-16/10.200.5.12`) the
+/// pool's key and an IP address.
+fn is_subject_name(kind: &str, name: &str) -> bool {
+    match (kind, name.rsplit_once('/')) {
+        ("Allocation", Some((pool, address))) => {
+            is_object_key(pool) && address.parse::<std::net::IpAddr>().is_ok()
+        }
+        _ => is_object_key(name),
     }
 }
 

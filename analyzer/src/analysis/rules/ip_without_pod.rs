@@ -447,6 +447,52 @@ mod tests {
     }
 
     #[test]
+    fn a_whereabouts_allocation_of_a_gone_pod_comes_with_its_guarded_patch() {
+        use crate::analysis::engine::{Analyzer, AnalyzerConfig, Output};
+        let pool = || EventBuilder::ip_pool("kube-system", "10.200.0.0-16", "10.200.0.0/16");
+        let mut analyzer = Analyzer::new(AnalyzerConfig::default());
+        let mut out = Vec::new();
+        for event in [
+            EventBuilder::pod("default", "web-0").rv(1).at(0).added(),
+            pool()
+                .allocation(1292, "10.200.5.12", "default/web-0")
+                .rv(2)
+                .at(1)
+                .added(),
+            EventBuilder::pod("default", "web-0")
+                .rv(3)
+                .at(MIN)
+                .deleted(),
+            EventBuilder::pod("default", "other")
+                .rv(4)
+                .at(12 * MIN)
+                .added(),
+        ] {
+            analyzer.step(event, &mut out);
+        }
+        analyzer.finish(None, &mut out);
+        let alert = out
+            .iter()
+            .find_map(|o| match o {
+                Output::Alert(a) if a.rule == NAME => Some(a),
+                _ => None,
+            })
+            .expect("the allocation is reported");
+        assert_eq!(alert.subject_name, "kube-system/10.200.0.0-16/10.200.5.12");
+        assert!(
+            !alert.summary.contains("no fix command"),
+            "{}",
+            alert.summary
+        );
+        let fix = alert.fix.as_deref().unwrap_or_default();
+        assert!(
+            fix.contains("kubectl patch ippools.whereabouts.cni.cncf.io -n kube-system 10.200.0.0-16 --type=json")
+                && fix.contains(r#""op":"remove","path":"/spec/allocations/1292""#),
+            "{fix}"
+        );
+    }
+
+    #[test]
     fn a_spiderpool_entry_of_a_replaced_pod_uid_is_reported_but_not_a_vm_kept_one() {
         let pool = || EventBuilder::spider_pool("pool-a", "172.18.0.0/16");
         let got = transitions(vec![
