@@ -164,19 +164,38 @@ fn the_collector_may_only_read_the_kinds_of_the_table_and_patch_ips_when_remedia
     }
     let remediate = yaml_documents("deploy/rbac-remediate.yaml");
     let role = kind(&remediate, "ClusterRole", "ipaudit-collector-remediate");
-    let rule = &role["rules"][0];
-    assert_eq!(role["rules"].as_sequence().map(Vec::len), Some(1));
-    assert_eq!(
+    // Exactly the writes the cleanups make (collector/src/cleanup), nothing else.
+    let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role["rules"]
+        .as_sequence()
+        .expect("rules")
+        .iter()
+        .map(|rule| {
+            (
+                strings(&rule["apiGroups"]),
+                strings(&rule["resources"]),
+                strings(&rule["verbs"]),
+            )
+        })
+        .collect();
+    let grant = |group: &str, resource: &str, verb: &str| {
         (
-            strings(&rule["apiGroups"]),
-            strings(&rule["resources"]),
-            strings(&rule["verbs"])
-        ),
-        (
-            vec!["kubeovn.io".to_owned()],
-            vec!["ips".to_owned()],
-            vec!["patch".to_owned()]
+            vec![group.to_owned()],
+            vec![resource.to_owned()],
+            vec![verb.to_owned()],
         )
+    };
+    assert_eq!(
+        rules,
+        [
+            grant("kubeovn.io", "ips", "patch"),
+            grant("whereabouts.cni.cncf.io", "ippools", "patch"),
+            grant(
+                "whereabouts.cni.cncf.io",
+                "overlappingrangeipreservations",
+                "delete"
+            ),
+            grant("spiderpool.spidernet.io", "spiderendpoints", "patch"),
+        ]
     );
 }
 

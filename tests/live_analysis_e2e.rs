@@ -236,27 +236,11 @@ fn an_analyzer_killed_between_consuming_and_sending_delivers_each_alert_exactly_
 }
 
 fn commands_topic(world: &World) -> String {
-    format!("{}.commands", world.topic)
+    world.commands_topic()
 }
 
 fn remediating_collector(world: &World) -> CollectorProcess {
-    let commands = commands_topic(world);
-    world
-        .runtime
-        .block_on(create_topic(&world.brokers, &commands));
-    // A group of its own: tests run side by side on one broker with the same cluster id.
-    let group = format!("remediator-{commands}");
-    CollectorProcess::start(
-        &world.setup(),
-        &[
-            "--remediate",
-            "on",
-            "--commands-topic",
-            &commands,
-            "--remediate-group",
-            &group,
-        ],
-    )
+    world.remediating_collector("on", &[])
 }
 
 fn remediations(world: &World, done: impl Fn(&[WatchEvent]) -> bool) -> Vec<WatchEvent> {
@@ -351,6 +335,8 @@ fn command(cluster: &str, id: &str, name: &str, uid: &str, rv: &str) -> CleanupC
         // Fresh: collectors refuse commands older than --remediate-max-age.
         issued_at_ms: now_ms(),
         alert_fired_at_ms: now_ms(),
+        target_namespace: None,
+        address: None,
         signature: None,
     }
 }

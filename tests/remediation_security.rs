@@ -98,6 +98,8 @@ fn command(id: &str, name: &str, uid: &str, rv: &str) -> CleanupCommand {
         reason_alert_id: "alert-1".into(),
         issued_at_ms: now_ms(),
         alert_fired_at_ms: now_ms(),
+        target_namespace: None,
+        address: None,
         signature: None,
     }
 }

@@ -197,7 +197,9 @@ struct RunArgs {
     #[arg(long, env = "IPAUDIT_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
     /// Execute cleanup commands for this cluster: off (default), dry-run (check and record
-    /// only) or on (remove kube-ovn's finalizer; needs deploy/rbac-remediate.yaml).
+    /// only) or on (remove the finalizer of a stuck kube-ovn IP or SpiderEndpoint, remove a
+    /// whereabouts allocation or reservation of a gone pod; needs
+    /// deploy/rbac-remediate.yaml).
     #[arg(long, env = "IPAUDIT_REMEDIATE", value_enum, default_value = "off")]
     remediate: Remediate,
     /// Topic of cleanup commands.

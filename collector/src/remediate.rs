@@ -47,7 +47,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::cleanup::{self, Cleanup, Mode, Outcome, Target};
+use crate::cleanup::{self, Cleanup, Mode, Outcome};
 use crate::event::Stamp;
 use crate::observed::{LiveChange, Observed};
 
@@ -579,6 +579,8 @@ fn unreadable_command(id: &str, cluster_id: &str) -> CleanupCommand {
         reason_alert_id: String::new(),
         issued_at_ms: 0,
         alert_fired_at_ms: 0,
+        target_namespace: None,
+        address: None,
         signature: None,
     }
 }
@@ -607,21 +609,23 @@ fn outcome_event(stamp: &Stamp, command: &CleanupCommand, outcome: Outcome) -> W
     event
 }
 
-/// The cleanup a command asks for, if this collector knows it.
+/// The cleanup a command asks for, if this collector knows it: the command carries the
+/// alert's typed cleanup, field by field.
 pub fn cleanup_of(command: &CleanupCommand) -> Option<Cleanup> {
-    match (command.action, command.target_kind.as_str()) {
-        (CleanupAction::RemoveFinalizer, "IP") => Some(Cleanup::ReleaseStuckIp {
-            target: Target {
-                stream: Stream::Ip,
-                namespace: None,
-                name: command.target_name.clone(),
-                uid: command.target_uid.clone(),
-                resource_version: command.expected_resource_version.clone(),
-            },
-            subnet: command.subnet.clone(),
-        }),
-        _ => None,
-    }
+    let target_stream = Stream::ALL
+        .into_iter()
+        .find(|s| s.kind() == command.target_kind)?;
+    Cleanup::of_alert(&ipaudit_schemas::Cleanup {
+        action: command.action,
+        target_stream,
+        target_name: command.target_name.clone(),
+        target_namespace: command.target_namespace.clone(),
+        target_uid: command.target_uid.clone(),
+        resource_version: command.expected_resource_version.clone(),
+        finalizer: command.finalizer.clone().unwrap_or_default(),
+        pool: command.subnet.clone(),
+        address: command.address.clone(),
+    })
 }
 
 /// Runs a command's cleanup in `mode` (see [`crate::cleanup`]).

@@ -15,7 +15,10 @@
 //! - whereabouts, an allocation whose pod is gone: removed from the IPPool with a JSON
 //!   patch that tests the pool's resourceVersion and the allocation's podref, while the pod
 //!   is still absent;
-//! - spiderpool, and every other finding: reported, never changed.
+//! - spiderpool, a SpiderEndpoint stuck terminating whose pod is gone: spiderpool's
+//!   finalizer is removed (pod still absent, a patch that tests the resourceVersion and the
+//!   finalizer at its index);
+//! - every other finding: reported, never changed.
 //!
 //! Actions are paced (`--rate`), printed, and each outcome is appended to a local log file
 //! as one JSON line.
@@ -27,7 +30,7 @@ use std::time::{Duration, Instant};
 use ipaudit_collector::cleanup::{self, Cleanup, Mode};
 use ipaudit_runtime::clock::now_ms;
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
-use ipaudit_schemas::{CleanupAction, RemediationOutcome, Stream};
+use ipaudit_schemas::{RemediationOutcome, Stream};
 use kube::Client;
 use serde_json::json;
 use tracing::info_span;
@@ -310,19 +313,8 @@ fn target_of(target: &Target) -> cleanup::Target {
 
 fn plan(finding: &ReportFinding) -> Plan {
     let alert = &finding.alert;
-    if let Some(cleanup) = &alert.cleanup {
-        if cleanup.action == CleanupAction::RemoveFinalizer && cleanup.target_stream == Stream::Ip {
-            return Plan::Clean(Cleanup::ReleaseStuckIp {
-                target: cleanup::Target {
-                    stream: Stream::Ip,
-                    namespace: None,
-                    name: cleanup.target_name.clone(),
-                    uid: cleanup.target_uid.clone(),
-                    resource_version: cleanup.resource_version.clone(),
-                },
-                subnet: cleanup.pool.clone(),
-            });
-        }
+    if let Some(cleanup) = alert.cleanup.as_ref().and_then(Cleanup::of_alert) {
+        return Plan::Clean(cleanup);
     }
     let Some(target) = &finding.target else {
         return Plan::Report("the snapshot holds no object to act on".into());
@@ -337,8 +329,8 @@ fn plan(finding: &ReportFinding) -> Plan {
                 address: address.clone(),
             })
         }
-        (_, Stream::SpiderIpPool | Stream::SpiderEndpoint, _) => Plan::Report(
-            "spiderpool: only reported (its controller releases what its pods no longer hold); see the fix".into(),
+        (_, Stream::SpiderIpPool, _) => Plan::Report(
+            "spiderpool: only reported (its controller's garbage collector releases pool entries of gone pods); see the fix".into(),
         ),
         _ => Plan::Report("no automatic cleanup for this finding; see its fix".into()),
     }

@@ -146,6 +146,10 @@ pub struct Cleanup {
     pub resource_version: String,
     /// The finalizer to remove.
     pub finalizer: String,
-    /// The subnet or pool whose absence makes the finalizer unremovable.
+    /// The subnet or pool whose absence makes the finalizer unremovable (REMOVE_FINALIZER);
+    /// the pool the target is (REMOVE_ALLOCATION).
     pub pool: String,
+    /// The address whose allocation to remove (REMOVE_ALLOCATION; alert v4).
+    #[serde(default)]
+    pub address: Option<String>,
 }

@@ -23,6 +23,12 @@ pub enum CleanupAction {
     RemoveFinalizer,
     /// Patch a harmless annotation so that the controller handles the object again.
     Nudge,
+    /// Remove the allocation of one address from a whereabouts IPPool (command v3, alert
+    /// v4).
+    RemoveAllocation,
+    /// Delete the target, with uid and resourceVersion preconditions: a whereabouts
+    /// OverlappingRangeIPReservation whose pod is gone (command v3, alert v4).
+    Delete,
 }
 
 impl CleanupAction {
@@ -31,6 +37,8 @@ impl CleanupAction {
         match self {
             CleanupAction::RemoveFinalizer => "REMOVE_FINALIZER",
             CleanupAction::Nudge => "NUDGE",
+            CleanupAction::RemoveAllocation => "REMOVE_ALLOCATION",
+            CleanupAction::Delete => "DELETE",
         }
     }
 }
@@ -63,6 +71,12 @@ pub struct CleanupCommand {
     /// When the alert that asked for it fired, Unix ms (schema v2; 0 in older commands).
     #[serde(default)]
     pub alert_fired_at_ms: i64,
+    /// Namespace of the target; `None` for cluster-scoped kinds (schema v3).
+    #[serde(default)]
+    pub target_namespace: Option<String>,
+    /// The address whose allocation to remove (REMOVE_ALLOCATION, schema v3).
+    #[serde(default)]
+    pub address: Option<String>,
     /// `hmac-sha256=<hex>` over [`CleanupCommand::signing_bytes`] (schema v2); `None`:
     /// unsigned.
     #[serde(default)]
@@ -72,6 +86,10 @@ pub struct CleanupCommand {
 /// Opens the signing bytes; a new layout gets a new tag, so that bytes of one layout can
 /// never verify as another.
 const SIGNING_TAG: &[u8] = b"ipaudit.CleanupCommand.hmac-sha256.v1\0";
+/// The layout of a command with a namespace or an address (schema v3): v1's fields with
+/// both appended. A command without them keeps v1's layout, so that commands signed before
+/// v3 still verify.
+const SIGNING_TAG_V2: &[u8] = b"ipaudit.CleanupCommand.hmac-sha256.v2\0";
 /// The prefix of [`CleanupCommand::signature`].
 pub const SIGNATURE_PREFIX: &str = "hmac-sha256=";
 
@@ -85,8 +103,18 @@ impl CleanupCommand {
             out.extend_from_slice(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_be_bytes());
             out.extend_from_slice(s.as_bytes());
         }
+        fn optional(out: &mut Vec<u8>, value: &Option<String>) {
+            match value {
+                Some(v) => {
+                    out.push(1);
+                    text(out, v);
+                }
+                None => out.push(0),
+            }
+        }
+        let v3 = self.target_namespace.is_some() || self.address.is_some();
         let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(SIGNING_TAG);
+        out.extend_from_slice(if v3 { SIGNING_TAG_V2 } else { SIGNING_TAG });
         text(&mut out, &self.command_id);
         text(&mut out, &self.cluster_id);
         text(&mut out, self.action.as_str());
@@ -105,6 +133,10 @@ impl CleanupCommand {
         text(&mut out, &self.reason_alert_id);
         out.extend_from_slice(&self.issued_at_ms.to_be_bytes());
         out.extend_from_slice(&self.alert_fired_at_ms.to_be_bytes());
+        if v3 {
+            optional(&mut out, &self.target_namespace);
+            optional(&mut out, &self.address);
+        }
         out
     }
 
@@ -122,10 +154,28 @@ impl CleanupCommand {
     /// subdomains, as Kubernetes requires of the names of IPs and Subnets.
     pub fn check_names(&self) -> Result<(), NameError> {
         for (field, value) in [("target_name", &self.target_name), ("subnet", &self.subnet)] {
-            if !is_dns1123_subdomain(value) {
+            // A cleanup that names no subnet (a SpiderEndpoint's) leaves it empty.
+            let optional = field == "subnet" && value.is_empty();
+            if !optional && !is_dns1123_subdomain(value) {
                 return Err(NameError {
                     field,
                     value: value.clone(),
+                });
+            }
+        }
+        if let Some(namespace) = &self.target_namespace {
+            if !is_dns1123_subdomain(namespace) || namespace.contains('.') || namespace.len() > 63 {
+                return Err(NameError {
+                    field: "target_namespace",
+                    value: namespace.clone(),
+                });
+            }
+        }
+        if let Some(address) = &self.address {
+            if address.parse::<std::net::IpAddr>().is_err() {
+                return Err(NameError {
+                    field: "address",
+                    value: address.clone(),
                 });
             }
         }
@@ -136,7 +186,11 @@ impl CleanupCommand {
 /// A name in a command that is not a DNS-1123 subdomain. Not retryable: the command is
 /// refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field} {value:?} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253 characters, starting and ending with a letter or digit)")]
+#[error("{field} {value:?} is not {}", match *field {
+    "address" => "an IP address",
+    "target_namespace" => "a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters, starting and ending with a letter or digit)",
+    _ => "a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253 characters, starting and ending with a letter or digit)",
+})]
 pub struct NameError {
     /// The field.
     pub field: &'static str,
@@ -279,6 +333,8 @@ mod tests {
             reason_alert_id: "a1".into(),
             issued_at_ms: 1_700_000_000_500,
             alert_fired_at_ms: 1_700_000_000_000,
+            target_namespace: None,
+            address: None,
             signature: None,
         }
     }
@@ -304,7 +360,7 @@ mod tests {
         let k = key("0123456789abcdef0123");
         let mut signed = command();
         k.sign(&mut signed);
-        let changes: [fn(&mut CleanupCommand); 12] = [
+        let changes: [fn(&mut CleanupCommand); 14] = [
             |c| c.command_id.push('x'),
             |c| c.cluster_id = "other".into(),
             |c| c.action = CleanupAction::Nudge,
@@ -317,12 +373,54 @@ mod tests {
             |c| c.reason_alert_id = "a2".into(),
             |c| c.issued_at_ms += 1,
             |c| c.alert_fired_at_ms += 1,
+            |c| c.target_namespace = Some("ns".into()),
+            |c| c.address = Some("10.0.0.1".into()),
         ];
         for change in changes {
             let mut c = signed.clone();
             change(&mut c);
             assert_eq!(k.verify(&c), Err(SignatureError::Mismatch), "{c:?}");
         }
+        // A v3 command's namespace and address are signed too.
+        let mut v3 = command();
+        v3.target_namespace = Some("kube-system".into());
+        v3.address = Some("10.200.5.12".into());
+        k.sign(&mut v3);
+        for change in [
+            |c: &mut CleanupCommand| c.target_namespace = Some("default".into()),
+            |c: &mut CleanupCommand| c.address = Some("10.200.5.13".into()),
+            |c: &mut CleanupCommand| c.target_namespace = None,
+        ] {
+            let mut c = v3.clone();
+            change(&mut c);
+            assert_eq!(k.verify(&c), Err(SignatureError::Mismatch), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn a_command_without_namespace_or_address_keeps_the_layout_collectors_before_v3_verify() {
+        let mut bytes = command().signing_bytes();
+        assert!(bytes.starts_with(SIGNING_TAG));
+        let mut v3 = command();
+        v3.address = Some("10.200.5.12".into());
+        assert!(v3.signing_bytes().starts_with(SIGNING_TAG_V2));
+        // v1's layout is exactly what it was: the tag, then the fields, nothing appended.
+        bytes.drain(..SIGNING_TAG.len());
+        assert_eq!(
+            bytes.len(),
+            (4 + 6)
+                + (4 + 4)
+                + (4 + 16)
+                + (4 + 2)
+                + (4 + 7)
+                + (4 + 2)
+                + (4 + 3)
+                + (1 + 4 + 30)
+                + (4 + 5)
+                + (4 + 2)
+                + 8
+                + 8
+        );
     }
 
     #[test]

@@ -316,10 +316,19 @@ fn read_watch_event_elsewhere(index: usize, body: &mut &[u8]) -> Result<WatchEve
 record!(
     Alert,
     "io.ipaudit.Alert",
-    ["alert.v1.avsc", "alert.v2.avsc", "alert.v3.avsc"]
+    [
+        "alert.v1.avsc",
+        "alert.v2.avsc",
+        "alert.v3.avsc",
+        "alert.v4.avsc"
+    ]
 );
 record!(
     CleanupCommand,
     "io.ipaudit.CleanupCommand",
-    ["cleanup_command.v1.avsc", "cleanup_command.v2.avsc"]
+    [
+        "cleanup_command.v1.avsc",
+        "cleanup_command.v2.avsc",
+        "cleanup_command.v3.avsc"
+    ]
 );

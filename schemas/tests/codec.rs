@@ -75,6 +75,7 @@ fn sample_alert() -> Alert {
             resource_version: "12".into(),
             finalizer: "kubeovn.io/kube-ovn-controller".into(),
             pool: "subnet-x".into(),
+            address: None,
         }),
     }
 }
@@ -93,6 +94,8 @@ fn sample_command() -> CleanupCommand {
         reason_alert_id: "a1b2".into(),
         issued_at_ms: 3,
         alert_fired_at_ms: 2,
+        target_namespace: None,
+        address: None,
         signature: Some(format!("hmac-sha256={}", "ab".repeat(32))),
     }
 }
@@ -146,6 +149,8 @@ fn a_cleanup_command_written_with_schema_v1_is_read_unsigned_and_without_a_firin
         read,
         CleanupCommand {
             alert_fired_at_ms: 0,
+            target_namespace: None,
+            address: None,
             signature: None,
             ..sample_command()
         }

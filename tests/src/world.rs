@@ -119,6 +119,33 @@ impl World {
         CollectorProcess::start(&self.setup(), &[])
     }
 
+    /// This world's cleanup-commands topic.
+    pub fn commands_topic(&self) -> String {
+        format!("{}.commands", self.topic)
+    }
+
+    /// Creates the commands topic and starts a collector that executes its commands with
+    /// `--remediate mode` (`on` or `dry-run`), in a consumer group of its own (tests run
+    /// side by side on one broker with the same cluster id), plus `extra` flags.
+    pub fn remediating_collector(&self, mode: &str, extra: &[&str]) -> CollectorProcess {
+        let commands = self.commands_topic();
+        self.runtime
+            .block_on(crate::broker::create_topic(&self.brokers, &commands));
+        let group = format!("remediator-{commands}");
+        let flags: Vec<&str> = [
+            "--remediate",
+            mode,
+            "--commands-topic",
+            &commands,
+            "--remediate-group",
+            &group,
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+        CollectorProcess::start(&self.setup(), &flags)
+    }
+
     /// Reads the topic until `done` holds for the events read (or the timeout).
     pub fn events_until(
         &self,

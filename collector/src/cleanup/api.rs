@@ -3,11 +3,11 @@
 //! object's absence, and write with the API server's own preconditions (a JSON patch whose
 //! `test` operations must hold, a DELETE with uid and resourceVersion preconditions).
 
-use ipaudit_schemas::{is_dns1123_subdomain, Stream};
+use ipaudit_schemas::{is_dns1123_subdomain, RemediationOutcome, Stream};
 use kube::Client;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::{Outcome, Target};
+use super::{Mode, Outcome, Target};
 
 /// What a GET of one object found.
 #[derive(Debug)]
@@ -227,6 +227,75 @@ async fn send(
             )))
         }
         Err(e) => Err(WriteError::Failed(e.to_string())),
+    }
+}
+
+/// An object whose finalizer is to be removed, as [`reread`] found it.
+pub struct FinalizerOf<'a> {
+    /// Its API path.
+    pub path: &'a str,
+    /// Its collection, to tell its disappearance from other 404s.
+    pub plural: &'a str,
+    /// The target it is.
+    pub target: &'a Target,
+    /// The live object.
+    pub object: &'a Value,
+}
+
+/// Removes the first finalizer `wanted` accepts from `of.object`, with a JSON patch that
+/// tests the resourceVersion and the finalizer at its index: it cannot remove another
+/// finalizer, nor touch a changed object. The caller has checked everything else.
+pub async fn remove_finalizer(
+    client: &Client,
+    mode: Mode,
+    of: &FinalizerOf<'_>,
+    wanted: impl Fn(&str) -> bool,
+) -> Outcome {
+    let kind = of.target.stream.kind();
+    let rv = metadata(of.object, "resourceVersion").to_owned();
+    let found = of
+        .object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .and_then(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .enumerate()
+                .find(|(_, f)| wanted(f))
+        });
+    let Some((index, finalizer)) = found else {
+        return Outcome::skipped(format!("the {kind} has no such finalizer"), &rv);
+    };
+    let finalizer = finalizer.to_owned();
+    let with_finalizer = |outcome: RemediationOutcome, reason: String| Outcome {
+        outcome,
+        reason,
+        finalizer: Some(finalizer.clone()),
+        resource_version: rv.clone(),
+    };
+    if mode == Mode::DryRun {
+        return with_finalizer(
+            RemediationOutcome::DryRun,
+            format!("all checks passed; would remove {finalizer}"),
+        );
+    }
+    let patch = json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
+        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+    ]);
+    match json_patch(client, of.path, of.plural, &of.target.name, &patch).await {
+        Ok(_) => with_finalizer(
+            RemediationOutcome::Applied,
+            format!("removed {finalizer} at resourceVersion {rv}"),
+        ),
+        Err(WriteError::Changed(why)) => with_finalizer(
+            RemediationOutcome::Skipped,
+            format!("the {kind} changed while patching ({why})"),
+        ),
+        Err(WriteError::Failed(why)) => {
+            with_finalizer(RemediationOutcome::Failed, format!("patch failed: {why}"))
+        }
     }
 }
 

@@ -4,11 +4,11 @@
 
 use ipaudit_schemas::{is_kube_ovn_finalizer, RemediationOutcome, Stream};
 use kube::Client;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::api::{
-    delete_with_preconditions, is_terminating, json_patch, metadata, require_absent, reread,
-    WriteError,
+    delete_with_preconditions, is_terminating, metadata, remove_finalizer, require_absent, reread,
+    FinalizerOf, WriteError,
 };
 use super::{Mode, Outcome, Target};
 
@@ -50,49 +50,18 @@ pub(super) async fn release_stuck_ip(
     {
         return outcome;
     }
-    let finalizers: Vec<&str> = ip
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let Some((index, finalizer)) = finalizers
-        .iter()
-        .enumerate()
-        .find(|(_, f)| is_kube_ovn_finalizer(f))
-    else {
-        return Outcome::skipped("the IP has no kube-ovn finalizer".into(), &rv);
-    };
-    let finalizer = (*finalizer).to_owned();
-    let with_finalizer = |outcome: RemediationOutcome, reason: String| Outcome {
-        outcome,
-        reason,
-        finalizer: Some(finalizer.clone()),
-        resource_version: rv.clone(),
-    };
-    if mode == Mode::DryRun {
-        return with_finalizer(
-            RemediationOutcome::DryRun,
-            format!("all checks passed; would remove {finalizer}"),
-        );
-    }
-    let patch = json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
-        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-    ]);
-    match json_patch(client, &path, "ips", &target.name, &patch).await {
-        Ok(_) => with_finalizer(
-            RemediationOutcome::Applied,
-            format!("removed {finalizer} at resourceVersion {rv}"),
-        ),
-        Err(WriteError::Changed(why)) => with_finalizer(
-            RemediationOutcome::Skipped,
-            format!("the IP changed while patching ({why})"),
-        ),
-        Err(WriteError::Failed(why)) => {
-            with_finalizer(RemediationOutcome::Failed, format!("patch failed: {why}"))
-        }
-    }
+    remove_finalizer(
+        client,
+        mode,
+        &FinalizerOf {
+            path: &path,
+            plural: "ips",
+            target,
+            object: &ip,
+        },
+        is_kube_ovn_finalizer,
+    )
+    .await
 }
 
 /// Deletes the IP `target` (uid and resourceVersion preconditions) while its subnet is

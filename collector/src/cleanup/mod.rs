@@ -10,7 +10,7 @@
 //! longer holds; retrying does not help) or failed (the API server did not answer as
 //! expected; a retry may).
 //!
-//! The actions, by IPAM ([`kube_ovn`], [`whereabouts`]):
+//! The actions, by IPAM ([`kube_ovn`], [`whereabouts`], [`spiderpool`]):
 //! - kube-ovn, an IP stuck terminating whose subnet is gone: remove kube-ovn's finalizer
 //!   (the IP still terminating, its subnet still the one named and still absent);
 //! - kube-ovn, an orphaned IP (its subnet gone): delete it (uid and resourceVersion
@@ -18,13 +18,25 @@
 //!   finalizer holds it;
 //! - whereabouts, an IPPool allocation whose pod is gone: remove that allocation (a patch
 //!   that tests the pool's resourceVersion and the allocation's podref; the pod still
-//!   absent).
+//!   absent);
+//! - whereabouts, an OverlappingRangeIPReservation whose pod is gone: delete it (uid and
+//!   resourceVersion preconditions), while its pod is absent and no IPPool of its
+//!   namespace allocates its address;
+//! - spiderpool, a SpiderEndpoint stuck terminating whose pod is gone: remove spiderpool's
+//!   finalizer (the endpoint still terminating, its pod still absent; a patch that tests
+//!   the resourceVersion and the finalizer at its index).
+//!
+//! Report-only, by design: `duplicate-ip` and `ip-released-while-pod-alive` (which holder
+//! keeps the address is a person's decision), `allocation-records-disagree` (which record
+//! is wrong is), `subnet-stuck-terminating` and `subnet-deleted-before-ip` (the IPs'
+//! cleanups follow from their own alerts).
 
 pub mod api;
 mod kube_ovn;
+mod spiderpool;
 mod whereabouts;
 
-use ipaudit_schemas::{RemediationOutcome, Stream};
+use ipaudit_schemas::{CleanupAction, RemediationOutcome, Stream};
 use kube::Client;
 
 /// One object a cleanup acts on, as the finding saw it.
@@ -59,6 +71,18 @@ pub enum Cleanup {
         /// The IP.
         target: Target,
     },
+    /// spiderpool: remove spiderpool's finalizer from a SpiderEndpoint stuck terminating,
+    /// its pod gone.
+    ReleaseStuckEndpoint {
+        /// The SpiderEndpoint.
+        target: Target,
+    },
+    /// whereabouts: delete an OverlappingRangeIPReservation whose pod is gone and that no
+    /// IPPool allocation backs.
+    DeleteReservation {
+        /// The reservation.
+        target: Target,
+    },
     /// whereabouts: remove the allocation of `address` from an IPPool, its pod gone.
     RemovePoolAllocation {
         /// The IPPool.
@@ -72,9 +96,41 @@ impl Cleanup {
     /// Its name, as `release` prints it: `remove-finalizer`, `delete`, `remove-allocation`.
     pub fn name(&self) -> &'static str {
         match self {
-            Cleanup::ReleaseStuckIp { .. } => "remove-finalizer",
-            Cleanup::DeleteOrphanedIp { .. } => "delete",
+            Cleanup::ReleaseStuckIp { .. } | Cleanup::ReleaseStuckEndpoint { .. } => {
+                "remove-finalizer"
+            }
+            Cleanup::DeleteOrphanedIp { .. } | Cleanup::DeleteReservation { .. } => "delete",
             Cleanup::RemovePoolAllocation { .. } => "remove-allocation",
+        }
+    }
+
+    /// The cleanup an alert's typed cleanup asks for, if this module has it.
+    pub fn of_alert(cleanup: &ipaudit_schemas::Cleanup) -> Option<Cleanup> {
+        let target = Target {
+            stream: cleanup.target_stream,
+            namespace: cleanup.target_namespace.clone(),
+            name: cleanup.target_name.clone(),
+            uid: cleanup.target_uid.clone(),
+            resource_version: cleanup.resource_version.clone(),
+        };
+        match (cleanup.action, cleanup.target_stream) {
+            (CleanupAction::RemoveFinalizer, Stream::Ip) => Some(Cleanup::ReleaseStuckIp {
+                target,
+                subnet: cleanup.pool.clone(),
+            }),
+            (CleanupAction::RemoveFinalizer, Stream::SpiderEndpoint) => {
+                Some(Cleanup::ReleaseStuckEndpoint { target })
+            }
+            (CleanupAction::Delete, Stream::OverlappingRangeIpReservation) => {
+                Some(Cleanup::DeleteReservation { target })
+            }
+            (CleanupAction::RemoveAllocation, Stream::IpPool) => {
+                Some(Cleanup::RemovePoolAllocation {
+                    target,
+                    address: cleanup.address.clone()?,
+                })
+            }
+            _ => None,
         }
     }
 
@@ -83,6 +139,8 @@ impl Cleanup {
         match self {
             Cleanup::ReleaseStuckIp { target, .. }
             | Cleanup::DeleteOrphanedIp { target }
+            | Cleanup::ReleaseStuckEndpoint { target }
+            | Cleanup::DeleteReservation { target }
             | Cleanup::RemovePoolAllocation { target, .. } => target,
         }
     }
@@ -147,8 +205,14 @@ pub async fn apply(client: &Client, mode: Mode, cleanup: &Cleanup) -> Outcome {
         Cleanup::DeleteOrphanedIp { target } => {
             kube_ovn::delete_orphaned_ip(client, mode, target).await
         }
+        Cleanup::ReleaseStuckEndpoint { target } => {
+            spiderpool::release_stuck_endpoint(client, mode, target).await
+        }
         Cleanup::RemovePoolAllocation { target, address } => {
             whereabouts::remove_pool_allocation(client, mode, target, address).await
+        }
+        Cleanup::DeleteReservation { target } => {
+            whereabouts::delete_reservation(client, mode, target).await
         }
     }
 }

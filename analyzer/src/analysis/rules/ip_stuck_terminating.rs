@@ -222,6 +222,7 @@ impl IpStuckTerminating {
                 resource_version: endpoint.resource_version().to_string(),
                 finalizer: finalizer.to_owned(),
                 pool: String::new(),
+                address: None,
             }),
             evidence: proof,
         };
@@ -302,6 +303,7 @@ fn ip_finding(ctx: &Context<'_>, ip: &ObjectRecord, name: &str, subnet: &str) ->
             resource_version: ip.resource_version().to_string(),
             finalizer: finalizer.to_owned(),
             pool: subnet.to_owned(),
+            address: None,
         }),
         evidence: proof,
     }

@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 
-use ipaudit_schemas::{NetworkStatus, Severity, Stream};
+use ipaudit_schemas::{Cleanup, CleanupAction, NetworkStatus, Severity, Stream};
 use serde::{Deserialize, Serialize};
 
 use super::{duration_text, evidence, Change, Context, Deadlines, Rule};
@@ -343,12 +343,49 @@ fn finding(
             duration_text(grace_ms)
         ),
         fix: Some(fix(key, record, holding)),
-        cleanup: None,
+        cleanup: cleanup(key, record, holding),
         evidence: vec![
             evidence(gone, format!("Pod {pod} is gone ({})", gone.event_type)),
             evidence(&record.last, format!("{record_text} holds {address} for {owner}")),
         ],
     }
+}
+
+/// The typed cleanup the collector can run, at this uid and resourceVersion: for a
+/// whereabouts pool, removing exactly this allocation (its pod gone); for a whereabouts
+/// reservation, deleting it (the collector checks that no pool allocation backs it).
+/// Other records have none: a kube-ovn IP of a gone pod is kube-ovn's to release, and
+/// spiderpool's garbage collector releases its entries.
+fn cleanup(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> Option<Cleanup> {
+    let (action, stream, address) = match record.part() {
+        Part::IpPool(_) => (
+            CleanupAction::RemoveAllocation,
+            Stream::IpPool,
+            Some(holding.address.to_string()),
+        ),
+        Part::IpReservation(_) => (
+            CleanupAction::Delete,
+            Stream::OverlappingRangeIpReservation,
+            None,
+        ),
+        _ => return None,
+    };
+    let (namespace, name) = key.1.split_once('/')?;
+    Some(Cleanup {
+        action,
+        target_stream: stream,
+        target_name: name.to_owned(),
+        target_namespace: Some(namespace.to_owned()),
+        target_uid: record.uid.text().to_string(),
+        resource_version: record.resource_version().to_string(),
+        finalizer: String::new(),
+        pool: if stream == Stream::IpPool {
+            name.to_owned()
+        } else {
+            String::new()
+        },
+        address,
+    })
 }
 
 /// How to release the address by hand, for each kind of record.
@@ -489,6 +526,27 @@ mod tests {
             fix.contains("kubectl patch ippools.whereabouts.cni.cncf.io -n kube-system 10.200.0.0-16 --type=json")
                 && fix.contains(r#""op":"remove","path":"/spec/allocations/1292""#),
             "{fix}"
+        );
+        let cleanup = alert
+            .cleanup
+            .as_ref()
+            .expect("a typed cleanup for the collector");
+        assert_eq!(
+            cleanup.action,
+            ipaudit_schemas::CleanupAction::RemoveAllocation
+        );
+        assert_eq!(cleanup.target_stream, ipaudit_schemas::Stream::IpPool);
+        assert_eq!(
+            (
+                cleanup.target_namespace.as_deref(),
+                cleanup.target_name.as_str()
+            ),
+            (Some("kube-system"), "10.200.0.0-16")
+        );
+        assert_eq!(cleanup.address.as_deref(), Some("10.200.5.12"));
+        assert_eq!(
+            cleanup.resource_version, "2",
+            "the pool's version the alert saw"
         );
     }
 

@@ -1,6 +1,6 @@
-//! Cleanup commands: each firing alert that carries a typed cleanup (today
-//! `ip-stuck-terminating`: remove the finalizer from that IP or SpiderEndpoint, at that uid
-//! and resourceVersion) becomes a `CleanupCommand` on the commands topic, keyed by cluster
+//! Cleanup commands: each firing alert that carries a typed cleanup (`ip-stuck-terminating`:
+//! remove the finalizer from that IP or SpiderEndpoint; `ip-without-pod` on a whereabouts
+//! pool: remove that allocation; each at that uid and resourceVersion) becomes a `CleanupCommand` on the commands topic, keyed by cluster
 //! id. The analyzer never talks to the cluster; the collector of that cluster decides and
 //! acts.
 //!
@@ -28,17 +28,18 @@ pub fn command_for(alert: &Alert, issued_at_ms: i64) -> Option<CleanupCommand> {
         cluster_id: alert.cluster_id.clone(),
         action: cleanup.action,
         target_kind: cleanup.target_stream.kind().to_owned(),
-        target_name: match &cleanup.target_namespace {
-            Some(namespace) => format!("{namespace}/{}", cleanup.target_name),
-            None => cleanup.target_name.clone(),
-        },
+        target_name: cleanup.target_name.clone(),
         target_uid: cleanup.target_uid.clone(),
         expected_resource_version: cleanup.resource_version.clone(),
-        finalizer: Some(cleanup.finalizer.clone()),
+        finalizer: Some(cleanup.finalizer.clone()).filter(|f| !f.is_empty()),
         subnet: cleanup.pool.clone(),
         reason_alert_id: alert.alert_id.clone(),
         issued_at_ms,
         alert_fired_at_ms: alert.fired_at_ms,
+        // A cluster-scoped target without an address keeps the command as collectors
+        // before schema v3 read and verify it.
+        target_namespace: cleanup.target_namespace.clone(),
+        address: cleanup.address.clone(),
         signature: None,
     })
 }
@@ -127,6 +128,7 @@ mod tests {
             resource_version: "118".into(),
             finalizer: "kubeovn.io/kube-ovn-controller".into(),
             pool: "net".into(),
+            address: None,
         }
     }
 
@@ -146,6 +148,30 @@ mod tests {
         assert_eq!(command.alert_fired_at_ms, 4, "the alert's firing time");
         assert_eq!(command.issued_at_ms, 5);
         assert_eq!(command.signature, None, "signed by the sink, with its key");
+    }
+
+    #[test]
+    fn a_namespaced_target_and_an_address_travel_in_their_own_fields() {
+        let allocation = Cleanup {
+            action: CleanupAction::RemoveAllocation,
+            target_stream: Stream::IpPool,
+            target_name: "10.200.0.0-16".into(),
+            target_namespace: Some("kube-system".into()),
+            finalizer: String::new(),
+            pool: "10.200.0.0-16".into(),
+            address: Some("10.200.5.12".into()),
+            ..cleanup()
+        };
+        let command = command_for(&alert(AlertStatus::Firing, Some(allocation)), 5).unwrap();
+        assert_eq!(command.target_kind, "IPPool");
+        assert_eq!(command.target_name, "10.200.0.0-16");
+        assert_eq!(command.target_namespace.as_deref(), Some("kube-system"));
+        assert_eq!(command.address.as_deref(), Some("10.200.5.12"));
+        assert_eq!(command.finalizer, None);
+        command.check_names().unwrap();
+        // A kube-ovn IP's command stays as collectors before schema v3 read it.
+        let ip = command_for(&alert(AlertStatus::Firing, Some(cleanup())), 5).unwrap();
+        assert_eq!((ip.target_namespace, ip.address), (None, None));
     }
 
     #[test]

@@ -1,0 +1,420 @@
+//! Cleanup for every IPAM, live: the finding fires at the analyzer, its typed cleanup goes
+//! to the collector as a command on Apache Kafka, the collector's cleanup module
+//! (`collector/src/cleanup`) re-reads the target and writes with the API server's own
+//! preconditions, the object changes exactly as written, and the alert resolves. A target
+//! changed after its finding is skipped with the reason and nothing written; a dry run
+//! writes nothing; a collector with a commands key refuses an unsigned command.
+//!
+//! - whereabouts: an IPPool allocation whose pod is gone (`ip-without-pod`) loses exactly
+//!   that allocation, and the pod's OverlappingRangeIPReservation is deleted once no
+//!   allocation backs it;
+//! - spiderpool: a SpiderEndpoint stuck terminating after its pod went
+//!   (`ip-stuck-terminating`) loses spiderpool's finalizer, and goes.
+//!
+//! kube-ovn's cleanup (an IP stuck terminating) is proved by `live_analysis_e2e`.
+
+use std::time::Duration;
+
+use ipaudit_schemas::{
+    encode, CleanupAction, CleanupCommand, EventType, RemediationOutcome, WatchEvent,
+};
+use ipaudit_tests::analyzer::AnalyzerProcess;
+use ipaudit_tests::broker::produce;
+use ipaudit_tests::receiver::Receiver;
+use ipaudit_tests::scenario::{ip_pool, reservation, WHEREABOUTS_NAMESPACE};
+use ipaudit_tests::wait_for;
+use ipaudit_tests::world::World;
+use kube_sim::{Kind, PatchType};
+use serde_json::json;
+
+const POOL: &str = "10.128.40.0-24";
+
+/// The analyzer sending cleanup commands, owner grace 2 s (a gone pod's allocation is
+/// reported 2 s of event time after the pod went).
+fn analyzer(world: &World, receiver: &Receiver) -> AnalyzerProcess {
+    let process = AnalyzerProcess::start(
+        &world.brokers,
+        &world.topic,
+        &format!("group-of-{}", world.topic),
+        &world.dir.path().join("analyzer"),
+        &[
+            "--webhook-url",
+            &format!("{}/hook", receiver.url),
+            "--cleanup-commands",
+            "--commands-topic",
+            &world.commands_topic(),
+            "--owner-grace",
+            "2s",
+        ],
+    );
+    wait_for(
+        "the analyzer joins its group",
+        Duration::from_secs(30),
+        || {
+            process
+                .log_text()
+                .contains("partitions assigned")
+                .then_some(())
+        },
+    );
+    process
+}
+
+/// A Running pod `default/NAME` with `address` on the whereabouts network.
+fn running_pod(world: &World, name: &str, address: &str) {
+    world
+        .sim
+        .create(
+            Kind::Pod,
+            "default",
+            json!({"metadata": {"name": name, "annotations": {
+                    "k8s.v1.cni.cncf.io/network-status": ipaudit_tests::scenario::network_status("10.244.1.10", address)}},
+                "spec": {"nodeName": "node-1"},
+                "status": {"phase": "Running", "podIPs": [{"ip": "10.244.1.10"}]}}),
+        )
+        .expect("pod");
+}
+
+/// Allocates `10.128.40.OFFSET` in the pool to `default/POD` as whereabouts does (a patch
+/// testing the pool's version, then the reservation).
+fn allocate(world: &World, offset: u32, pod: &str) {
+    let ns = WHEREABOUTS_NAMESPACE;
+    let pool = world.sim.get(Kind::IpPool, ns, POOL).expect("pool");
+    world
+        .sim
+        .patch(
+            Kind::IpPool,
+            ns,
+            POOL,
+            PatchType::Json,
+            &json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": pool["metadata"]["resourceVersion"]},
+                {"op": "add", "path": format!("/spec/allocations/{offset}"),
+                    "value": {"id": format!("sandbox-{pod}"), "podref": format!("default/{pod}"), "ifname": "net1"}}
+            ]),
+        )
+        .expect("allocation");
+    world
+        .sim
+        .create(
+            Kind::OverlappingRangeIpReservation,
+            ns,
+            reservation(&format!("10.128.40.{offset}"), &format!("default/{pod}")),
+        )
+        .expect("reservation");
+}
+
+/// The pool's allocations by offset.
+fn allocations(world: &World) -> Vec<String> {
+    let pool = world
+        .sim
+        .get(Kind::IpPool, WHEREABOUTS_NAMESPACE, POOL)
+        .expect("pool");
+    pool["spec"]["allocations"]
+        .as_object()
+        .map(|a| a.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The collector's REMEDIATION events on the events topic, once `count` are there.
+fn remediations(world: &World, count: usize) -> Vec<WatchEvent> {
+    let of = |events: &[WatchEvent]| -> Vec<WatchEvent> {
+        events
+            .iter()
+            .filter(|e| e.event_type == EventType::Remediation)
+            .cloned()
+            .collect()
+    };
+    of(&world.events_until(Duration::from_secs(30), |events| of(events).len() >= count))
+}
+
+/// The webhook's transitions of `rule`: (status, subject).
+fn transitions(receiver: &Receiver, rule: &str) -> Vec<(String, String)> {
+    receiver
+        .received("/hook")
+        .into_iter()
+        .filter(|r| r.body["rule"] == rule)
+        .map(|r| {
+            (
+                r.body["status"].as_str().unwrap_or_default().to_owned(),
+                r.body["subject_name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_whereabouts_allocation_and_reservation_of_a_gone_pod_are_removed_and_their_alerts_resolve() {
+    let world = World::new("clean-whereabouts", None);
+    let receiver = Receiver::start(&world.runtime);
+    // A reservation's command that comes before its pool's allocation is gone is retried.
+    let collector = world.remediating_collector("on", &["--remediate-retry-backoff", "1s"]);
+    let _analyzer = analyzer(&world, &receiver);
+    world
+        .sim
+        .create(
+            Kind::IpPool,
+            WHEREABOUTS_NAMESPACE,
+            ip_pool(POOL, "10.128.40.0/24"),
+        )
+        .expect("pool");
+    for (offset, pod) in [(45, "web-0"), (46, "web-1")] {
+        running_pod(&world, pod, &format!("10.128.40.{offset}"));
+        allocate(&world, offset, pod);
+    }
+    world
+        .sim
+        .delete(Kind::Pod, "default", "web-0")
+        .expect("pod gone");
+    let subject = format!("{WHEREABOUTS_NAMESPACE}/{POOL}/10.128.40.45");
+    wait_for(
+        "the allocation's alert resolves",
+        Duration::from_secs(60),
+        || {
+            transitions(&receiver, "ip-without-pod")
+                .contains(&("RESOLVED".to_owned(), subject.clone()))
+                .then_some(())
+        },
+    );
+    assert_eq!(
+        allocations(&world),
+        ["46"],
+        "exactly the gone pod's allocation was removed; collector log:\n{}",
+        collector.log_text()
+    );
+    let applied = remediations(&world, 1);
+    let record = applied[0].remediation.as_ref().expect("remediation record");
+    assert_eq!(
+        record.outcome,
+        RemediationOutcome::Applied,
+        "{}",
+        record.reason
+    );
+    assert!(
+        record
+            .reason
+            .starts_with("removed allocation 45 (10.128.40.45 for default/web-0)"),
+        "{}",
+        record.reason
+    );
+    assert_eq!(record.action, "REMOVE_ALLOCATION");
+    assert!(
+        transitions(&receiver, "ip-without-pod").contains(&("FIRING".to_owned(), subject.clone())),
+        "it fired first"
+    );
+    // The reservation of the gone pod goes too, once no allocation backs it; web-1's stays.
+    let reservation = format!("{WHEREABOUTS_NAMESPACE}/10.128.40.45");
+    wait_for(
+        "the reservation's alert resolves",
+        Duration::from_secs(60),
+        || {
+            transitions(&receiver, "ip-without-pod")
+                .contains(&("RESOLVED".to_owned(), reservation.clone()))
+                .then_some(())
+        },
+    );
+    let ns = WHEREABOUTS_NAMESPACE;
+    assert!(world
+        .sim
+        .get(Kind::OverlappingRangeIpReservation, ns, "10.128.40.45")
+        .is_err());
+    assert!(world
+        .sim
+        .get(Kind::OverlappingRangeIpReservation, ns, "10.128.40.46")
+        .is_ok());
+}
+
+/// Sends the command the analyzer would for the allocation at offset 45 of the pool at
+/// `uid` and `rv`, on the world's commands topic.
+fn send_allocation_command(world: &World, id: &str, uid: &str, rv: &str) {
+    let command = CleanupCommand {
+        command_id: id.into(),
+        cluster_id: "lab".into(),
+        action: CleanupAction::RemoveAllocation,
+        target_kind: "IPPool".into(),
+        target_name: POOL.into(),
+        target_uid: uid.into(),
+        expected_resource_version: rv.into(),
+        finalizer: None,
+        subnet: POOL.into(),
+        reason_alert_id: "test".into(),
+        // Fresh: collectors refuse commands older than --remediate-max-age.
+        issued_at_ms: now_ms(),
+        alert_fired_at_ms: now_ms(),
+        target_namespace: Some(WHEREABOUTS_NAMESPACE.into()),
+        address: Some("10.128.40.45".into()),
+        signature: None,
+    };
+    world.runtime.block_on(produce(
+        &world.brokers,
+        &world.commands_topic(),
+        command.cluster_id.as_bytes(),
+        &encode(&command).expect("command encodes"),
+    ));
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The pool with web-0's allocation (its pod gone) and web-1's: its uid and version.
+fn pool_with_a_gone_pods_allocation(world: &World) -> (String, String) {
+    world
+        .sim
+        .create(
+            Kind::IpPool,
+            WHEREABOUTS_NAMESPACE,
+            ip_pool(POOL, "10.128.40.0/24"),
+        )
+        .expect("pool");
+    allocate(world, 45, "web-0");
+    let pool = world
+        .sim
+        .get(Kind::IpPool, WHEREABOUTS_NAMESPACE, POOL)
+        .expect("pool");
+    let field = |name: &str| {
+        pool["metadata"][name]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (field("uid"), field("resourceVersion"))
+}
+
+#[test]
+fn a_pool_changed_after_the_finding_is_skipped_a_dry_run_writes_nothing_and_an_unsigned_command_is_refused(
+) {
+    let world = World::new("clean-skip", None);
+    let dry = World::new("clean-dry", None);
+    let keyed = World::new("clean-keyed", None);
+    let _collector = world.remediating_collector("on", &[]);
+    let _dry_collector = dry.remediating_collector("dry-run", &[]);
+    let key = keyed.dir.path().join("commands.key");
+    std::fs::write(&key, format!("{}\n", "5f".repeat(32))).expect("key file");
+    let _keyed_collector =
+        keyed.remediating_collector("on", &["--commands-key-file", &key.display().to_string()]);
+
+    // Another allocation after the finding: the pool's version moved on.
+    let (uid, rv) = pool_with_a_gone_pods_allocation(&world);
+    running_pod(&world, "web-1", "10.128.40.46");
+    allocate(&world, 46, "web-1");
+    send_allocation_command(&world, "changed", &uid, &rv);
+    let outcome = remediations(&world, 1);
+    let record = outcome[0].remediation.as_ref().expect("record");
+    assert_eq!(record.outcome, RemediationOutcome::Skipped);
+    assert!(
+        record.reason.starts_with("resourceVersion changed"),
+        "{}",
+        record.reason
+    );
+    assert_eq!(allocations(&world), ["45", "46"], "nothing written");
+
+    let (uid, rv) = pool_with_a_gone_pods_allocation(&dry);
+    send_allocation_command(&dry, "dry", &uid, &rv);
+    let outcome = remediations(&dry, 1);
+    let record = outcome[0].remediation.as_ref().expect("record");
+    assert_eq!(
+        record.outcome,
+        RemediationOutcome::DryRun,
+        "{}",
+        record.reason
+    );
+    assert!(
+        record.reason.contains("would remove allocation 45"),
+        "{}",
+        record.reason
+    );
+    assert_eq!(allocations(&dry), ["45"], "a dry run writes nothing");
+
+    // A collector with a commands key obeys only commands signed with it.
+    let (uid, rv) = pool_with_a_gone_pods_allocation(&keyed);
+    send_allocation_command(&keyed, "unsigned", &uid, &rv);
+    let outcome = remediations(&keyed, 1);
+    let record = outcome[0].remediation.as_ref().expect("record");
+    assert_eq!(record.outcome, RemediationOutcome::Skipped);
+    assert!(
+        record.reason.starts_with("refused: ") && record.reason.contains("unsigned"),
+        "{}",
+        record.reason
+    );
+    assert_eq!(allocations(&keyed), ["45"], "nothing written");
+}
+
+#[test]
+fn a_spiderendpoint_stuck_after_its_pod_went_loses_spiderpools_finalizer_and_goes() {
+    let world = World::new("clean-spiderpool", None);
+    let receiver = Receiver::start(&world.runtime);
+    let collector = world.remediating_collector("on", &[]);
+    let _analyzer = analyzer(&world, &receiver);
+    let (ns, name) = ("shop", "checkout-7hq4m");
+    world
+        .sim
+        .create(
+            Kind::Pod,
+            ns,
+            json!({"metadata": {"name": name}, "spec": {"nodeName": "worker-1"},
+                "status": {"phase": "Running", "podIPs": [{"ip": "10.244.2.7"}]}}),
+        )
+        .expect("pod");
+    let pod_uid = world.sim.get(Kind::Pod, ns, name).expect("pod")["metadata"]["uid"].clone();
+    world
+        .sim
+        .create(
+            Kind::SpiderEndpoint,
+            ns,
+            json!({"metadata": {"name": name, "finalizers": ["spiderpool.spidernet.io"]},
+                "status": {"current": {"uid": pod_uid, "node": "worker-1", "ips": [{
+                    "interface": "net1", "ipv4": "172.18.40.12/16", "ipv4Pool": "underlay-v4", "vlan": 0}]},
+                    "ownerControllerName": "checkout", "ownerControllerType": "Deployment"}}),
+        )
+        .expect("endpoint");
+    // The node goes: the pod is force-deleted, spiderpool marks the endpoint for deletion
+    // and never removes its finalizer (the field report).
+    world.sim.delete(Kind::Pod, ns, name).expect("pod gone");
+    world
+        .sim
+        .delete(Kind::SpiderEndpoint, ns, name)
+        .expect("endpoint marked");
+    let gone = ipaudit_tests::poll_until(Duration::from_secs(60), || {
+        world
+            .sim
+            .get(Kind::SpiderEndpoint, ns, name)
+            .is_err()
+            .then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "the endpoint is released and goes; alerts {:?}; collector log:\n{}",
+        receiver
+            .received("/hook")
+            .iter()
+            .map(|r| &r.body)
+            .collect::<Vec<_>>(),
+        collector.log_text()
+    );
+    let applied = remediations(&world, 1);
+    let record = applied[0].remediation.as_ref().expect("remediation record");
+    assert_eq!(
+        record.outcome,
+        RemediationOutcome::Applied,
+        "{}; collector log:\n{}",
+        record.reason,
+        collector.log_text()
+    );
+    assert_eq!(record.finalizer.as_deref(), Some("spiderpool.spidernet.io"));
+    let key = format!("{ns}/{name}");
+    wait_for(
+        "the endpoint's alert resolves",
+        Duration::from_secs(30),
+        || {
+            transitions(&receiver, "ip-stuck-terminating")
+                .contains(&("RESOLVED".to_owned(), key.clone()))
+                .then_some(())
+        },
+    );
+}
