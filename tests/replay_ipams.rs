@@ -130,6 +130,15 @@ fn whereabouts_reconciler_race_is_a_release_while_the_pod_lives_and_a_duplicate(
         EventType::Modified,
         RACE_WEB_3_SHOWS_47,
     );
+    // Which pod keeps the address is a person's decision: no cleanup, and the alert says so.
+    for report_only in [released, duplicate] {
+        assert!(report_only.fired.cleanup.is_none());
+        let fix = report_only.fired.fix.as_deref().unwrap_or_default();
+        assert!(
+            fix.contains("report-only: ipaudit sends no cleanup"),
+            "{fix}"
+        );
+    }
 }
 
 #[test]

@@ -141,7 +141,7 @@ impl DuplicateIp {
                     names.join(", ")
                 ),
                 fix: Some(format!(
-                    "Delete the pod that got {address} last so that it is given a free address; then check the IPAM's records of {address}"
+                    "Delete the pod that got {address} last so that it is given a free address; then check the IPAM's records of {address} (report-only: ipaudit sends no cleanup, as which holder keeps the address is a person's decision)"
                 )),
                 cleanup: None,
                 evidence: proof,

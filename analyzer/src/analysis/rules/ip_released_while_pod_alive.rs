@@ -97,7 +97,7 @@ impl Rule for IpReleasedWhilePodAlive {
                     holding.address, change.event.name, holding.owner
                 ),
                 fix: Some(format!(
-                    "Restart pod {} so that it gets an address its IPAM records, and check which other pod got {}",
+                    "Restart pod {} so that it gets an address its IPAM records, and check which other pod got {} (report-only: ipaudit sends no cleanup, as which pod keeps the address is a person's decision)",
                     holding.owner, holding.address
                 )),
                 cleanup: None,
