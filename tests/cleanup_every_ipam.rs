@@ -8,8 +8,9 @@
 //! - whereabouts: an IPPool allocation whose pod is gone (`ip-without-pod`) loses exactly
 //!   that allocation, and the pod's OverlappingRangeIPReservation is deleted once no
 //!   allocation backs it;
-//! - spiderpool: a SpiderEndpoint stuck terminating after its pod went
-//!   (`ip-stuck-terminating`) loses spiderpool's finalizer, and goes.
+//! - spiderpool: a SpiderIPPool entry of a gone pod (`ip-without-pod`) leaves
+//!   `status.allocatedIPs`, the other entries kept; a SpiderEndpoint stuck terminating after
+//!   its pod went (`ip-stuck-terminating`) loses spiderpool's finalizer, and goes.
 //!
 //! kube-ovn's cleanup (an IP stuck terminating) is proved by `live_analysis_e2e`.
 
@@ -416,5 +417,89 @@ fn a_spiderendpoint_stuck_after_its_pod_went_loses_spiderpools_finalizer_and_goe
                 .contains(&("RESOLVED".to_owned(), key.clone()))
                 .then_some(())
         },
+    );
+}
+
+#[test]
+fn a_spiderippool_entry_of_a_gone_pod_is_removed_and_the_others_kept() {
+    let world = World::new("clean-spiderpool-entry", None);
+    let receiver = Receiver::start(&world.runtime);
+    let collector = world.remediating_collector("on", &[]);
+    let _analyzer = analyzer(&world, &receiver);
+    let mut uids = Vec::new();
+    for name in ["cache-0", "api"] {
+        world
+            .sim
+            .create(
+                Kind::Pod,
+                "default",
+                json!({"metadata": {"name": name}, "spec": {"nodeName": "worker-1"},
+                    "status": {"phase": "Running"}}),
+            )
+            .expect("pod");
+        uids.push(
+            world.sim.get(Kind::Pod, "default", name).expect("pod")["metadata"]["uid"].clone(),
+        );
+    }
+    let entries = json!({
+        "172.18.40.10": {"pod": "default/cache-0", "podUid": uids[0]},
+        "172.18.40.11": {"pod": "default/api", "podUid": uids[1]},
+    });
+    world
+        .sim
+        .create(
+            Kind::SpiderIpPool,
+            "",
+            json!({"metadata": {"name": "pool-a"},
+                "spec": {"subnet": "172.18.0.0/16", "ips": ["172.18.40.10-172.18.40.20"]},
+                "status": {"allocatedIPCount": 2, "allocatedIPs": entries.to_string()}}),
+        )
+        .expect("pool");
+    world
+        .sim
+        .delete(Kind::Pod, "default", "cache-0")
+        .expect("pod gone");
+    let subject = "pool-a/172.18.40.10".to_owned();
+    let resolved = ipaudit_tests::poll_until(Duration::from_secs(60), || {
+        transitions(&receiver, "ip-without-pod")
+            .contains(&("RESOLVED".to_owned(), subject.clone()))
+            .then_some(())
+    });
+    assert!(
+        resolved.is_some(),
+        "the entry's alert resolves; alerts {:?}; collector log:\n{}",
+        transitions(&receiver, "ip-without-pod"),
+        collector.log_text()
+    );
+    let pool = world
+        .sim
+        .get(Kind::SpiderIpPool, "", "pool-a")
+        .expect("pool");
+    let left: serde_json::Value = serde_json::from_str(
+        pool["status"]["allocatedIPs"]
+            .as_str()
+            .expect("a JSON string still"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        left,
+        json!({"172.18.40.11": {"pod": "default/api", "podUid": uids[1]}}),
+        "exactly the gone pod's entry was removed"
+    );
+    assert_eq!(pool["status"]["allocatedIPCount"], 1);
+    let applied = remediations(&world, 1);
+    let record = applied[0].remediation.as_ref().expect("remediation record");
+    assert_eq!(
+        record.outcome,
+        RemediationOutcome::Applied,
+        "{}",
+        record.reason
+    );
+    assert!(
+        record
+            .reason
+            .starts_with("removed the entry of 172.18.40.10 for default/cache-0"),
+        "{}",
+        record.reason
     );
 }

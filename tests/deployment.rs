@@ -195,6 +195,7 @@ fn the_collector_may_only_read_the_kinds_of_the_table_and_patch_ips_when_remedia
                 "delete"
             ),
             grant("spiderpool.spidernet.io", "spiderendpoints", "patch"),
+            grant("spiderpool.spidernet.io", "spiderippools/status", "patch"),
         ]
     );
 }

@@ -22,6 +22,9 @@
 //! - whereabouts, an OverlappingRangeIPReservation whose pod is gone: delete it (uid and
 //!   resourceVersion preconditions), while its pod is absent and no IPPool of its
 //!   namespace allocates its address;
+//! - spiderpool, a SpiderIPPool entry whose pod is gone: remove it from
+//!   `status.allocatedIPs` (a status patch testing the resourceVersion and the entries as
+//!   read, every other entry kept; the pod still absent);
 //! - spiderpool, a SpiderEndpoint stuck terminating whose pod is gone: remove spiderpool's
 //!   finalizer (the endpoint still terminating, its pod still absent; a patch that tests
 //!   the resourceVersion and the finalizer at its index).
@@ -77,6 +80,14 @@ pub enum Cleanup {
         /// The SpiderEndpoint.
         target: Target,
     },
+    /// spiderpool: remove the entry of `address` from a SpiderIPPool's allocations, its
+    /// pod gone.
+    RemoveSpiderPoolEntry {
+        /// The SpiderIPPool.
+        target: Target,
+        /// The allocated address.
+        address: String,
+    },
     /// whereabouts: delete an OverlappingRangeIPReservation whose pod is gone and that no
     /// IPPool allocation backs.
     DeleteReservation {
@@ -100,7 +111,9 @@ impl Cleanup {
                 "remove-finalizer"
             }
             Cleanup::DeleteOrphanedIp { .. } | Cleanup::DeleteReservation { .. } => "delete",
-            Cleanup::RemovePoolAllocation { .. } => "remove-allocation",
+            Cleanup::RemovePoolAllocation { .. } | Cleanup::RemoveSpiderPoolEntry { .. } => {
+                "remove-allocation"
+            }
         }
     }
 
@@ -124,6 +137,12 @@ impl Cleanup {
             (CleanupAction::Delete, Stream::OverlappingRangeIpReservation) => {
                 Some(Cleanup::DeleteReservation { target })
             }
+            (CleanupAction::RemoveAllocation, Stream::SpiderIpPool) => {
+                Some(Cleanup::RemoveSpiderPoolEntry {
+                    target,
+                    address: cleanup.address.clone()?,
+                })
+            }
             (CleanupAction::RemoveAllocation, Stream::IpPool) => {
                 Some(Cleanup::RemovePoolAllocation {
                     target,
@@ -141,7 +160,8 @@ impl Cleanup {
             | Cleanup::DeleteOrphanedIp { target }
             | Cleanup::ReleaseStuckEndpoint { target }
             | Cleanup::DeleteReservation { target }
-            | Cleanup::RemovePoolAllocation { target, .. } => target,
+            | Cleanup::RemovePoolAllocation { target, .. }
+            | Cleanup::RemoveSpiderPoolEntry { target, .. } => target,
         }
     }
 }
@@ -213,6 +233,9 @@ pub async fn apply(client: &Client, mode: Mode, cleanup: &Cleanup) -> Outcome {
         }
         Cleanup::DeleteReservation { target } => {
             whereabouts::delete_reservation(client, mode, target).await
+        }
+        Cleanup::RemoveSpiderPoolEntry { target, address } => {
+            spiderpool::remove_pool_entry(client, mode, target, address).await
         }
     }
 }

@@ -353,9 +353,9 @@ fn finding(
 
 /// The typed cleanup the collector can run, at this uid and resourceVersion: for a
 /// whereabouts pool, removing exactly this allocation (its pod gone); for a whereabouts
-/// reservation, deleting it (the collector checks that no pool allocation backs it).
-/// Other records have none: a kube-ovn IP of a gone pod is kube-ovn's to release, and
-/// spiderpool's garbage collector releases its entries.
+/// reservation, deleting it (the collector checks that no pool allocation backs it); for a
+/// SpiderIPPool, removing this entry. A kube-ovn IP of a gone pod has none: kube-ovn
+/// releases it when the IP is deleted, and the fix says how.
 fn cleanup(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> Option<Cleanup> {
     let (action, stream, address) = match record.part() {
         Part::IpPool(_) => (
@@ -368,18 +368,26 @@ fn cleanup(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> Opt
             Stream::OverlappingRangeIpReservation,
             None,
         ),
+        Part::SpiderIpPool(_) => (
+            CleanupAction::RemoveAllocation,
+            Stream::SpiderIpPool,
+            Some(holding.address.to_string()),
+        ),
         _ => return None,
     };
-    let (namespace, name) = key.1.split_once('/')?;
+    let (namespace, name) = match key.1.split_once('/') {
+        Some((namespace, name)) => (Some(namespace.to_owned()), name),
+        None => (None, &*key.1),
+    };
     Some(Cleanup {
         action,
         target_stream: stream,
         target_name: name.to_owned(),
-        target_namespace: Some(namespace.to_owned()),
+        target_namespace: namespace,
         target_uid: record.uid.text().to_string(),
         resource_version: record.resource_version().to_string(),
         finalizer: String::new(),
-        pool: if stream == Stream::IpPool {
+        pool: if stream != Stream::OverlappingRangeIpReservation {
             name.to_owned()
         } else {
             String::new()
@@ -416,7 +424,7 @@ fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String 
             )
         }
         Part::SpiderIpPool(_) => format!(
-            "spiderpool's garbage collector releases entries of gone pods (every 10 min by default); if it does not, check spiderpool-controller's logs for pool {}",
+            "spiderpool's garbage collector releases entries of gone pods (every 10 min by default); if it does not, check spiderpool-controller's logs for pool {}; a collector with --remediate on removes this entry (a status patch that tests the pool's resourceVersion)",
             key.1
         ),
         _ => format!("Delete it: {}", crate::analysis::fix::delete(&resource, &key.1)),
