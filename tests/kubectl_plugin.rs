@@ -469,3 +469,81 @@ fn release_removes_a_whereabouts_allocation_whose_pod_is_gone_and_keeps_the_live
         "only the gone pod's allocation is removed: {pool}"
     );
 }
+
+#[test]
+fn release_removes_a_spiderpool_entry_and_releases_a_stuck_endpoint_of_a_gone_pod_through_the_collectors_cleanups(
+) {
+    let cluster = Cluster::start("cluster-s");
+    let sim = &cluster.sim;
+    sim.create(Kind::Pod, "default", pod("api", "10.16.0.9"))
+        .unwrap();
+    let api_uid = sim.get(Kind::Pod, "default", "api").unwrap()["metadata"]["uid"].clone();
+    let entries = json!({
+        "172.18.40.10": {"pod": "default/gone", "podUid": "uid-gone"},
+        "172.18.40.11": {"pod": "default/api", "podUid": api_uid},
+    });
+    sim.create(
+        Kind::SpiderIpPool,
+        "",
+        json!({"metadata": {"name": "pool-a"},
+            "spec": {"subnet": "172.18.0.0/16", "ips": ["172.18.40.10-172.18.40.20"]},
+            "status": {"allocatedIPCount": 2, "allocatedIPs": entries.to_string()}}),
+    )
+    .unwrap();
+    sim.create(
+        Kind::SpiderEndpoint,
+        "default",
+        json!({"metadata": {"name": "gone", "finalizers": ["spiderpool.spidernet.io"]},
+            "status": {"current": {"uid": "uid-gone", "node": "worker-1", "ips": [{
+                "interface": "net1", "ipv4": "172.18.40.10/16", "ipv4Pool": "pool-a", "vlan": 0}]}}}),
+    )
+    .unwrap();
+    sim.delete(Kind::SpiderEndpoint, "default", "gone").unwrap();
+    let report = cluster.path("report.json");
+    let run = cluster.plugin(&[
+        "check",
+        "--format",
+        "jsonl",
+        "--owner-grace",
+        "0s",
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    let alerts = run.alerts();
+    for expected in [
+        ("ip-without-pod", "pool-a/172.18.40.10"),
+        ("ip-stuck-terminating", "default/gone"),
+    ] {
+        assert!(
+            alerts.contains(&(expected.0.to_owned(), expected.1.to_owned())),
+            "{expected:?} in {alerts:?}"
+        );
+    }
+    let applied = release(&cluster, &report, &["--apply"]);
+    assert_eq!(applied.code, Some(0), "{applied}");
+    assert!(
+        applied
+            .line_about("pool-a")
+            .starts_with("applied     remove-allocation"),
+        "{applied}"
+    );
+    assert!(
+        applied
+            .line_about("SpiderEndpoint default/gone")
+            .starts_with("applied     remove-finalizer"),
+        "{applied}"
+    );
+    let pool = sim.get(Kind::SpiderIpPool, "", "pool-a").unwrap();
+    let left: Value =
+        serde_json::from_str(pool["status"]["allocatedIPs"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        left.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["172.18.40.11"],
+        "only the gone pod's entry is removed: {pool}"
+    );
+    assert!(
+        sim.get(Kind::SpiderEndpoint, "default", "gone").is_err(),
+        "the endpoint went once its finalizer was removed"
+    );
+}
