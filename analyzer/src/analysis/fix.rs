@@ -234,6 +234,12 @@ fn is_subject_name(kind: &str, name: &str) -> bool {
     }
 }
 
+/// `fix` with the reason its alert carries no cleanup, after the last command (a `; `
+/// ends a command, so the note is never pasted with one).
+pub fn report_only(fix: String, why: &str) -> String {
+    format!("{fix}; report-only: ipaudit sends no cleanup, as {why}")
+}
+
 /// The commands in a fix text: each from `kubectl ` to the end of its sentence (`; ` or
 /// the end of the text).
 pub fn commands(fix: &str) -> impl Iterator<Item = &str> {

@@ -140,8 +140,11 @@ impl DuplicateIp {
                     names.len(),
                     names.join(", ")
                 ),
-                fix: Some(format!(
-                    "Delete the pod that got {address} last so that it is given a free address; then check the IPAM's records of {address} (report-only: ipaudit sends no cleanup, as which holder keeps the address is a person's decision)"
+                fix: Some(crate::analysis::fix::report_only(
+                    format!(
+                        "Delete the pod that got {address} last so that it is given a free address; then check the IPAM's records of {address}"
+                    ),
+                    "which holder keeps the address is a person's decision",
                 )),
                 cleanup: None,
                 evidence: proof,

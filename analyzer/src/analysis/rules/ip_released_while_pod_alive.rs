@@ -96,9 +96,12 @@ impl Rule for IpReleasedWhilePodAlive {
                     "{} was released from {kind} {} while pod {} still lives ({phase}): the address can be given to a second pod",
                     holding.address, change.event.name, holding.owner
                 ),
-                fix: Some(format!(
-                    "Restart pod {} so that it gets an address its IPAM records, and check which other pod got {} (report-only: ipaudit sends no cleanup, as which pod keeps the address is a person's decision)",
-                    holding.owner, holding.address
+                fix: Some(crate::analysis::fix::report_only(
+                    format!(
+                        "Restart pod {} so that it gets an address its IPAM records, and check which other pod got {}",
+                        holding.owner, holding.address
+                    ),
+                    "which pod keeps the address is a person's decision",
                 )),
                 cleanup: None,
                 evidence: proof,
