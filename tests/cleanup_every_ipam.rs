@@ -2,8 +2,9 @@
 //! to the collector as a command on Apache Kafka, the collector's cleanup module
 //! (`collector/src/cleanup`) re-reads the target and writes with the API server's own
 //! preconditions, the object changes exactly as written, and the alert resolves. A target
-//! changed after its finding is skipped with the reason and nothing written; a dry run
-//! writes nothing; a collector with a commands key refuses an unsigned command.
+//! changed after its finding (another allocation, its pod back) is skipped with the reason
+//! and nothing written; a dry run writes nothing; a collector with a commands key refuses
+//! an unsigned command.
 //!
 //! - whereabouts: an IPPool allocation whose pod is gone (`ip-without-pod`) loses exactly
 //!   that allocation, and the pod's OverlappingRangeIPReservation is deleted once no
@@ -228,33 +229,70 @@ fn a_whereabouts_allocation_and_reservation_of_a_gone_pod_are_removed_and_their_
         .is_ok());
 }
 
-/// Sends the command the analyzer would for the allocation at offset 45 of the pool at
-/// `uid` and `rv`, on the world's commands topic.
-fn send_allocation_command(world: &World, id: &str, uid: &str, rv: &str) {
-    let command = CleanupCommand {
+/// A fresh, unsigned command of cluster `lab` to do `action` to `kind` `namespace/name`
+/// at `object`'s uid and resourceVersion, as the analyzer sends it.
+fn command_for(
+    id: &str,
+    action: CleanupAction,
+    kind: &str,
+    object: &serde_json::Value,
+    address: Option<&str>,
+) -> CleanupCommand {
+    let field = |name: &str| {
+        object["metadata"][name]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    CleanupCommand {
         command_id: id.into(),
         cluster_id: "lab".into(),
-        action: CleanupAction::RemoveAllocation,
-        target_kind: "IPPool".into(),
-        target_name: POOL.into(),
-        target_uid: uid.into(),
-        expected_resource_version: rv.into(),
+        action,
+        target_kind: kind.into(),
+        target_name: field("name"),
+        target_uid: field("uid"),
+        expected_resource_version: field("resourceVersion"),
         finalizer: None,
-        subnet: POOL.into(),
+        subnet: if kind == "IPPool" {
+            field("name")
+        } else {
+            String::new()
+        },
         reason_alert_id: "test".into(),
         // Fresh: collectors refuse commands older than --remediate-max-age.
         issued_at_ms: now_ms(),
         alert_fired_at_ms: now_ms(),
-        target_namespace: Some(WHEREABOUTS_NAMESPACE.into()),
-        address: Some("10.128.40.45".into()),
+        target_namespace: Some(field("namespace")).filter(|n| !n.is_empty()),
+        address: address.map(str::to_owned),
         signature: None,
-    };
+    }
+}
+
+/// Puts `command` on the world's commands topic.
+fn send(world: &World, command: &CleanupCommand) {
     world.runtime.block_on(produce(
         &world.brokers,
         &world.commands_topic(),
         command.cluster_id.as_bytes(),
-        &encode(&command).expect("command encodes"),
+        &encode(command).expect("command encodes"),
     ));
+}
+
+/// Sends the command the analyzer would for the allocation at offset 45 of the pool at
+/// `uid` and `rv`, on the world's commands topic.
+fn send_allocation_command(world: &World, id: &str, uid: &str, rv: &str) {
+    let pool = json!({"metadata": {"name": POOL, "namespace": WHEREABOUTS_NAMESPACE,
+        "uid": uid, "resourceVersion": rv}});
+    send(
+        world,
+        &command_for(
+            id,
+            CleanupAction::RemoveAllocation,
+            "IPPool",
+            &pool,
+            Some("10.128.40.45"),
+        ),
+    );
 }
 
 fn now_ms() -> i64 {
@@ -501,5 +539,99 @@ fn a_spiderippool_entry_of_a_gone_pod_is_removed_and_the_others_kept() {
             .starts_with("removed the entry of 172.18.40.10 for default/cache-0"),
         "{}",
         record.reason
+    );
+}
+
+#[test]
+fn a_target_whose_pod_came_back_is_skipped_with_the_reason_and_nothing_written() {
+    let world = World::new("clean-pod-back", None);
+    let _collector = world.remediating_collector("on", &[]);
+    let sim = &world.sim;
+    // Records of pod default/back, which is alive again when the commands come.
+    running_pod(&world, "back", "10.128.40.47");
+    let ns = WHEREABOUTS_NAMESPACE;
+    let reservation = sim
+        .create(
+            Kind::OverlappingRangeIpReservation,
+            ns,
+            reservation("10.128.40.47", "default/back"),
+        )
+        .expect("reservation");
+    let entries = json!({"172.18.40.10": {"pod": "default/back", "podUid": "u-back"}});
+    let pool = sim
+        .create(
+            Kind::SpiderIpPool,
+            "",
+            json!({"metadata": {"name": "pool-a"},
+                "spec": {"subnet": "172.18.0.0/16", "ips": ["172.18.40.10-172.18.40.20"]},
+                "status": {"allocatedIPCount": 1, "allocatedIPs": entries.to_string()}}),
+        )
+        .expect("pool");
+    sim.create(
+        Kind::SpiderEndpoint,
+        "default",
+        json!({"metadata": {"name": "back", "finalizers": ["spiderpool.spidernet.io"]},
+            "status": {"current": {"uid": "u-back", "node": "worker-1", "ips": []}}}),
+    )
+    .expect("endpoint");
+    let endpoint = sim
+        .delete(Kind::SpiderEndpoint, "default", "back")
+        .expect("marked");
+    send(
+        &world,
+        &command_for(
+            "reservation",
+            CleanupAction::Delete,
+            "OverlappingRangeIPReservation",
+            &reservation,
+            None,
+        ),
+    );
+    send(
+        &world,
+        &command_for(
+            "entry",
+            CleanupAction::RemoveAllocation,
+            "SpiderIPPool",
+            &pool,
+            Some("172.18.40.10"),
+        ),
+    );
+    send(
+        &world,
+        &command_for(
+            "endpoint",
+            CleanupAction::RemoveFinalizer,
+            "SpiderEndpoint",
+            &endpoint,
+            None,
+        ),
+    );
+    let records = remediations(&world, 3);
+    for record in records.iter().filter_map(|e| e.remediation.as_ref()) {
+        assert_eq!(record.outcome, RemediationOutcome::Skipped, "{record:?}");
+        assert!(
+            record.reason.contains("pod default/back exists"),
+            "{}: {}",
+            record.command_id,
+            record.reason
+        );
+    }
+    assert_eq!(records.len(), 3);
+    assert!(sim
+        .get(Kind::OverlappingRangeIpReservation, ns, "10.128.40.47")
+        .is_ok());
+    let pool = sim.get(Kind::SpiderIpPool, "", "pool-a").expect("pool");
+    assert_eq!(
+        pool["status"]["allocatedIPs"],
+        entries.to_string(),
+        "the entry stays"
+    );
+    let endpoint = sim
+        .get(Kind::SpiderEndpoint, "default", "back")
+        .expect("endpoint");
+    assert_eq!(
+        endpoint["metadata"]["finalizers"],
+        json!(["spiderpool.spidernet.io"])
     );
 }

@@ -162,8 +162,10 @@ impl AlertBook {
             evidence,
             cleanup: finding.cleanup,
         };
-        // Every sink (report, webhooks, Alertmanager, the alerts topic) gets a vetted fix.
+        // Every sink (report, webhooks, Alertmanager, the alerts topic) gets a vetted fix,
+        // which says why when the alert carries no cleanup.
         crate::analysis::fix::vet(&mut alert);
+        crate::analysis::fix::explain_report_only(&mut alert);
         self.by_subject
             .entry(finding.subject_uid)
             .or_default()
@@ -182,6 +184,8 @@ impl AlertBook {
                 self.by_subject.remove(&alert.subject_uid);
             }
         }
+        // Restored from an older release's checkpoint, it may lack the note.
+        crate::analysis::fix::explain_report_only(&mut alert);
         alert.status = AlertStatus::Resolved;
         alert.resolved_at_ms = Some(at.time_ms);
         alert.resolved_resource_version = Some(at.resource_version.to_string());

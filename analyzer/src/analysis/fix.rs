@@ -234,11 +234,50 @@ fn is_subject_name(kind: &str, name: &str) -> bool {
     }
 }
 
-/// `fix` with the reason its alert carries no cleanup, after the last command (a `; `
-/// ends a command, so the note is never pasted with one).
-pub fn report_only(fix: String, why: &str) -> String {
-    format!("{fix}; report-only: ipaudit sends no cleanup, as {why}")
+/// Why a rule's alert carries no cleanup the collector can run; `None` when it carries
+/// one (ip-stuck-terminating, ip-without-pod on whereabouts and spiderpool records).
+pub fn report_only_reason(rule: &str, subject_kind: &str) -> Option<&'static str> {
+    Some(match rule {
+        "duplicate-ip" | "ip-released-while-pod-alive" => {
+            "which holder keeps the address is a person's decision"
+        }
+        "allocation-records-disagree" => {
+            "which record is wrong is a person's decision (once a pod is gone past the grace, its records' own ip-without-pod alerts carry cleanups)"
+        }
+        "ip-orphaned" => {
+            "whether its pod still needs the address is a person's decision (the ipaudit plugin's release deletes an orphaned IP on request, guarded)"
+        }
+        "subnet-deleted-before-ip" => {
+            "recreating the subnet or pool, or deleting the pod, is a person's decision (an IP then deleted and stuck on its finalizer gets ip-stuck-terminating, which carries the cleanup)"
+        }
+        "subnet-stuck-terminating" => {
+            "a subnet or pool is released by its IPAM once nothing uses it (the alerts of what still uses it carry their cleanups)"
+        }
+        "ip-without-pod" if subject_kind == "IP" => {
+            "kube-ovn releases the address once the IP is deleted (the command above)"
+        }
+        _ => return None,
+    })
 }
+
+/// Appends to a fix why its alert carries no cleanup, once, after the last command (a
+/// `; ` ends a command, so the note is never pasted with one). Applied to every transition
+/// as it leaves the alert book, firing or resolved, so that an alert restored from an older
+/// release's checkpoint resolves with the same text as one fired now.
+pub fn explain_report_only(alert: &mut Alert) {
+    if alert.cleanup.is_some() {
+        return;
+    }
+    let Some(why) = report_only_reason(&alert.rule, &alert.subject_kind) else {
+        return;
+    };
+    if let Some(fix) = alert.fix.as_mut().filter(|f| !f.contains(REPORT_ONLY)) {
+        fix.push_str(&format!("; {REPORT_ONLY} {why}"));
+    }
+}
+
+/// What [`explain_report_only`] writes before the reason.
+const REPORT_ONLY: &str = "report-only: ipaudit sends no cleanup, as";
 
 /// The commands in a fix text: each from `kubectl ` to the end of its sentence (`; ` or
 /// the end of the text).
@@ -272,6 +311,78 @@ fn command_end(command: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_rule_either_carries_a_cleanup_or_says_why_not() {
+        // The rules whose alerts carry cleanups the collector runs (collector/src/cleanup):
+        // every record of ip-stuck-terminating, and ip-without-pod's whereabouts and
+        // spiderpool records; a kube-ovn IP's ip-without-pod has a reason.
+        let with_cleanup = ["ip-stuck-terminating", "ip-without-pod"];
+        for rule in crate::analysis::rules::all() {
+            let name = rule.name();
+            assert!(
+                with_cleanup.contains(&name) || report_only_reason(name, "Address").is_some(),
+                "{name}: neither a cleanup nor a reason"
+            );
+        }
+        assert!(report_only_reason("ip-without-pod", "IP").is_some());
+        assert!(report_only_reason("ip-without-pod", "Allocation").is_none());
+        for reason in ["duplicate-ip", "ip-orphaned", "subnet-stuck-terminating"]
+            .map(|rule| report_only_reason(rule, "IP").unwrap_or_default())
+        {
+            assert!(
+                !reason.contains("kubectl "),
+                "a reason is no command: {reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_report_only_note_comes_once_after_the_last_command() {
+        let mut alert = Alert {
+            alert_id: "a1".into(),
+            cluster_id: "c".into(),
+            rule: "ip-orphaned".into(),
+            severity: ipaudit_schemas::Severity::Critical,
+            status: ipaudit_schemas::AlertStatus::Firing,
+            subject_kind: "IP".into(),
+            subject_name: "a".into(),
+            subject_uid: "u".into(),
+            subnet: None,
+            summary: String::new(),
+            fix: Some("Recreate it, or delete it: kubectl delete ip a".into()),
+            epoch: 0,
+            fired_at_ms: 0,
+            resolved_at_ms: None,
+            fired_resource_version: "1".into(),
+            resolved_resource_version: None,
+            evidence: Vec::new(),
+            cleanup: None,
+        };
+        explain_report_only(&mut alert);
+        explain_report_only(&mut alert);
+        let fix = alert.fix.clone().unwrap();
+        assert_eq!(fix.matches("report-only").count(), 1, "{fix}");
+        assert_eq!(commands(&fix).collect::<Vec<_>>(), ["kubectl delete ip a"]);
+        alert.cleanup = Some(ipaudit_schemas::Cleanup {
+            action: ipaudit_schemas::CleanupAction::Delete,
+            target_stream: ipaudit_schemas::Stream::Ip,
+            target_name: "a".into(),
+            target_namespace: None,
+            target_uid: "u".into(),
+            resource_version: "1".into(),
+            finalizer: String::new(),
+            pool: String::new(),
+            address: None,
+        });
+        alert.fix = Some("x".into());
+        explain_report_only(&mut alert);
+        assert_eq!(
+            alert.fix.as_deref(),
+            Some("x"),
+            "an alert with a cleanup is not report-only"
+        );
+    }
 
     #[test]
     fn kubernetes_names_are_told_from_others() {

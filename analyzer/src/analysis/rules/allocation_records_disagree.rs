@@ -284,13 +284,10 @@ impl AllocationRecordsDisagree {
                     duration_text(ctx.config.records_grace_ms),
                     why.join("; ")
                 ),
-                fix: Some(crate::analysis::fix::report_only(
-                    match pair {
-                        Pair::Whereabouts => format!("Compare the pool allocation and the OverlappingRangeIPReservation of {address}; delete the one whose pod is gone (whereabouts #409, #712)"),
-                        Pair::Spiderpool => format!("Compare the SpiderIPPool entry and the SpiderEndpoint of {address}; the spiderpool controller's GC should reconcile them (spiderpool #2517, #4916)"),
-                    },
-                    "which record is wrong is a person's decision (once a pod is gone past the grace, its records' own ip-without-pod alerts carry cleanups)",
-                )),
+                fix: Some(match pair {
+                    Pair::Whereabouts => format!("Compare the pool allocation and the OverlappingRangeIPReservation of {address}; delete the one whose pod is gone (whereabouts #409, #712)"),
+                    Pair::Spiderpool => format!("Compare the SpiderIPPool entry and the SpiderEndpoint of {address}; the spiderpool controller's GC should reconcile them (spiderpool #2517, #4916)"),
+                }),
                 cleanup: None,
                 evidence: sides.evidence.iter().map(|(e, w)| evidence(e, w.clone())).collect(),
             },

@@ -140,11 +140,8 @@ impl DuplicateIp {
                     names.len(),
                     names.join(", ")
                 ),
-                fix: Some(crate::analysis::fix::report_only(
-                    format!(
-                        "Delete the pod that got {address} last so that it is given a free address; then check the IPAM's records of {address}"
-                    ),
-                    "which holder keeps the address is a person's decision",
+                fix: Some(format!(
+                    "Delete the pod that got {address} last so that it is given a free address; then check the IPAM's records of {address}"
                 )),
                 cleanup: None,
                 evidence: proof,

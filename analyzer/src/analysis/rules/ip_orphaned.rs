@@ -136,7 +136,7 @@ fn check_record(ctx: &mut Context<'_>, key: &RecordKey, record: &ObjectRecord, c
                 )
             }
         };
-        let fix = crate::analysis::fix::report_only(match key.0 {
+        let fix = match key.0 {
             Stream::Ip => format!(
                 "Recreate subnet {pool_name} so that kube-ovn can release the address, or delete the IP if its pod is gone: {}",
                 crate::analysis::fix::delete("ip", &key.1)
@@ -145,7 +145,7 @@ fn check_record(ctx: &mut Context<'_>, key: &RecordKey, record: &ObjectRecord, c
                 "Recreate {pool_kind} {pool_name} or delete the pod of {} so that spiderpool releases it",
                 key.1
             ),
-        }, "whether its pod still needs the address is a person's decision (kubectl ipaudit release deletes an orphaned IP on request, guarded)");
+        };
         ctx.fire(Finding {
             rule: NAME,
             severity: Severity::Critical,

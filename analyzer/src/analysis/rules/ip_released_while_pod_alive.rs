@@ -96,12 +96,9 @@ impl Rule for IpReleasedWhilePodAlive {
                     "{} was released from {kind} {} while pod {} still lives ({phase}): the address can be given to a second pod",
                     holding.address, change.event.name, holding.owner
                 ),
-                fix: Some(crate::analysis::fix::report_only(
-                    format!(
-                        "Restart pod {} so that it gets an address its IPAM records, and check which other pod got {}",
-                        holding.owner, holding.address
-                    ),
-                    "which pod keeps the address is a person's decision",
+                fix: Some(format!(
+                    "Restart pod {} so that it gets an address its IPAM records, and check which other pod got {}",
+                    holding.owner, holding.address
                 )),
                 cleanup: None,
                 evidence: proof,

@@ -150,12 +150,9 @@ impl SubnetDeletedBeforeIp {
                     "{kind} {} was deleted while it still allocated {} to {}: no IPAM tracks this address any more, and it can be handed out twice",
                     pool.name, holding.address, holding.owner
                 ),
-                fix: Some(crate::analysis::fix::report_only(
-                    format!(
-                        "Recreate {kind} {} with the same range so that the allocation is tracked again, or delete pod {} so that the address is free",
-                        pool.name, holding.owner
-                    ),
-                    "recreating the pool or deleting the pod is a person's decision",
+                fix: Some(format!(
+                    "Recreate {kind} {} with the same range so that the allocation is tracked again, or delete pod {} so that the address is free",
+                    pool.name, holding.owner
                 )),
                 cleanup: None,
                 evidence: vec![
@@ -342,9 +339,6 @@ fn fix_for(ip: &ObjectRecord, name: &str, subnet: &str) -> String {
         }
         _ => "(none)".to_owned(),
     };
-    // No report-only note here: this text is pinned by the checkpoint fixtures of older
-    // releases (an alert restored from them resolves with the text it fired with), and
-    // the IP's own ip-stuck-terminating alert carries the cleanup.
     format!(
         "Recreate subnet {subnet} so that kube-ovn releases the address, or, if pod {pod} is gone, delete the IP: {}{patch}",
         crate::analysis::fix::delete("ip", name)

@@ -179,10 +179,7 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
             "{kind} {name} has been terminating for more than {}: {why}",
             duration_text(grace_ms)
         ),
-        fix: Some(crate::analysis::fix::report_only(
-            fix,
-            "a subnet or pool is released by its IPAM once nothing uses it (the alerts of what still uses it carry their cleanups)",
-        )),
+        fix: Some(fix),
         cleanup: None,
         evidence: proof,
     }
