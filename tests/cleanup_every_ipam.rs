@@ -635,3 +635,90 @@ fn a_target_whose_pod_came_back_is_skipped_with_the_reason_and_nothing_written()
         json!(["spiderpool.spidernet.io"])
     );
 }
+
+#[test]
+fn a_dry_run_of_each_whereabouts_and_spiderpool_cleanup_passes_its_checks_and_writes_nothing() {
+    let world = World::new("clean-dry-all", None);
+    let _collector = world.remediating_collector("dry-run", &[]);
+    let sim = &world.sim;
+    // Records of pod default/gone, which never was (or is long gone).
+    let ns = WHEREABOUTS_NAMESPACE;
+    let reservation = sim
+        .create(
+            Kind::OverlappingRangeIpReservation,
+            ns,
+            reservation("10.128.40.48", "default/gone"),
+        )
+        .expect("reservation");
+    let entries = json!({"172.18.40.12": {"pod": "default/gone", "podUid": "u-gone"}});
+    let pool = sim
+        .create(
+            Kind::SpiderIpPool,
+            "",
+            json!({"metadata": {"name": "pool-b"},
+                "spec": {"subnet": "172.18.0.0/16", "ips": ["172.18.40.10-172.18.40.20"]},
+                "status": {"allocatedIPCount": 1, "allocatedIPs": entries.to_string()}}),
+        )
+        .expect("pool");
+    sim.create(
+        Kind::SpiderEndpoint,
+        "default",
+        json!({"metadata": {"name": "gone", "finalizers": ["spiderpool.spidernet.io"]},
+            "status": {"current": {"uid": "u-gone", "node": "worker-1", "ips": []}}}),
+    )
+    .expect("endpoint");
+    let endpoint = sim
+        .delete(Kind::SpiderEndpoint, "default", "gone")
+        .expect("marked");
+    for command in [
+        command_for(
+            "reservation",
+            CleanupAction::Delete,
+            "OverlappingRangeIPReservation",
+            &reservation,
+            None,
+        ),
+        command_for(
+            "entry",
+            CleanupAction::RemoveAllocation,
+            "SpiderIPPool",
+            &pool,
+            Some("172.18.40.12"),
+        ),
+        command_for(
+            "endpoint",
+            CleanupAction::RemoveFinalizer,
+            "SpiderEndpoint",
+            &endpoint,
+            None,
+        ),
+    ] {
+        send(&world, &command);
+    }
+    let records = remediations(&world, 3);
+    assert_eq!(records.len(), 3);
+    for record in records.iter().filter_map(|e| e.remediation.as_ref()) {
+        assert_eq!(record.outcome, RemediationOutcome::DryRun, "{record:?}");
+        assert!(
+            record.reason.starts_with("all checks passed; would "),
+            "{}",
+            record.reason
+        );
+    }
+    assert!(sim
+        .get(Kind::OverlappingRangeIpReservation, ns, "10.128.40.48")
+        .is_ok());
+    let pool = sim.get(Kind::SpiderIpPool, "", "pool-b").expect("pool");
+    assert_eq!(
+        pool["status"]["allocatedIPs"],
+        entries.to_string(),
+        "the entry stays"
+    );
+    let endpoint = sim
+        .get(Kind::SpiderEndpoint, "default", "gone")
+        .expect("endpoint");
+    assert_eq!(
+        endpoint["metadata"]["finalizers"],
+        json!(["spiderpool.spidernet.io"])
+    );
+}
