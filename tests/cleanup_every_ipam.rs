@@ -49,16 +49,7 @@ fn analyzer(world: &World, receiver: &Receiver) -> AnalyzerProcess {
             "2s",
         ],
     );
-    wait_for(
-        "the analyzer joins its group",
-        Duration::from_secs(30),
-        || {
-            process
-                .log_text()
-                .contains("partitions assigned")
-                .then_some(())
-        },
-    );
+    process.wait_joined(Duration::from_secs(30));
     process
 }
 
@@ -546,69 +537,13 @@ fn a_spiderippool_entry_of_a_gone_pod_is_removed_and_the_others_kept() {
 fn a_target_whose_pod_came_back_is_skipped_with_the_reason_and_nothing_written() {
     let world = World::new("clean-pod-back", None);
     let _collector = world.remediating_collector("on", &[]);
-    let sim = &world.sim;
     // Records of pod default/back, which is alive again when the commands come.
     running_pod(&world, "back", "10.128.40.47");
-    let ns = WHEREABOUTS_NAMESPACE;
-    let reservation = sim
-        .create(
-            Kind::OverlappingRangeIpReservation,
-            ns,
-            reservation("10.128.40.47", "default/back"),
-        )
-        .expect("reservation");
-    let entries = json!({"172.18.40.10": {"pod": "default/back", "podUid": "u-back"}});
-    let pool = sim
-        .create(
-            Kind::SpiderIpPool,
-            "",
-            json!({"metadata": {"name": "pool-a"},
-                "spec": {"subnet": "172.18.0.0/16", "ips": ["172.18.40.10-172.18.40.20"]},
-                "status": {"allocatedIPCount": 1, "allocatedIPs": entries.to_string()}}),
-        )
-        .expect("pool");
-    sim.create(
-        Kind::SpiderEndpoint,
-        "default",
-        json!({"metadata": {"name": "back", "finalizers": ["spiderpool.spidernet.io"]},
-            "status": {"current": {"uid": "u-back", "node": "worker-1", "ips": []}}}),
-    )
-    .expect("endpoint");
-    let endpoint = sim
-        .delete(Kind::SpiderEndpoint, "default", "back")
-        .expect("marked");
-    send(
-        &world,
-        &command_for(
-            "reservation",
-            CleanupAction::Delete,
-            "OverlappingRangeIPReservation",
-            &reservation,
-            None,
-        ),
-    );
-    send(
-        &world,
-        &command_for(
-            "entry",
-            CleanupAction::RemoveAllocation,
-            "SpiderIPPool",
-            &pool,
-            Some("172.18.40.10"),
-        ),
-    );
-    send(
-        &world,
-        &command_for(
-            "endpoint",
-            CleanupAction::RemoveFinalizer,
-            "SpiderEndpoint",
-            &endpoint,
-            None,
-        ),
-    );
-    let records = remediations(&world, 3);
-    for record in records.iter().filter_map(|e| e.remediation.as_ref()) {
+    let records = records_of(&world, "back", "10.128.40.47", "172.18.40.10");
+    records.send_commands(&world);
+    let outcomes = remediations(&world, 3);
+    assert_eq!(outcomes.len(), 3);
+    for record in outcomes.iter().filter_map(|e| e.remediation.as_ref()) {
         assert_eq!(record.outcome, RemediationOutcome::Skipped, "{record:?}");
         assert!(
             record.reason.contains("pod default/back exists"),
@@ -617,87 +552,19 @@ fn a_target_whose_pod_came_back_is_skipped_with_the_reason_and_nothing_written()
             record.reason
         );
     }
-    assert_eq!(records.len(), 3);
-    assert!(sim
-        .get(Kind::OverlappingRangeIpReservation, ns, "10.128.40.47")
-        .is_ok());
-    let pool = sim.get(Kind::SpiderIpPool, "", "pool-a").expect("pool");
-    assert_eq!(
-        pool["status"]["allocatedIPs"],
-        entries.to_string(),
-        "the entry stays"
-    );
-    let endpoint = sim
-        .get(Kind::SpiderEndpoint, "default", "back")
-        .expect("endpoint");
-    assert_eq!(
-        endpoint["metadata"]["finalizers"],
-        json!(["spiderpool.spidernet.io"])
-    );
+    records.all_unchanged(&world);
 }
 
 #[test]
 fn a_dry_run_of_each_whereabouts_and_spiderpool_cleanup_passes_its_checks_and_writes_nothing() {
     let world = World::new("clean-dry-all", None);
     let _collector = world.remediating_collector("dry-run", &[]);
-    let sim = &world.sim;
     // Records of pod default/gone, which never was (or is long gone).
-    let ns = WHEREABOUTS_NAMESPACE;
-    let reservation = sim
-        .create(
-            Kind::OverlappingRangeIpReservation,
-            ns,
-            reservation("10.128.40.48", "default/gone"),
-        )
-        .expect("reservation");
-    let entries = json!({"172.18.40.12": {"pod": "default/gone", "podUid": "u-gone"}});
-    let pool = sim
-        .create(
-            Kind::SpiderIpPool,
-            "",
-            json!({"metadata": {"name": "pool-b"},
-                "spec": {"subnet": "172.18.0.0/16", "ips": ["172.18.40.10-172.18.40.20"]},
-                "status": {"allocatedIPCount": 1, "allocatedIPs": entries.to_string()}}),
-        )
-        .expect("pool");
-    sim.create(
-        Kind::SpiderEndpoint,
-        "default",
-        json!({"metadata": {"name": "gone", "finalizers": ["spiderpool.spidernet.io"]},
-            "status": {"current": {"uid": "u-gone", "node": "worker-1", "ips": []}}}),
-    )
-    .expect("endpoint");
-    let endpoint = sim
-        .delete(Kind::SpiderEndpoint, "default", "gone")
-        .expect("marked");
-    for command in [
-        command_for(
-            "reservation",
-            CleanupAction::Delete,
-            "OverlappingRangeIPReservation",
-            &reservation,
-            None,
-        ),
-        command_for(
-            "entry",
-            CleanupAction::RemoveAllocation,
-            "SpiderIPPool",
-            &pool,
-            Some("172.18.40.12"),
-        ),
-        command_for(
-            "endpoint",
-            CleanupAction::RemoveFinalizer,
-            "SpiderEndpoint",
-            &endpoint,
-            None,
-        ),
-    ] {
-        send(&world, &command);
-    }
-    let records = remediations(&world, 3);
-    assert_eq!(records.len(), 3);
-    for record in records.iter().filter_map(|e| e.remediation.as_ref()) {
+    let records = records_of(&world, "gone", "10.128.40.48", "172.18.40.12");
+    records.send_commands(&world);
+    let outcomes = remediations(&world, 3);
+    assert_eq!(outcomes.len(), 3);
+    for record in outcomes.iter().filter_map(|e| e.remediation.as_ref()) {
         assert_eq!(record.outcome, RemediationOutcome::DryRun, "{record:?}");
         assert!(
             record.reason.starts_with("all checks passed; would "),
@@ -705,20 +572,127 @@ fn a_dry_run_of_each_whereabouts_and_spiderpool_cleanup_passes_its_checks_and_wr
             record.reason
         );
     }
-    assert!(sim
-        .get(Kind::OverlappingRangeIpReservation, ns, "10.128.40.48")
-        .is_ok());
-    let pool = sim.get(Kind::SpiderIpPool, "", "pool-b").expect("pool");
-    assert_eq!(
-        pool["status"]["allocatedIPs"],
-        entries.to_string(),
-        "the entry stays"
-    );
+    records.all_unchanged(&world);
+}
+
+/// The whereabouts and spiderpool records of one pod: its reservation, a SpiderIPPool
+/// with its entry, and its SpiderEndpoint marked for deletion (spiderpool's finalizer
+/// keeps it).
+struct PodRecords {
+    pod: String,
+    spider_address: String,
+    reservation: serde_json::Value,
+    pool: serde_json::Value,
+    entries: String,
+    endpoint: serde_json::Value,
+}
+
+/// Creates the records of pod `default/POD`: a reservation of `whereabouts_address` and
+/// an entry of `spider_address` in SpiderIPPool `pool-POD`.
+fn records_of(
+    world: &World,
+    pod: &str,
+    whereabouts_address: &str,
+    spider_address: &str,
+) -> PodRecords {
+    let sim = &world.sim;
+    let podref = format!("default/{pod}");
+    let reservation = sim
+        .create(
+            Kind::OverlappingRangeIpReservation,
+            WHEREABOUTS_NAMESPACE,
+            reservation(whereabouts_address, &podref),
+        )
+        .expect("reservation");
+    let entries =
+        json!({spider_address: {"pod": podref, "podUid": format!("u-{pod}")}}).to_string();
+    let pool = sim
+        .create(
+            Kind::SpiderIpPool,
+            "",
+            json!({"metadata": {"name": format!("pool-{pod}")},
+                "spec": {"subnet": "172.18.0.0/16", "ips": ["172.18.40.10-172.18.40.20"]},
+                "status": {"allocatedIPCount": 1, "allocatedIPs": entries}}),
+        )
+        .expect("pool");
+    sim.create(
+        Kind::SpiderEndpoint,
+        "default",
+        json!({"metadata": {"name": pod, "finalizers": ["spiderpool.spidernet.io"]},
+            "status": {"current": {"uid": format!("u-{pod}"), "node": "worker-1", "ips": []}}}),
+    )
+    .expect("endpoint");
     let endpoint = sim
-        .get(Kind::SpiderEndpoint, "default", "gone")
-        .expect("endpoint");
-    assert_eq!(
-        endpoint["metadata"]["finalizers"],
-        json!(["spiderpool.spidernet.io"])
-    );
+        .delete(Kind::SpiderEndpoint, "default", pod)
+        .expect("marked");
+    PodRecords {
+        pod: pod.to_owned(),
+        spider_address: spider_address.to_owned(),
+        reservation,
+        pool,
+        entries,
+        endpoint,
+    }
+}
+
+impl PodRecords {
+    /// The three commands the analyzer would send for them, on the commands topic.
+    fn send_commands(&self, world: &World) {
+        let reservation_kind = "OverlappingRangeIPReservation";
+        for command in [
+            command_for(
+                "reservation",
+                CleanupAction::Delete,
+                reservation_kind,
+                &self.reservation,
+                None,
+            ),
+            command_for(
+                "entry",
+                CleanupAction::RemoveAllocation,
+                "SpiderIPPool",
+                &self.pool,
+                Some(&self.spider_address),
+            ),
+            command_for(
+                "endpoint",
+                CleanupAction::RemoveFinalizer,
+                "SpiderEndpoint",
+                &self.endpoint,
+                None,
+            ),
+        ] {
+            send(world, &command);
+        }
+    }
+
+    /// Asserts that none of them was written.
+    fn all_unchanged(&self, world: &World) {
+        let sim = &world.sim;
+        let name = |o: &serde_json::Value| {
+            o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let kind = Kind::OverlappingRangeIpReservation;
+        assert!(sim
+            .get(kind, WHEREABOUTS_NAMESPACE, &name(&self.reservation))
+            .is_ok());
+        let pool = sim
+            .get(Kind::SpiderIpPool, "", &name(&self.pool))
+            .expect("pool");
+        assert_eq!(
+            pool["status"]["allocatedIPs"],
+            self.entries.as_str(),
+            "the entry stays"
+        );
+        let endpoint = sim
+            .get(Kind::SpiderEndpoint, "default", &self.pod)
+            .expect("endpoint");
+        assert_eq!(
+            endpoint["metadata"]["finalizers"],
+            json!(["spiderpool.spidernet.io"])
+        );
+    }
 }

@@ -137,16 +137,7 @@ fn analyzer(world: &World, receiver: &Receiver, state: &Path) -> AnalyzerProcess
         state,
         &["--webhook-url", &format!("{}/hook", receiver.url)],
     );
-    wait_for(
-        "the analyzer joins its group",
-        Duration::from_secs(30),
-        || {
-            process
-                .log_text()
-                .contains("partitions assigned")
-                .then_some(())
-        },
-    );
+    process.wait_joined(Duration::from_secs(30));
     process
 }
 

@@ -63,6 +63,16 @@ impl AnalyzerProcess {
         }
     }
 
+    /// Waits until the member has joined its consumer group (its first assignment is
+    /// logged), and fails the test after `timeout`.
+    pub fn wait_joined(&self, timeout: std::time::Duration) {
+        crate::wait_for("the analyzer joins its group", timeout, || {
+            self.log_text()
+                .contains("partitions assigned")
+                .then_some(())
+        });
+    }
+
     /// The /metrics text (empty when it does not answer).
     pub fn metrics(&self) -> String {
         crate::collector::http_get(self.metrics_port, "/metrics")
