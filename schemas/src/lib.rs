@@ -39,8 +39,8 @@ pub use event::{
 };
 pub use kinds::{Ipam, KindSpec, KINDS};
 pub use message::{
-    decode, decode_into, decode_into_with, decode_with, encode, fingerprint_of, DecodeError,
-    EncodeError,
+    decode, decode_into, decode_into_with, decode_with, encode, encode_as, fingerprint_of,
+    DecodeError, EncodeError,
 };
 pub use registry::{DatumError, Record, SchemaSet, SchemaVersion};
 pub use writer_schemas::{WriterSchemaError, WriterSchemas};

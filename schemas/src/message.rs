@@ -93,6 +93,35 @@ pub fn encode<T: Record>(record: &T) -> Result<Vec<u8>, EncodeError> {
     Ok(out)
 }
 
+/// Encodes a record with version `version` (from 1) of its schema, for readers that do
+/// not know today's: fields that version does not have are left out (the caller makes sure
+/// they hold nothing it needs). A version this build does not have is today's.
+pub fn encode_as<T: Record>(record: &T, version: u32) -> Result<Vec<u8>, EncodeError> {
+    let set = T::schemas();
+    let Some(older) = set
+        .versions()
+        .iter()
+        .find(|v| v.version == version && !std::ptr::eq(*v, set.current()))
+    else {
+        return encode(record);
+    };
+    let error = |source| EncodeError {
+        record: T::NAME,
+        source,
+    };
+    let value = apache_avro::to_value(record)
+        .and_then(|v| v.resolve(older.schema))
+        .map_err(error)?;
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&older.fingerprint);
+    apache_avro::writer::datum::GenericDatumWriter::builder(older.schema)
+        .build()
+        .and_then(|writer| writer.write_value_ref(&mut out, &value))
+        .map_err(error)?;
+    Ok(out)
+}
+
 /// Decodes a single-object-encoded record written with any known version of its schema.
 pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, DecodeError> {
     decode_with(bytes, &WriterSchemas::new())

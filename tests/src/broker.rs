@@ -243,28 +243,15 @@ pub fn schemas_topic_of(events_topic: &str) -> String {
 /// Creates the compacted schemas topic of `events_topic` (see [`schemas_topic_of`]), held
 /// by `replicas` nodes, through a client configured by `config`.
 pub async fn create_schemas_topic_via(config: ClientConfig, events_topic: &str, replicas: i32) {
-    let admin: AdminClient<DefaultClientContext> = config.create().expect("admin client");
-    let min_insync = (replicas - 1).max(1).to_string();
     let topic = schemas_topic_of(events_topic);
-    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(replicas))
-        .set("cleanup.policy", "compact")
-        .set("min.insync.replicas", &min_insync);
-    let results = admin
-        .create_topics(
-            [&new],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        )
-        .await
-        .expect("create schemas topic");
-    for result in results {
-        if let Err((name, code)) = result {
-            assert_eq!(
-                code,
-                rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists,
-                "create {name}"
-            );
-        }
-    }
+    create_topic_with(
+        config,
+        &topic,
+        1,
+        replicas,
+        &[("cleanup.policy", "compact")],
+    )
+    .await
 }
 
 /// Creates the schemas topic of `events_topic` on `brokers` (plaintext).
@@ -310,10 +297,25 @@ async fn create_topic_replicated(
     partitions: i32,
     replicas: i32,
 ) {
+    create_topic_with(config, topic, partitions, replicas, &[]).await
+}
+
+/// Creates a topic unless it exists, `min.insync.replicas` one less than `replicas`, with
+/// the topic settings `settings` too.
+async fn create_topic_with(
+    config: ClientConfig,
+    topic: &str,
+    partitions: i32,
+    replicas: i32,
+    settings: &[(&str, &str)],
+) {
     let admin: AdminClient<DefaultClientContext> = config.create().expect("admin client");
     let min_insync = (replicas - 1).max(1).to_string();
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replicas))
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replicas))
         .set("min.insync.replicas", &min_insync);
+    for (key, value) in settings {
+        new = new.set(key, value);
+    }
     let results = admin
         .create_topics(
             [&new],

@@ -9,7 +9,9 @@
 //! `--commands-key-file`, an HMAC-SHA256 signature in its `signature` field (collectors
 //! with the same key refuse every command without it).
 
-use ipaudit_schemas::{encode, Alert, AlertStatus, CleanupCommand, CommandKey};
+use ipaudit_schemas::{
+    encode, encode_as, Alert, AlertStatus, CleanupAction, CleanupCommand, CommandKey,
+};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::FutureProducer;
 
@@ -42,6 +44,24 @@ pub fn command_for(alert: &Alert, issued_at_ms: i64) -> Option<CleanupCommand> {
         address: cleanup.address.clone(),
         signature: None,
     })
+}
+
+/// A command in the oldest schema that holds it: a command that needs nothing of schema v3
+/// (a cluster-scoped target, no address, an action v2 knows) is written with v2, so that
+/// collectors of the release before read it during a rolling upgrade (its signing layout
+/// is v1's, unchanged).
+pub fn encode_command(command: &CleanupCommand) -> Result<Vec<u8>, ipaudit_schemas::EncodeError> {
+    let needs_v3 = command.target_namespace.is_some()
+        || command.address.is_some()
+        || !matches!(
+            command.action,
+            CleanupAction::RemoveFinalizer | CleanupAction::Nudge
+        );
+    if needs_v3 {
+        encode(command)
+    } else {
+        encode_as(command, 2)
+    }
 }
 
 /// Publishes cleanup commands, signed when it has a key.
@@ -78,7 +98,7 @@ impl CommandSink {
         if let Some(key) = &self.key {
             key.sign(&mut command);
         }
-        let payload = encode(&command).map_err(|e| SinkError::Kafka(e.to_string()))?;
+        let payload = encode_command(&command).map_err(|e| SinkError::Kafka(e.to_string()))?;
         send(
             &self.producer,
             &self.topic,
@@ -172,6 +192,38 @@ mod tests {
         // A kube-ovn IP's command stays as collectors before schema v3 read it.
         let ip = command_for(&alert(AlertStatus::Firing, Some(cleanup())), 5).unwrap();
         assert_eq!((ip.target_namespace, ip.address), (None, None));
+    }
+
+    #[test]
+    fn a_kube_ovn_command_is_written_with_schema_v2_and_a_namespaced_one_with_v3() {
+        use ipaudit_schemas::Record as _;
+        let versions = CleanupCommand::schemas().versions();
+        let key = CommandKey::from_secret("0123456789abcdef0123").unwrap();
+        let mut ip = command_for(&alert(AlertStatus::Firing, Some(cleanup())), 5).unwrap();
+        key.sign(&mut ip);
+        let bytes = encode_command(&ip).unwrap();
+        assert_eq!(
+            bytes[2..10],
+            versions[1].fingerprint,
+            "v2, as older collectors read"
+        );
+        let read: CleanupCommand = ipaudit_schemas::decode(&bytes).unwrap();
+        assert_eq!(read, ip);
+        assert_eq!(key.verify(&read), Ok(()));
+        let pool = Cleanup {
+            action: CleanupAction::RemoveAllocation,
+            target_stream: Stream::IpPool,
+            target_namespace: Some("kube-system".into()),
+            address: Some("10.200.5.12".into()),
+            ..cleanup()
+        };
+        let v3 = command_for(&alert(AlertStatus::Firing, Some(pool)), 5).unwrap();
+        let bytes = encode_command(&v3).unwrap();
+        assert_eq!(bytes[2..10], versions[2].fingerprint);
+        assert_eq!(
+            ipaudit_schemas::decode::<CleanupCommand>(&bytes).unwrap(),
+            v3
+        );
     }
 
     #[test]
