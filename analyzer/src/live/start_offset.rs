@@ -30,16 +30,25 @@ pub enum Start {
     Beginning,
 }
 
-/// Offsets of the relist frames seen in a window, per (collector, stream).
+/// Who wrote an event: its cluster and its collector. Collector ids are unique within a
+/// cluster only (a pod name, a fixed `--collector-id`), and a partition holds several
+/// clusters.
+type Writer = (String, String);
+
+fn writer_of(event: &WatchEvent) -> Writer {
+    (event.cluster_id.clone(), event.collector_id.clone())
+}
+
+/// Offsets of the relist frames seen in a window, per (writer, stream).
 #[derive(Debug, Default)]
 struct Frames {
     /// Offset of the last SYNC_START that has its SYNC_END after it.
-    complete: HashMap<(String, Stream), i64>,
+    complete: HashMap<(Writer, Stream), i64>,
     /// Offset of the first such SYNC_START.
-    first_complete: HashMap<(String, Stream), i64>,
-    open: HashMap<(String, Stream), i64>,
-    /// The streams each collector announced with a frame: the kinds it watches.
-    announced: HashMap<String, Vec<Stream>>,
+    first_complete: HashMap<(Writer, Stream), i64>,
+    open: HashMap<(Writer, Stream), i64>,
+    /// The streams each writer announced with a frame: the kinds it watches.
+    announced: HashMap<Writer, Vec<Stream>>,
 }
 
 impl Frames {
@@ -53,15 +62,12 @@ impl Frames {
 
     fn see(&mut self, offset: i64, event: &WatchEvent) {
         if matches!(event.event_type, EventType::SyncStart | EventType::SyncEnd) {
-            let streams = self
-                .announced
-                .entry(event.collector_id.clone())
-                .or_default();
+            let streams = self.announced.entry(writer_of(event)).or_default();
             if !streams.contains(&event.stream) {
                 streams.push(event.stream);
             }
         }
-        let key = (event.collector_id.clone(), event.stream);
+        let key = (writer_of(event), event.stream);
         match event.event_type {
             EventType::SyncStart => {
                 self.open.insert(key, offset);
@@ -78,20 +84,20 @@ impl Frames {
 
     /// Where the latest snapshot of every collector begins, if every stream each
     /// collector seen announced has a complete frame.
-    fn start(&self, collectors: &[String]) -> Option<i64> {
+    fn start(&self, collectors: &[Writer]) -> Option<i64> {
         Self::earliest_of(&self.complete, &self.announced, collectors)
     }
 
     /// Where the first snapshot of every collector begins, on the same condition.
-    fn first_start(&self, collectors: &[String]) -> Option<i64> {
+    fn first_start(&self, collectors: &[Writer]) -> Option<i64> {
         Self::earliest_of(&self.first_complete, &self.announced, collectors)
     }
 
     /// The earliest of one frame per announced stream of each collector, if each has one.
     fn earliest_of(
-        frames: &HashMap<(String, Stream), i64>,
-        announced: &HashMap<String, Vec<Stream>>,
-        collectors: &[String],
+        frames: &HashMap<(Writer, Stream), i64>,
+        announced: &HashMap<Writer, Vec<Stream>>,
+        collectors: &[Writer],
     ) -> Option<i64> {
         let mut start = i64::MAX;
         for collector in collectors {
@@ -196,9 +202,9 @@ fn read_frames(
     partition: i32,
     offsets: std::ops::Range<i64>,
     bound: i64,
-) -> Result<(Frames, Vec<String>), KafkaError> {
+) -> Result<(Frames, Vec<Writer>), KafkaError> {
     let mut frames = Frames::default();
-    let mut collectors: Vec<String> = Vec::new();
+    let mut collectors: Vec<Writer> = Vec::new();
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, partition, Offset::Offset(offsets.start))?;
     consumer.assign(&list)?;
@@ -209,11 +215,12 @@ fn read_frames(
             Some(Ok(message)) => {
                 next = message.offset() + 1;
                 if let Some(Ok(event)) = message.payload().map(decode::<WatchEvent>) {
-                    if !collectors.contains(&event.collector_id)
+                    let writer = writer_of(&event);
+                    if !collectors.contains(&writer)
                         && event.event_type != EventType::Remediation
                         && message.offset() <= bound
                     {
-                        collectors.push(event.collector_id.clone());
+                        collectors.push(writer);
                     }
                     frames.see_bounded(message.offset(), &event, bound);
                 }
@@ -236,14 +243,19 @@ mod tests {
 
     fn marker(collector: &str, stream: Stream, event_type: EventType) -> WatchEvent {
         let mut e = EventBuilder::marker(stream, event_type, 1);
+        e.cluster_id = "lab".into();
         e.collector_id = collector.into();
         e
+    }
+
+    fn writer(collector: &str) -> Writer {
+        ("lab".into(), collector.into())
     }
 
     #[test]
     fn the_snapshot_starts_where_the_latest_complete_frames_of_every_stream_begin() {
         let mut frames = Frames::default();
-        let c = "c1".to_owned();
+        let c = writer("c1");
         let mut offset = 0;
         let mut see = |frames: &mut Frames, stream, t| {
             frames.see(offset, &marker("c1", stream, t));
@@ -266,7 +278,7 @@ mod tests {
             "the subnets' last complete frame began at 4"
         );
         assert_eq!(
-            frames.start(&[c, "c2".into()]),
+            frames.start(&[c, writer("c2")]),
             None,
             "c2 has no snapshot in the window"
         );
@@ -274,7 +286,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_bounded_by_the_committed_offset_is_the_latest_that_begins_at_or_before_it() {
-        let c = "c1".to_owned();
+        let c = writer("c1");
         let mut events = Vec::new();
         for _ in 0..2 {
             for stream in [Stream::Pod, Stream::Ip] {
@@ -303,7 +315,7 @@ mod tests {
 
     #[test]
     fn after_a_gap_the_first_complete_snapshot_is_where_the_rebuild_starts() {
-        let c = "c1".to_owned();
+        let c = writer("c1");
         let mut frames = Frames::default();
         let mut offset = 0;
         let mut see = |frames: &mut Frames, stream, t| {
@@ -320,5 +332,30 @@ mod tests {
         }
         assert_eq!(frames.first_start(std::slice::from_ref(&c)), Some(1));
         assert_eq!(frames.start(std::slice::from_ref(&c)), Some(5));
+    }
+
+    #[test]
+    fn two_clusters_whose_collectors_share_an_id_are_two_writers() {
+        // Both clusters run `ipaudit-collector-0` (a fixed --collector-id); cluster b's
+        // snapshot is still open when cluster a's completes.
+        let event = |cluster: &str, stream, t| {
+            let mut e = marker("ipaudit-collector-0", stream, t);
+            e.cluster_id = cluster.into();
+            e
+        };
+        let mut frames = Frames::default();
+        frames.see(0, &event("a", Stream::Pod, EventType::SyncStart));
+        frames.see(1, &event("b", Stream::Pod, EventType::SyncStart));
+        frames.see(2, &event("a", Stream::Pod, EventType::SyncEnd));
+        let a = ("a".to_owned(), "ipaudit-collector-0".to_owned());
+        let b = ("b".to_owned(), "ipaudit-collector-0".to_owned());
+        assert_eq!(frames.start(std::slice::from_ref(&a)), Some(0));
+        assert_eq!(
+            frames.start(&[a.clone(), b.clone()]),
+            None,
+            "b's frame is not complete: no snapshot of the partition yet"
+        );
+        frames.see(3, &event("b", Stream::Pod, EventType::SyncEnd));
+        assert_eq!(frames.start(&[a, b]), Some(0));
     }
 }
