@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use ipaudit_schemas::{
-    encode, CleanupAction, CleanupCommand, EventType, RemediationOutcome, WatchEvent,
+    encode, CleanupAction, CleanupCommand, EventType, Remediation, RemediationOutcome, WatchEvent,
 };
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::broker::produce;
@@ -121,6 +121,17 @@ fn remediations(world: &World, count: usize) -> Vec<WatchEvent> {
     of(&world.events_until(Duration::from_secs(30), |events| of(events).len() >= count))
 }
 
+/// The outcome of the one command sent, once recorded; it must be `expected`.
+fn outcome_of(world: &World, expected: RemediationOutcome) -> Remediation {
+    let record = remediations(world, 1)
+        .into_iter()
+        .next()
+        .and_then(|e| e.remediation)
+        .expect("remediation record");
+    assert_eq!(record.outcome, expected, "{}", record.reason);
+    *record
+}
+
 /// The webhook's transitions of `rule`: (status, subject).
 fn transitions(receiver: &Receiver, rule: &str) -> Vec<(String, String)> {
     receiver
@@ -178,14 +189,7 @@ fn a_whereabouts_allocation_and_reservation_of_a_gone_pod_are_removed_and_their_
         "exactly the gone pod's allocation was removed; collector log:\n{}",
         collector.log_text()
     );
-    let applied = remediations(&world, 1);
-    let record = applied[0].remediation.as_ref().expect("remediation record");
-    assert_eq!(
-        record.outcome,
-        RemediationOutcome::Applied,
-        "{}",
-        record.reason
-    );
+    let record = outcome_of(&world, RemediationOutcome::Applied);
     assert!(
         record
             .reason
@@ -334,9 +338,7 @@ fn a_pool_changed_after_the_finding_is_skipped_a_dry_run_writes_nothing_and_an_u
     running_pod(&world, "web-1", "10.128.40.46");
     allocate(&world, 46, "web-1");
     send_allocation_command(&world, "changed", &uid, &rv);
-    let outcome = remediations(&world, 1);
-    let record = outcome[0].remediation.as_ref().expect("record");
-    assert_eq!(record.outcome, RemediationOutcome::Skipped);
+    let record = outcome_of(&world, RemediationOutcome::Skipped);
     assert!(
         record.reason.starts_with("resourceVersion changed"),
         "{}",
@@ -346,14 +348,7 @@ fn a_pool_changed_after_the_finding_is_skipped_a_dry_run_writes_nothing_and_an_u
 
     let (uid, rv) = pool_with_a_gone_pods_allocation(&dry);
     send_allocation_command(&dry, "dry", &uid, &rv);
-    let outcome = remediations(&dry, 1);
-    let record = outcome[0].remediation.as_ref().expect("record");
-    assert_eq!(
-        record.outcome,
-        RemediationOutcome::DryRun,
-        "{}",
-        record.reason
-    );
+    let record = outcome_of(&dry, RemediationOutcome::DryRun);
     assert!(
         record.reason.contains("would remove allocation 45"),
         "{}",
@@ -364,9 +359,7 @@ fn a_pool_changed_after_the_finding_is_skipped_a_dry_run_writes_nothing_and_an_u
     // A collector with a commands key obeys only commands signed with it.
     let (uid, rv) = pool_with_a_gone_pods_allocation(&keyed);
     send_allocation_command(&keyed, "unsigned", &uid, &rv);
-    let outcome = remediations(&keyed, 1);
-    let record = outcome[0].remediation.as_ref().expect("record");
-    assert_eq!(record.outcome, RemediationOutcome::Skipped);
+    let record = outcome_of(&keyed, RemediationOutcome::Skipped);
     assert!(
         record.reason.starts_with("refused: ") && record.reason.contains("unsigned"),
         "{}",
@@ -516,14 +509,7 @@ fn a_spiderippool_entry_of_a_gone_pod_is_removed_and_the_others_kept() {
         "exactly the gone pod's entry was removed"
     );
     assert_eq!(pool["status"]["allocatedIPCount"], 1);
-    let applied = remediations(&world, 1);
-    let record = applied[0].remediation.as_ref().expect("remediation record");
-    assert_eq!(
-        record.outcome,
-        RemediationOutcome::Applied,
-        "{}",
-        record.reason
-    );
+    let record = outcome_of(&world, RemediationOutcome::Applied);
     assert!(
         record
             .reason

@@ -165,6 +165,23 @@ fn report_of(cluster: &Cluster) -> PathBuf {
     report
 }
 
+/// `check` in JSON lines with no owner grace (a record of a pod absent from the list is a
+/// leak at once), its report written: the report's path and the run, which found leaks.
+fn check_without_grace(cluster: &Cluster) -> (PathBuf, Run) {
+    let report = cluster.path("report.json");
+    let run = cluster.plugin(&[
+        "check",
+        "--format",
+        "jsonl",
+        "--owner-grace",
+        "0s",
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    (report, run)
+}
+
 fn release(cluster: &Cluster, report: &Path, extra: &[&str]) -> Run {
     let log = cluster.path("release.log");
     let mut args = vec![
@@ -426,19 +443,9 @@ fn release_removes_a_whereabouts_allocation_whose_pod_is_gone_and_keeps_the_live
                 "6": {"id": "c-6", "podref": "default/web-1", "ifname": "net1"}}}}),
     )
     .unwrap();
-    let report = cluster.path("report.json");
     // The pool was just created: with no grace, its allocation of a pod absent from the
     // complete list of pods is a leak now.
-    let run = cluster.plugin(&[
-        "check",
-        "--format",
-        "jsonl",
-        "--owner-grace",
-        "0s",
-        "-o",
-        report.to_str().unwrap(),
-    ]);
-    assert_eq!(run.code, Some(1), "{run}");
+    let (report, run) = check_without_grace(&cluster);
     assert_eq!(
         run.alerts(),
         [(
@@ -499,17 +506,7 @@ fn release_removes_a_spiderpool_entry_and_releases_a_stuck_endpoint_of_a_gone_po
     )
     .unwrap();
     sim.delete(Kind::SpiderEndpoint, "default", "gone").unwrap();
-    let report = cluster.path("report.json");
-    let run = cluster.plugin(&[
-        "check",
-        "--format",
-        "jsonl",
-        "--owner-grace",
-        "0s",
-        "-o",
-        report.to_str().unwrap(),
-    ]);
-    assert_eq!(run.code, Some(1), "{run}");
+    let (report, run) = check_without_grace(&cluster);
     let alerts = run.alerts();
     for expected in [
         ("ip-without-pod", "pool-a/172.18.40.10"),

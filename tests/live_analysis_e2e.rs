@@ -142,7 +142,7 @@ fn the_healthy_order_sends_no_alert_and_no_command() {
     let world = World::new("live-healthy", None);
     let receiver = Receiver::start(&world.runtime);
     let _collector = world.collector();
-    let commands = commands_topic(&world);
+    let commands = world.commands_topic();
     world
         .runtime
         .block_on(create_topic(&world.brokers, &commands));
@@ -235,14 +235,6 @@ fn an_analyzer_killed_between_consuming_and_sending_delivers_each_alert_exactly_
     );
 }
 
-fn commands_topic(world: &World) -> String {
-    world.commands_topic()
-}
-
-fn remediating_collector(world: &World) -> CollectorProcess {
-    world.remediating_collector("on", &[])
-}
-
 fn remediations(world: &World, done: impl Fn(&[WatchEvent]) -> bool) -> Vec<WatchEvent> {
     world
         .events_until(Duration::from_secs(20), done)
@@ -255,8 +247,8 @@ fn remediations(world: &World, done: impl Fn(&[WatchEvent]) -> bool) -> Vec<Watc
 fn with_remediation_on_the_stuck_ip_loses_its_finalizer_and_disappears() {
     let world = World::new("remediate", None);
     let receiver = Receiver::start(&world.runtime);
-    let collector = remediating_collector(&world);
-    let commands = commands_topic(&world);
+    let collector = world.remediating_collector("on", &[]);
+    let commands = world.commands_topic();
     let _analyzer = analyzer_with(
         &world,
         &receiver,
@@ -351,7 +343,7 @@ fn send(world: &World, command: &CleanupCommand) {
     let payload = encode(command).unwrap();
     world.runtime.block_on(produce(
         &world.brokers,
-        &commands_topic(world),
+        &world.commands_topic(),
         command.cluster_id.as_bytes(),
         &payload,
     ));
@@ -366,7 +358,7 @@ fn finalizers(world: &World, name: &str) -> usize {
 #[test]
 fn an_ip_deleted_and_recreated_with_the_same_name_is_never_patched() {
     let world = World::new("recreated", None);
-    let _collector = remediating_collector(&world);
+    let _collector = world.remediating_collector("on", &[]);
     let (old_uid, _) = stuck_ip(&world, "again.ns");
     world
         .sim
@@ -398,7 +390,7 @@ fn an_ip_deleted_and_recreated_with_the_same_name_is_never_patched() {
 #[test]
 fn a_command_for_another_cluster_is_ignored() {
     let world = World::new("othercluster", None);
-    let _collector = remediating_collector(&world);
+    let _collector = world.remediating_collector("on", &[]);
     let (uid, rv) = stuck_ip(&world, "theirs.ns");
     send(
         &world,

@@ -14,7 +14,7 @@ use ipaudit_schemas::{
     WatchEvent,
 };
 use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::broker::{create_topic, produce};
+use ipaudit_tests::broker::produce;
 use ipaudit_tests::collector::{workspace_binary, CollectorProcess};
 use ipaudit_tests::scenario::{ip, play_kube_ovn_seed};
 use ipaudit_tests::world::World;
@@ -29,10 +29,6 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn commands_topic(world: &World) -> String {
-    format!("{}.commands", world.topic)
-}
-
 /// Writes `key` to a file as an operator would (`openssl rand -hex 32 > key`).
 fn key_file(world: &World, key: &str) -> PathBuf {
     let path = world.dir.path().join("commands.key");
@@ -42,24 +38,12 @@ fn key_file(world: &World, key: &str) -> PathBuf {
 
 /// A collector executing commands (`mode`: on or dry-run) with the commands key in a file.
 fn remediating_collector(world: &World, mode: &str, extra: &[&str]) -> CollectorProcess {
-    let commands = commands_topic(world);
-    world
-        .runtime
-        .block_on(create_topic(&world.brokers, &commands));
     let key = key_file(world, KEY).display().to_string();
-    let group = format!("remediator-{commands}");
-    let mut args = vec![
-        "--remediate",
-        mode,
-        "--commands-topic",
-        &commands,
-        "--remediate-group",
-        &group,
-        "--commands-key-file",
-        &key,
-    ];
-    args.extend_from_slice(extra);
-    CollectorProcess::start(&world.setup(), &args)
+    let flags: Vec<&str> = ["--commands-key-file", key.as_str()]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    world.remediating_collector(mode, &flags)
 }
 
 /// An IP that is terminating while its subnet never existed: eligible for cleanup.
@@ -115,7 +99,7 @@ fn send(world: &World, command: &CleanupCommand) {
     let payload = encode(command).expect("encodes");
     world.runtime.block_on(produce(
         &world.brokers,
-        &commands_topic(world),
+        &world.commands_topic(),
         command.cluster_id.as_bytes(),
         &payload,
     ));
@@ -273,7 +257,7 @@ fn a_fresh_command_signed_with_the_key_is_applied() {
 fn the_analyzers_signed_commands_are_applied_by_a_collector_with_the_same_key() {
     let world = World::new("sec-analyzer", None);
     let collector = remediating_collector(&world, "on", &[]);
-    let commands = commands_topic(&world);
+    let commands = world.commands_topic();
     let key = key_file(&world, KEY).display().to_string();
     let analyzer = AnalyzerProcess::start(
         &world.brokers,

@@ -447,17 +447,20 @@ async fn learn_writer_schema(
     match schema_topic.learn_for(fingerprint, learnt).await {
         Ok(None) => false,
         Ok(Some(lookup)) => {
+            let found = learnt.knows::<WatchEvent>(&fingerprint);
             WriterSchemaLookedUp {
                 fingerprint: number,
                 outcome: Ok(&lookup),
+                found,
             }
             .emit(metrics);
-            lookup.found
+            found
         }
         Err(error) => {
             WriterSchemaLookedUp {
                 fingerprint: number,
                 outcome: Err(&error),
+                found: false,
             }
             .emit(metrics);
             false

@@ -70,8 +70,10 @@ impl InternalEvent for MessageUndecodable<'_> {
 pub struct WriterSchemaLookedUp<'a> {
     /// The message's fingerprint, as its decode error prints it.
     pub fingerprint: u64,
-    /// What the read found, or why it failed.
+    /// What the read learnt, or why it failed.
     pub outcome: Result<&'a Lookup, &'a SchemaTopicError>,
+    /// Whether the fingerprint is known after it.
+    pub found: bool,
 }
 
 impl InternalEvent for WriterSchemaLookedUp<'_> {
@@ -83,7 +85,7 @@ impl InternalEvent for WriterSchemaLookedUp<'_> {
                 for refused in &lookup.refused {
                     warn!(%refused, "schemas topic record refused");
                 }
-                if lookup.found {
+                if self.found {
                     info!(%fingerprint, learnt = lookup.learnt,
                         "writer schema learnt from the schemas topic: its messages are read by resolution to this build's schema");
                     "found"

@@ -64,15 +64,13 @@ pub enum SchemaTopicError {
 /// One record of the schemas topic: its key (a fingerprint) and value (a schema's JSON).
 type TopicRecord = (Vec<u8>, Vec<u8>);
 
-/// What one lookup found.
+/// What one read of the topic learnt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lookup {
     /// Schemas learnt from the topic by this read.
     pub learnt: usize,
     /// Records of the topic that were refused (wrong key, not a schema, incompatible).
     pub refused: Vec<String>,
-    /// Whether the fingerprint looked for is known now.
-    pub found: bool,
 }
 
 /// The schemas topic, read when a message names a schema this build does not carry.
@@ -100,9 +98,9 @@ impl SchemaTopic {
         fingerprint: [u8; 8],
         learnt: &mut WriterSchemas,
     ) -> Result<Option<Lookup>, SchemaTopicError> {
-        let Some(topic) = self.topic.clone() else {
+        if self.topic.is_none() {
             return Ok(None);
-        };
+        }
         if learnt.knows::<WatchEvent>(&fingerprint)
             || self
                 .looked_up
@@ -112,11 +110,11 @@ impl SchemaTopic {
             return Ok(None);
         }
         self.looked_up.insert(fingerprint, Instant::now());
-        let records = self.read(topic).await?;
-        Ok(Some(learn_records(records, fingerprint, learnt)))
+        self.learn_all(learnt).await
     }
 
-    /// Reads the whole topic into `learnt` (for a batch of dead letters).
+    /// Reads the whole topic into `learnt` (also for a batch of dead letters); `Ok(None)`:
+    /// no schemas topic.
     pub async fn learn_all(
         &mut self,
         learnt: &mut WriterSchemas,
@@ -124,35 +122,24 @@ impl SchemaTopic {
         let Some(topic) = self.topic.clone() else {
             return Ok(None);
         };
-        let records = self.read(topic).await?;
-        Ok(Some(learn_records(records, [0; 8], learnt)))
-    }
-
-    /// The topic's records, read off the async runtime's threads.
-    async fn read(&self, topic: String) -> Result<Vec<TopicRecord>, SchemaTopicError> {
         let connection = self.connection.clone();
-        tokio::task::spawn_blocking(move || read_topic(&connection, &topic))
+        // Off the async runtime's threads: librdkafka's calls block.
+        let records = tokio::task::spawn_blocking(move || read_topic(&connection, &topic))
             .await
-            .map_err(|e| SchemaTopicError::Task(e.to_string()))?
-    }
-}
-
-/// Learns every record; whether `wanted` is known after.
-fn learn_records(records: Vec<TopicRecord>, wanted: [u8; 8], learnt: &mut WriterSchemas) -> Lookup {
-    let mut lookup = Lookup {
-        learnt: 0,
-        refused: Vec::new(),
-        found: false,
-    };
-    for (key, value) in records {
-        match learnt.learn::<WatchEvent>(&key, &value) {
-            Ok(true) => lookup.learnt += 1,
-            Ok(false) => {}
-            Err(e) => lookup.refused.push(e.to_string()),
+            .map_err(|e| SchemaTopicError::Task(e.to_string()))??;
+        let mut lookup = Lookup {
+            learnt: 0,
+            refused: Vec::new(),
+        };
+        for (key, value) in records {
+            match learnt.learn::<WatchEvent>(&key, &value) {
+                Ok(true) => lookup.learnt += 1,
+                Ok(false) => {}
+                Err(e) => lookup.refused.push(e.to_string()),
+            }
         }
+        Ok(Some(lookup))
     }
-    lookup.found = learnt.knows::<WatchEvent>(&wanted);
-    lookup
 }
 
 /// Every record (key, value) of the topic, each partition read from its start to its end

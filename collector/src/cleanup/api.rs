@@ -176,50 +176,49 @@ pub enum WriteError {
     Failed(String),
 }
 
-/// Sends a JSON patch (`application/json-patch+json`) to `path`; `plural`/`name` name the
-/// object, to tell its disappearance from other 404s.
+/// Sends a JSON patch (`application/json-patch+json`) to `path`, the target's (or its
+/// status subresource's).
 pub async fn json_patch(
     client: &Client,
     path: &str,
-    plural: &str,
-    name: &str,
+    target: &Target,
     patch: &Value,
 ) -> Result<Value, WriteError> {
     let request = http::Request::patch(path)
         .header(http::header::CONTENT_TYPE, "application/json-patch+json")
         .body(serde_json::to_vec(patch).unwrap_or_default())
         .map_err(|e| WriteError::Failed(format!("cannot build the patch: {e}")))?;
-    send(client, request, plural, name).await
+    send(client, request, target).await
 }
 
-/// DELETEs `path` with uid and resourceVersion preconditions.
+/// DELETEs the target at `path` with its uid and resourceVersion as preconditions.
 pub async fn delete_with_preconditions(
     client: &Client,
     path: &str,
-    plural: &str,
-    name: &str,
-    uid: &str,
-    resource_version: &str,
+    target: &Target,
 ) -> Result<Value, WriteError> {
     let options = serde_json::json!({"apiVersion": "v1", "kind": "DeleteOptions",
-        "preconditions": {"uid": uid, "resourceVersion": resource_version}});
+        "preconditions": {"uid": target.uid, "resourceVersion": target.resource_version}});
     let request = http::Request::delete(path)
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(serde_json::to_vec(&options).unwrap_or_default())
         .map_err(|e| WriteError::Failed(format!("cannot build the delete: {e}")))?;
-    send(client, request, plural, name).await
+    send(client, request, target).await
 }
 
+/// Sends a write to the target; a 404 that names it means it went in between.
 async fn send(
     client: &Client,
     request: http::Request<Vec<u8>>,
-    plural: &str,
-    name: &str,
+    target: &Target,
 ) -> Result<Value, WriteError> {
+    let plural = target.stream.spec().map_or("", |s| s.plural);
     match client.request::<Value>(request).await {
         Ok(answer) => Ok(answer),
         Err(kube::Error::Api(status))
-            if status.code == 409 || status.code == 422 || names_missing(&status, plural, name) =>
+            if status.code == 409
+                || status.code == 422
+                || names_missing(&status, plural, &target.name) =>
         {
             Err(WriteError::Changed(format!(
                 "{}: {}",
@@ -234,8 +233,6 @@ async fn send(
 pub struct FinalizerOf<'a> {
     /// Its API path.
     pub path: &'a str,
-    /// Its collection, to tell its disappearance from other 404s.
-    pub plural: &'a str,
     /// The target it is.
     pub target: &'a Target,
     /// The live object.
@@ -284,7 +281,7 @@ pub async fn remove_finalizer(
         {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
         {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
     ]);
-    match json_patch(client, of.path, of.plural, &of.target.name, &patch).await {
+    match json_patch(client, of.path, of.target, &patch).await {
         Ok(_) => with_finalizer(
             RemediationOutcome::Applied,
             format!("removed {finalizer} at resourceVersion {rv}"),

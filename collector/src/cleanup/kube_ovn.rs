@@ -55,7 +55,6 @@ pub(super) async fn release_stuck_ip(
         mode,
         &FinalizerOf {
             path: &path,
-            plural: "ips",
             target,
             object: &ip,
         },
@@ -100,16 +99,7 @@ pub(super) async fn delete_orphaned_ip(client: &Client, mode: Mode, target: &Tar
             rv,
         );
     }
-    let answer = match delete_with_preconditions(
-        client,
-        &path,
-        "ips",
-        &target.name,
-        &target.uid,
-        rv,
-    )
-    .await
-    {
+    let answer = match delete_with_preconditions(client, &path, target).await {
         Ok(answer) => answer,
         Err(WriteError::Changed(why)) => {
             return Outcome::skipped(format!("the IP changed while deleting ({why})"), rv)

@@ -50,7 +50,6 @@ pub(super) async fn release_stuck_endpoint(
         mode,
         &FinalizerOf {
             path: &path,
-            plural: "spiderendpoints",
             target,
             object: &endpoint,
         },
@@ -130,15 +129,7 @@ pub(super) async fn remove_pool_entry(
         patch.push(json!({"op": "replace", "path": "/status/allocatedIPCount", "value": (count - 1).max(0)}));
     }
     let status = format!("{path}/status");
-    match json_patch(
-        client,
-        &status,
-        "spiderippools",
-        &target.name,
-        &Value::Array(patch),
-    )
-    .await
-    {
+    match json_patch(client, &status, target, &Value::Array(patch)).await {
         Ok(_) => Outcome::new(
             RemediationOutcome::Applied,
             format!("removed the entry of {address} for {pod} at resourceVersion {rv}"),

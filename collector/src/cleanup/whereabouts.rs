@@ -69,7 +69,7 @@ pub(super) async fn remove_pool_allocation(
         {"op": "test", "path": format!("/spec/allocations/{offset}/podref"), "value": allocation.podref},
         {"op": "remove", "path": format!("/spec/allocations/{offset}")},
     ]);
-    match json_patch(client, &path, "ippools", &target.name, &patch).await {
+    match json_patch(client, &path, target, &patch).await {
         Ok(_) => Outcome::new(
             RemediationOutcome::Applied,
             format!(
@@ -138,16 +138,7 @@ pub(super) async fn delete_reservation(client: &Client, mode: Mode, target: &Tar
             rv,
         );
     }
-    match delete_with_preconditions(
-        client,
-        &path,
-        "overlappingrangeipreservations",
-        &target.name,
-        &target.uid,
-        rv,
-    )
-    .await
-    {
+    match delete_with_preconditions(client, &path, target).await {
         Ok(_) => Outcome::new(
             RemediationOutcome::Applied,
             format!(
