@@ -291,6 +291,8 @@ fn analyzer_command(world: &TlsWorld, kafka_flags: &[String]) -> Command {
         .args(["--brokers", &world.endpoint.addr, "--topic", &world.topic])
         .args(["--schemas-topic", &schemas_topic_of(&world.topic)])
         .args(["--group", "refused"])
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--ui-listen", ""])
         .args([
             "--state-dir",
             &world

@@ -219,6 +219,29 @@ struct RunArgs {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[arg(long, env = "IPAUDIT_LISTEN", default_value = "0.0.0.0:9090")]
     listen: std::net::SocketAddr,
+    /// Serve the incident pages (`/`, `/incidents/<alert id>`) and their JSON API
+    /// (`/api/v1/incidents`) here. Loopback by default: the pages name objects and
+    /// addresses; expose them on purpose (0.0.0.0 behind a NetworkPolicy or an ingress).
+    /// "" serves none.
+    #[arg(long, env = "IPAUDIT_UI_LISTEN", default_value = "127.0.0.1:9091")]
+    ui_listen: String,
+    /// The path prefix the pages live under, when an ingress routes them by path (e.g.
+    /// /ipaudit); every link the pages make starts with it.
+    #[arg(long, env = "IPAUDIT_UI_BASE_PATH", default_value = "")]
+    ui_base_path: String,
+    /// The pages' external address, with its path prefix (e.g.
+    /// https://ops.example.com/ipaudit): every delivered alert links to its incident page
+    /// there (Alertmanager generatorURL and annotation `incident_url`, webhook `url`, log
+    /// line `url`). Default: alerts carry no link.
+    #[arg(long, env = "IPAUDIT_UI_URL")]
+    ui_url: Option<String>,
+    /// File holding a token the JSON API asks for (`Authorization: Bearer <token>`);
+    /// default: the API is open to whoever reaches --ui-listen, like the pages.
+    #[arg(long, env = "IPAUDIT_UI_API_TOKEN_FILE")]
+    ui_api_token_file: Option<PathBuf>,
+    /// How long a resolved incident stays on the pages (firing ones stay while they fire).
+    #[arg(long, env = "IPAUDIT_INCIDENT_RETENTION", default_value = "14d", value_parser = parse::duration)]
+    incident_retention: Duration,
     /// Do not log alerts (they are logged by default).
     #[arg(long, env = "IPAUDIT_NO_LOG_ALERTS")]
     no_log_alerts: bool,
@@ -371,6 +394,24 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    let ui = if args.ui_listen.is_empty() {
+        None
+    } else {
+        Some(ipaudit_analyzer::live::ui::UiConfig {
+            listen: args.ui_listen.parse().with_context(|| {
+                format!("--ui-listen {:?} is not an address:port", args.ui_listen)
+            })?,
+            base_path: ipaudit_analyzer::live::ui::normalise_base_path(&args.ui_base_path),
+            api_token: secret(None, args.ui_api_token_file, "UI API token")?,
+        })
+    };
+    let ui_url = args.ui_url.filter(|u| !u.is_empty());
+    if let Some(url) = &ui_url {
+        reqwest::Url::parse(url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https"))
+            .with_context(|| format!("--ui-url {url:?} is not an absolute http(s) URL"))?;
+    }
     // Everything local is checked before the broker probe, which may wait for Kafka.
     let connection = kafka_connection(&args.kafka)?;
     if let Some(url) = args.webhook_url.filter(|u| !u.is_empty()) {
@@ -423,6 +464,9 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         listen: Some(args.listen),
         sink_from_beginning: args.sink_from_beginning,
         metrics: ipaudit_analyzer::live::metrics::Metrics::new(),
+        ui,
+        incident_retention: args.incident_retention,
+        ui_url,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime

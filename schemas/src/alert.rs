@@ -126,6 +126,10 @@ pub struct Alert {
     /// The cleanup that ends the leak, as a typed value (schema v2).
     #[serde(default)]
     pub cleanup: Option<Cleanup>,
+    /// The alert's incident page, set by the sinks of an analyzer that knows its pages'
+    /// address (`--ui-url`); the analysis leaves it empty (schema v5).
+    #[serde(default)]
+    pub url: Option<String>,
 }
 
 /// A cleanup as a typed value: what to change on which exact version of which object.

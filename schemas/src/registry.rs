@@ -320,7 +320,8 @@ record!(
         "alert.v1.avsc",
         "alert.v2.avsc",
         "alert.v3.avsc",
-        "alert.v4.avsc"
+        "alert.v4.avsc",
+        "alert.v5.avsc"
     ]
 );
 record!(

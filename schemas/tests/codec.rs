@@ -77,6 +77,7 @@ fn sample_alert() -> Alert {
             pool: "subnet-x".into(),
             address: None,
         }),
+        url: None,
     }
 }
 

@@ -14,6 +14,9 @@ pub struct AnalyzerProcess {
     /// Where /metrics, /healthz and /readyz are served (a free port of its own, unless
     /// the flags name one).
     pub metrics_port: u16,
+    /// Where the incident pages are served (a free port of its own, unless the flags name
+    /// one).
+    pub ui_port: u16,
 }
 
 impl AnalyzerProcess {
@@ -29,6 +32,9 @@ impl AnalyzerProcess {
         let metrics_port = crate::broker::free_port();
         let listen = format!("127.0.0.1:{metrics_port}");
         let listen_flag = ["--listen", listen.as_str()];
+        let ui_port = crate::broker::free_port();
+        let ui_listen = format!("127.0.0.1:{ui_port}");
+        let ui_flag = ["--ui-listen", ui_listen.as_str()];
         let log = state_dir.join(format!(
             "analyzer-{}.log",
             std::time::SystemTime::now()
@@ -50,6 +56,11 @@ impl AnalyzerProcess {
             } else {
                 &listen_flag[..]
             })
+            .args(if extra.contains(&"--ui-listen") {
+                &[][..]
+            } else {
+                &ui_flag[..]
+            })
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -60,6 +71,7 @@ impl AnalyzerProcess {
             child,
             log,
             metrics_port,
+            ui_port,
         }
     }
 

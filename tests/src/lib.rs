@@ -3,6 +3,7 @@
 
 pub mod analyzer;
 pub mod broker;
+pub mod browser;
 pub mod collector;
 pub mod measure;
 pub mod receiver;

@@ -339,6 +339,7 @@ mod tests {
             resolved_resource_version: None,
             evidence,
             cleanup: None,
+            url: None,
         }
     }
 }

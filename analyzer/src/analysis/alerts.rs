@@ -161,6 +161,7 @@ impl AlertBook {
             resolved_resource_version: None,
             evidence,
             cleanup: finding.cleanup,
+            url: None,
         };
         // Every sink (report, webhooks, Alertmanager, the alerts topic) gets a vetted fix,
         // which says why when the alert carries no cleanup.
@@ -242,6 +243,7 @@ pub(crate) fn sample_alert(id: &str, rule: &str, status: AlertStatus, rv: &str) 
         resolved_resource_version: None,
         evidence: Vec::new(),
         cleanup: None,
+        url: None,
     }
 }
 

@@ -358,6 +358,7 @@ mod tests {
             resolved_resource_version: None,
             evidence: Vec::new(),
             cleanup: None,
+            url: None,
         };
         explain_report_only(&mut alert);
         explain_report_only(&mut alert);

@@ -34,6 +34,7 @@ use crate::live::telemetry::{
     CheckpointWritten, EventConsumed, MessageUndecodable, OffsetOutOfRange, SnapshotChoice,
     SnapshotRebuildStarted, WriterSchemaLookedUp,
 };
+use crate::live::ui::UiConfig;
 use crate::live::writer_schemas::SchemaTopic;
 use crate::live::CLIENT_ID;
 
@@ -70,6 +71,12 @@ pub struct LiveConfig {
     pub sink_from_beginning: bool,
     /// The counters (shared with the HTTP endpoint; a fresh set by default).
     pub metrics: Metrics,
+    /// Where the incident pages are served; `None`: nowhere.
+    pub ui: Option<UiConfig>,
+    /// How long a resolved incident is kept for the pages.
+    pub incident_retention: Duration,
+    /// The pages' external address: delivered alerts link to their incident there.
+    pub ui_url: Option<String>,
 }
 
 /// Why the live analyzer stopped.
@@ -84,6 +91,9 @@ pub enum LiveError {
     /// The partition map in the store failed.
     #[error(transparent)]
     PartitionMap(#[from] crate::live::group::PartitionMapError),
+    /// The incident pages cannot be served.
+    #[error(transparent)]
+    Ui(#[from] crate::live::ui::UiError),
     /// The metrics endpoint cannot listen.
     #[error("cannot serve metrics on {addr}")]
     Listen {
@@ -135,6 +145,10 @@ pub async fn run(
     }
     let store_path = config.state_dir.join("analyzer.db");
     let (mut store, _) = Store::open_or_set_aside(&store_path)?;
+    if let Some(ui) = &config.ui {
+        let bound = crate::live::ui::serve(ui, &store_path, stop_rx.clone()).await?;
+        info!(%bound, base_path = %ui.base_path, "serving the incident pages");
+    }
     let mut partitions = PartitionMap::open(&store_path, &config.topic)?;
     let (restored, offsets) = restore_checkpoint(&mut store, &config.topic, &config.analyzer)?;
     info!(
@@ -163,6 +177,7 @@ pub async fn run(
         store_path: store_path.clone(),
         from_beginning: config.sink_from_beginning,
         metrics: metrics.clone(),
+        ui_url: config.ui_url.clone(),
     };
     for sink in std::mem::take(&mut config.sinks) {
         deliveries.push(tokio::spawn(run_delivery(
@@ -264,6 +279,9 @@ pub async fn run(
                             event_type: event.event_type,
                         }
                         .emit(&metrics);
+                        if let Some(remediation) = event.remediation.as_deref() {
+                            store.record_cleanup(remediation)?;
+                        }
                         if !analyzers.contains_key(&event.cluster_id) {
                             partitions.seen(&event.cluster_id, partition)?;
                         }
@@ -393,6 +411,7 @@ pub async fn run(
                     let _entered = span.enter();
                     let started = std::time::Instant::now();
                     save(&mut store, &config.topic, &analyzers, &shared)?;
+                    store.forget_resolved_incidents(config.incident_retention)?;
                     last_checkpoint_cost = started.elapsed();
                     CheckpointWritten {
                         clusters: analyzers.len(),

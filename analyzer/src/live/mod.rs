@@ -5,11 +5,13 @@ pub mod consume;
 pub mod deadletters;
 pub mod group;
 pub mod http;
+pub mod incidents;
 pub mod metrics;
 pub mod sinks;
 pub mod start_offset;
 pub mod store;
 pub mod telemetry;
+pub mod ui;
 pub mod writer_schemas;
 
 /// The analyzer's Kafka client id (broker logs and quotas name it).

@@ -15,10 +15,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use ipaudit_schemas::Alert;
+use ipaudit_schemas::{Alert, Remediation};
 
 use crate::analysis::alerts::transition_id;
+use crate::live::incidents;
 use rusqlite::{params, Connection};
 
 /// Why the store failed (not retryable: the disk or file is broken).
@@ -130,6 +132,8 @@ impl Store {
         }
         conn.execute_batch(SCHEMA).map_err(err("create tables"))?;
         conn.execute_batch(DEAD_LETTERS_TABLE)
+            .map_err(err("create tables"))?;
+        conn.execute_batch(incidents::INCIDENT_TABLES)
             .map_err(err("create tables"))?;
         // Format 0 has the same tables: only the number changes.
         conn.pragma_update(None, "user_version", STORE_FORMAT)
@@ -253,10 +257,11 @@ impl Store {
         Ok(moved)
     }
 
-    /// Adds transitions to deliver; one already there (a replay after a crash) is ignored.
-    /// Returns how many were new.
+    /// Adds transitions to deliver, and records each in its incident; one already there
+    /// (a replay after a crash) is ignored. Returns how many were new.
     pub fn add_transitions(&mut self, alerts: &[Alert]) -> Result<usize, StoreError> {
         let err = |context| sqlite_error(&self.path, context);
+        let now_ms = ipaudit_runtime::clock::now_ms();
         let tx = self.conn.transaction().map_err(err("begin"))?;
         let mut added = 0;
         {
@@ -267,13 +272,32 @@ impl Store {
                 .map_err(err("add transition"))?;
             for alert in alerts {
                 let json = serde_json::to_vec(alert).unwrap_or_default();
-                added += insert
+                let new = insert
                     .execute(params![transition_id(alert), json])
                     .map_err(err("add transition"))?;
+                if new > 0 {
+                    incidents::record_transition(&tx, alert, now_ms)
+                        .map_err(err("record incident"))?;
+                }
+                added += new;
             }
         }
         tx.commit().map_err(err("commit transitions"))?;
         Ok(added)
+    }
+
+    /// Records what a collector did with an incident's cleanup command.
+    pub fn record_cleanup(&self, remediation: &Remediation) -> Result<(), StoreError> {
+        incidents::record_cleanup(&self.conn, remediation, ipaudit_runtime::clock::now_ms())
+            .map_err(self.err("record cleanup outcome"))
+    }
+
+    /// Forgets incidents resolved longer than `retention` ago; returns how many.
+    pub fn forget_resolved_incidents(&self, retention: Duration) -> Result<usize, StoreError> {
+        let cutoff = ipaudit_runtime::clock::now_ms()
+            .saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+        incidents::forget_resolved_before(&self.conn, cutoff)
+            .map_err(self.err("forget resolved incidents"))
     }
 
     /// Keeps a message that could not be decoded.

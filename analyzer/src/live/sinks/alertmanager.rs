@@ -1,6 +1,7 @@
 //! Alertmanager API v2: `POST /api/v2/alerts` with labels `alertname`, `rule`, `cluster`,
 //! `subnet`, `severity` and the summary and fix as annotations; a resolved alert carries
-//! `endsAt`.
+//! `endsAt`; with `--ui-url`, `generatorURL` and the annotation `incident_url` are the
+//! alert's incident page.
 
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{Alert, AlertStatus};
@@ -45,7 +46,8 @@ impl AlertmanagerSink {
     }
 }
 
-/// One alert in Alertmanager's v2 format.
+/// One alert in Alertmanager's v2 format; its incident page (`url`) is its
+/// `generatorURL` (Alertmanager's "Source" link) and the annotation `incident_url`.
 pub fn payload(alert: &Alert) -> serde_json::Value {
     let mut value = json!({
         "labels": {
@@ -63,6 +65,10 @@ pub fn payload(alert: &Alert) -> serde_json::Value {
         },
         "startsAt": format_timestamp_ms(alert.fired_at_ms),
     });
+    if let Some(link) = &alert.url {
+        value["generatorURL"] = json!(link);
+        value["annotations"]["incident_url"] = json!(link);
+    }
     if alert.status == AlertStatus::Resolved {
         value["endsAt"] = json!(format_timestamp_ms(
             alert.resolved_at_ms.unwrap_or(alert.fired_at_ms)

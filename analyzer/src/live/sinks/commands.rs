@@ -135,6 +135,7 @@ mod tests {
             resolved_resource_version: None,
             evidence: Vec::new(),
             cleanup,
+            url: None,
         }
     }
 

@@ -84,6 +84,8 @@ impl Ledger {
         let conn = ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Full)
             .map_err(|e| ledger_error(&e.path, e.step)(e.source))?;
         conn.execute_batch(SCHEMA).map_err(err("create tables"))?;
+        conn.execute_batch(crate::live::incidents::INCIDENT_TABLES)
+            .map_err(err("create tables"))?;
         Ok(Ledger {
             conn,
             path: path.to_owned(),
@@ -92,6 +94,23 @@ impl Ledger {
 
     fn err(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> LedgerError + '_ {
         ledger_error(&self.path, context)
+    }
+
+    /// Notes in the incident of `alert_id` that `sink` took its `status` transition.
+    pub fn record_delivery(
+        &self,
+        alert_id: &str,
+        status: AlertStatus,
+        sink: &str,
+    ) -> Result<(), LedgerError> {
+        crate::live::incidents::record_delivery(
+            &self.conn,
+            alert_id,
+            status,
+            sink,
+            ipaudit_runtime::clock::now_ms(),
+        )
+        .map_err(self.err("record delivery"))
     }
 
     /// Registers `sink`. A sink with a cursor keeps it; one known by a former name (a

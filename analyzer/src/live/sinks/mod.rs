@@ -134,6 +134,7 @@ impl AlertSink {
         }
     }
 
+    /// Delivers one transition (its `url` set to its incident page when that is known).
     async fn deliver(&self, transition_id: &str, alert: &Alert) -> Result<(), SinkError> {
         match self {
             AlertSink::Log(s) => {
@@ -173,6 +174,19 @@ pub struct DeliveryConfig {
     pub from_beginning: bool,
     /// Where failures and backlogs are counted.
     pub metrics: Metrics,
+    /// The incident pages' external address (`--ui-url`): transitions link to their page.
+    pub ui_url: Option<String>,
+}
+
+impl DeliveryConfig {
+    /// Links `alert` to its incident page, when the pages' address is known: every sink
+    /// carries the link (`url`) as its receiver shows links.
+    fn link(&self, alert: &mut Alert) {
+        alert.url = self
+            .ui_url
+            .as_deref()
+            .map(|url| crate::live::ui::incident_url(url, &alert.alert_id));
+    }
 }
 
 /// What became of one transition: refused carries (transition id, reason).
@@ -224,7 +238,8 @@ pub async fn run_delivery(
                 _ = resend.tick(), if matches!(sink, AlertSink::Alertmanager(_)) => {
                     let sink_name = name.clone();
                     let firing = with_ledger(&ledger, move |l| l.firing_delivered(&sink_name)).await?;
-                    for alert in firing {
+                    for mut alert in firing {
+                        config.link(&mut alert);
                         if let Err(error) = sink.deliver(&crate::analysis::alerts::transition_id(&alert), &alert).await {
                             SinkDeliveryFailed { sink: &name, error: &error, retry_in: None }.emit(metrics);
                         }
@@ -239,12 +254,20 @@ pub async fn run_delivery(
             .chain(batch.into_iter().map(|p| (false, p)))
         {
             let seq = pending.seq;
-            let outcome = deliver_one(&sink, &name, pending, &mut shutdown, metrics).await;
+            let about = pending
+                .alert
+                .as_ref()
+                .ok()
+                .map(|a| (a.alert_id.clone(), a.status));
+            let outcome = deliver_one(&sink, &name, pending, &mut shutdown, &config).await;
             let name = name.clone();
             match outcome {
                 Outcome::Stopped => return Ok(()),
                 Outcome::Delivered => {
                     with_ledger(&ledger, move |l| {
+                        if let Some((alert_id, status)) = about {
+                            l.record_delivery(&alert_id, status, &name)?;
+                        }
                         if redrive {
                             l.redrive_done(&name, seq)
                         } else {
@@ -276,9 +299,10 @@ async fn deliver_one(
     name: &str,
     pending: Pending,
     shutdown: &mut watch::Receiver<bool>,
-    metrics: &Metrics,
+    config: &DeliveryConfig,
 ) -> Outcome {
-    let alert = match pending.alert {
+    let metrics = &config.metrics;
+    let mut alert = match pending.alert {
         Ok(alert) => alert,
         Err(error) => {
             let transition = format!("seq {}", pending.seq);
@@ -292,6 +316,7 @@ async fn deliver_one(
         }
     };
     let id = crate::analysis::alerts::transition_id(&alert);
+    config.link(&mut alert);
     let span = tracing::info_span!(
         "deliver",
         sink = %name,

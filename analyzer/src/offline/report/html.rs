@@ -236,6 +236,21 @@ pub fn render_html(findings: &Findings, outcome: &ReplayOutcome) -> String {
     page.into_string()
 }
 
+/// The report's stylesheet, for pages that show its incidents elsewhere (the analyzer's
+/// live incident pages).
+pub const STYLESHEET: &str = CSS;
+
+/// One incident of the report, drawn from `histories` as the report draws each of its
+/// incidents: alert list, timeline picture, event table and fix (the live incident page
+/// shows the same section the replay report does).
+pub fn incident_markup(histories: &[AlertHistory]) -> Markup {
+    let incident = incident(histories.iter().collect());
+    html! {
+        (legend())
+        (incident_section(1, &incident))
+    }
+}
+
 /// Skipped input and problems, as the text report says them.
 fn input_notes(outcome: &ReplayOutcome) -> Markup {
     let stats = &outcome.stats;
@@ -960,6 +975,7 @@ mod tests {
             resolved_resource_version: None,
             evidence,
             cleanup: None,
+            url: None,
         }
     }
 

@@ -1,0 +1,317 @@
+//! The incident pages and their API, served by `analyzer run --ui-listen`: the list of
+//! incidents (`/`), one incident (`/incidents/<alert id>`) and the same as JSON
+//! (`/api/v1/incidents`, `/api/v1/incidents/<alert id>`), read from the store file.
+//!
+//! On a listener of its own, apart from `/metrics`: Prometheus must reach the metrics
+//! port, while the pages show object names and addresses that only operators should see,
+//! so they default to loopback and are exposed on purpose (an ingress, a port-forward).
+//! Read-only: every route is a GET, and the store is opened read-only. Pages are
+//! server-rendered with no script and no external resource (a Content-Security-Policy
+//! forbids both), escaped by `maud` like the replay report, and every link is relative to
+//! `--ui-base-path`, so the pages work behind an ingress's path prefix.
+
+mod api;
+mod pages;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::watch;
+
+use crate::live::incidents::{self, IncidentFilter, IncidentsError};
+
+/// How the incident pages are served.
+#[derive(Clone)]
+pub struct UiConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The path prefix the pages live under (`""` or `/ipaudit`), as an ingress routes it.
+    pub base_path: String,
+    /// A token the API asks for (`Authorization: Bearer <token>`); `None`: none. Pages
+    /// are for browsers and rely on the network (loopback, NetworkPolicy, the ingress).
+    pub api_token: Option<String>,
+}
+
+impl std::fmt::Debug for UiConfig {
+    // The token never reaches a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UiConfig")
+            .field("listen", &self.listen)
+            .field("base_path", &self.base_path)
+            .field("api_token", &self.api_token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// The page of one incident under `ui_url` (the pages' external address, with its path
+/// prefix): what every alert links to.
+pub fn incident_url(ui_url: &str, alert_id: &str) -> String {
+    format!("{}/incidents/{alert_id}", ui_url.trim_end_matches('/'))
+}
+
+/// `--ui-base-path` as the routes use it: empty, or `/` and segments without a trailing
+/// `/`.
+pub fn normalise_base_path(path: &str) -> String {
+    let trimmed = path.trim().trim_matches('/');
+    if trimmed.is_empty() {
+        String::new()
+    } else {
+        format!("/{trimmed}")
+    }
+}
+
+#[derive(Clone)]
+struct Ui {
+    store: Arc<Mutex<Connection>>,
+    base: Arc<str>,
+    token: Option<Arc<str>>,
+}
+
+/// Why the pages cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum UiError {
+    /// The store cannot be opened for reading.
+    #[error("cannot open the store {path} for the incident pages")]
+    Store {
+        /// The store file.
+        path: PathBuf,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The address cannot be bound.
+    #[error("cannot serve the incident pages on {addr}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Serves the pages from the store at `store_path` until `shutdown` turns true; returns
+/// the bound address (port 0 picks a free one). The store's tables must exist (the
+/// analyzer opens its store first).
+pub async fn serve(
+    config: &UiConfig,
+    store_path: &Path,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<SocketAddr, UiError> {
+    let store = open_read_only(store_path).map_err(|source| UiError::Store {
+        path: store_path.to_owned(),
+        source,
+    })?;
+    let base = normalise_base_path(&config.base_path);
+    let ui = Ui {
+        store: Arc::new(Mutex::new(store)),
+        base: base.clone().into(),
+        token: config.api_token.as_deref().map(Arc::from),
+    };
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| UiError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| UiError::Listen {
+        addr: config.listen,
+        source,
+    })?;
+    let app = router(ui, &base);
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.wait_for(|stop| *stop).await;
+            })
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "the incident pages stopped");
+        }
+    });
+    Ok(bound)
+}
+
+fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    Ok(conn)
+}
+
+fn router(ui: Ui, base: &str) -> Router {
+    let at = |path: &str| format!("{base}{path}");
+    let mut routes = Router::new()
+        .route(&at("/"), get(list_page))
+        .route(&at("/incidents/{id}"), get(incident_page))
+        .route(&at("/api/v1/incidents"), get(list_json))
+        .route(&at("/api/v1/incidents/{id}"), get(incident_json));
+    if !base.is_empty() {
+        // `/prefix` itself answers like `/prefix/`.
+        routes = routes.route(base, get(list_page));
+    }
+    routes.with_state(ui)
+}
+
+/// Runs a read of the store off the async runtime (SQLite blocks).
+async fn read<T: Send + 'static>(
+    ui: &Ui,
+    call: impl FnOnce(&Connection) -> Result<T, IncidentsError> + Send + 'static,
+) -> Result<T, IncidentsError> {
+    let store = Arc::clone(&ui.store);
+    tokio::task::spawn_blocking(move || call(&store.lock().unwrap_or_else(|e| e.into_inner())))
+        .await
+        .unwrap_or_else(|_| Err(IncidentsError::Store(rusqlite::Error::InvalidQuery)))
+}
+
+/// A page: HTML, with a policy that forbids scripts and every resource from elsewhere.
+fn html(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn error_status(error: &IncidentsError) -> StatusCode {
+    match error {
+        IncidentsError::Filter(_) => StatusCode::BAD_REQUEST,
+        IncidentsError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+async fn list_page(
+    State(ui): State<Ui>,
+    query: Result<Query<IncidentFilter>, QueryRejection>,
+) -> Response {
+    let Ok(Query(filter)) = query else {
+        return html(
+            StatusCode::BAD_REQUEST,
+            pages::problem_page(
+                &ui.base,
+                "A filter value is not understood (page and per_page are numbers).",
+            ),
+        );
+    };
+    let asked = filter.clone();
+    match read(&ui, move |conn| incidents::list(conn, &asked)).await {
+        Ok(page) => html(StatusCode::OK, pages::list_page(&ui.base, &filter, &page)),
+        Err(error) => html(
+            error_status(&error),
+            pages::problem_page(&ui.base, &error.to_string()),
+        ),
+    }
+}
+
+async fn incident_page(State(ui): State<Ui>, UrlPath(id): UrlPath<String>) -> Response {
+    let asked = id.clone();
+    match read(&ui, move |conn| incidents::get(conn, &asked)).await {
+        Ok(Some(record)) => html(StatusCode::OK, pages::incident_page(&ui.base, &record)),
+        Ok(None) => html(StatusCode::NOT_FOUND, pages::not_found_page(&ui.base, &id)),
+        Err(error) => html(
+            error_status(&error),
+            pages::problem_page(&ui.base, &error.to_string()),
+        ),
+    }
+}
+
+/// `None` when the request may read the API; else the answer to give.
+fn refused(ui: &Ui, headers: &HeaderMap) -> Option<Response> {
+    let token = ui.token.as_deref()?;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    // Compared in constant time: the answer's timing must not tell how much matched.
+    let matches = given.is_some_and(|g| {
+        g.len() == token.len()
+            && g.bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
+    if matches {
+        return None;
+    }
+    let mut response = api::problem(StatusCode::UNAUTHORIZED, "a bearer token is required");
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"ipaudit\""),
+    );
+    Some(response)
+}
+
+async fn list_json(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    query: Result<Query<IncidentFilter>, QueryRejection>,
+) -> Response {
+    if let Some(answer) = refused(&ui, &headers) {
+        return answer;
+    }
+    let Ok(Query(filter)) = query else {
+        return api::problem(StatusCode::BAD_REQUEST, "page and per_page are numbers");
+    };
+    match read(&ui, move |conn| incidents::list(conn, &filter)).await {
+        Ok(page) => api::list(&ui.base, &page),
+        Err(error) => api::problem(error_status(&error), &error.to_string()),
+    }
+}
+
+async fn incident_json(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    if let Some(answer) = refused(&ui, &headers) {
+        return answer;
+    }
+    match read(&ui, move |conn| incidents::get(conn, &id)).await {
+        Ok(Some(record)) => api::one(&ui.base, &record),
+        Ok(None) => api::problem(
+            StatusCode::NOT_FOUND,
+            "no incident of that id in this analyzer's store",
+        ),
+        Err(error) => api::problem(error_status(&error), &error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_path_is_normalised_to_a_leading_slash_and_no_trailing_one() {
+        assert_eq!(normalise_base_path(""), "");
+        assert_eq!(normalise_base_path("/"), "");
+        assert_eq!(normalise_base_path("ipaudit/"), "/ipaudit");
+        assert_eq!(normalise_base_path("/a/b/"), "/a/b");
+    }
+
+    #[test]
+    fn an_incident_url_joins_the_external_address_and_the_id() {
+        assert_eq!(
+            incident_url("https://ops.example/ipaudit/", "0123abcd"),
+            "https://ops.example/ipaudit/incidents/0123abcd"
+        );
+    }
+}
