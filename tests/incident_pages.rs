@@ -13,6 +13,7 @@ use std::time::Duration;
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::broker::free_port;
 use ipaudit_tests::browser::{self, elements, lanes, marks, tags};
+use ipaudit_tests::collector::workspace_binary;
 use ipaudit_tests::receiver::{Received, Receiver};
 use ipaudit_tests::scenario::{ip, play_kube_ovn_seed, subnet};
 use ipaudit_tests::wait_for;
@@ -247,6 +248,24 @@ fn a_live_incident_is_listed_its_link_opens_its_timeline_and_it_moves_to_resolve
     let elsewhere = browser::dump_dom(&page_url(ui_port, &format!("{BASE}/?cluster=elsewhere")));
     assert!(rows(&elsewhere).is_empty() && elsewhere.contains("No incident matches"));
 
+    // `kubectl ipaudit incidents` lists them from the running analyzer: exit 1 while some
+    // listed incident fires.
+    let ui_url = format!("http://127.0.0.1:{ui_port}{BASE}");
+    let kubectl = |args: &[&str]| {
+        let out = std::process::Command::new(workspace_binary("kubectl-ipaudit"))
+            .args(["incidents", "--url", &ui_url])
+            .args(args)
+            .output()
+            .expect("kubectl-ipaudit runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, table) = kubectl(&["--state", "firing"]);
+    assert_eq!(code, Some(1), "{table}");
+    assert!(table.contains("2 of 2 incident(s)"), "{table}");
+
     // The operator removes the finalizer by hand: the IP goes, its alert resolves and the
     // incident moves to resolved.
     world
@@ -316,6 +335,22 @@ fn a_live_incident_is_listed_its_link_opens_its_timeline_and_it_moves_to_resolve
         status, 400,
         "an unknown filter value is refused, not ignored"
     );
+
+    let (code, table) = kubectl(&["--state", "resolved"]);
+    assert_eq!(code, Some(0), "nothing firing among those listed: {table}");
+    assert!(
+        table.contains(&format!("{ui_url}/incidents/{stuck_id}")),
+        "{table}"
+    );
+    let (code, table) = kubectl(&["--rule", "subnet-deleted-before-ip"]);
+    assert_eq!(code, Some(0), "{table}");
+    assert!(table.contains(seed.leaked_ip) && !table.contains("ip-stuck-terminating"));
+    let (code, json) = kubectl(&["-o", "json", "-q", "172.19.0.12"]);
+    assert_eq!(code, Some(0));
+    let listed: Value = serde_json::from_str(&json).expect("-o json is the API's JSON");
+    assert_eq!(listed["total"], 2);
+    let (code, _) = kubectl(&["--state", "open"]);
+    assert_eq!(code, Some(2), "a refused filter is an error");
 }
 
 #[test]

@@ -307,6 +307,11 @@ struct ReplayArgs {
     /// Exit 2 when any input had to be skipped (default: skip, report, and analyse the rest).
     #[arg(long, env = "IPAUDIT_STRICT")]
     strict: bool,
+
+    /// A running analyzer's incident pages (its --ui-url): each alert of the text and JSON
+    /// reports names its page there (the replayed cluster must be the one it analyses).
+    #[arg(long, env = "IPAUDIT_UI_URL")]
+    ui_url: Option<String>,
 }
 
 fn parse_time(text: &str) -> Result<i64, String> {
@@ -562,7 +567,10 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut outcome = replay(&args.files, &options).context("replay failed")?;
     // The process exits next: freeing the whole state object by object would only cost time.
     std::mem::forget(outcome.analyzer.take());
-    let findings = Findings::take(std::mem::take(&mut outcome.outputs));
+    let mut findings = Findings::take(std::mem::take(&mut outcome.outputs));
+    if let Some(url) = args.ui_url.as_deref().filter(|u| !u.is_empty()) {
+        findings.link_pages(url);
+    }
     match args.format {
         Format::Text => emit(&render_text(&findings, &outcome))?,
         Format::Jsonl => {

@@ -6,10 +6,12 @@
 //!
 //! The pipeline, one module each: [`cluster`] (kubeconfig, and which cluster it is) ->
 //! [`snapshot`] (paged lists of every served kind, as events) -> [`check`] (the rules) ->
-//! [`report`] (the report file) -> [`release`] (guarded cleanup from a report).
+//! [`report`] (the report file) -> [`release`] (guarded cleanup from a report); and
+//! [`incidents`], a running analyzer's incidents from its API.
 
 pub mod check;
 pub mod cluster;
+pub mod incidents;
 pub mod release;
 pub mod report;
 pub mod snapshot;

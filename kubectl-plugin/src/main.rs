@@ -1,6 +1,6 @@
 //! `kubectl-ipaudit`: `kubectl ipaudit check` (the analyzer's rules on one snapshot of the
-//! cluster) and `kubectl ipaudit release --from-report` (a guarded cleanup of what a check
-//! found). kubectl finds it as a plugin when it is on PATH; it also runs by itself.
+//! cluster), `kubectl ipaudit release --from-report` (a guarded cleanup of what a check
+//! found) and `kubectl ipaudit incidents` (a running analyzer's incidents). kubectl finds it as a plugin when it is on PATH; it also runs by itself.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ipaudit_analyzer::cli::RuleArgs;
+use ipaudit_analyzer::live::incidents::IncidentFilter;
 use ipaudit_analyzer::offline::report::{render_text, write_jsonl};
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_collector::discovery;
@@ -25,7 +26,7 @@ use ipaudit_runtime::parse;
 #[command(
     name = "kubectl-ipaudit",
     version,
-    about = "ipaudit's one-shot IP leak check of a live cluster, and a guarded release from its report"
+    about = "ipaudit's one-shot IP leak check of a live cluster, a guarded release from its report, and a running analyzer's incidents"
 )]
 struct Cli {
     /// kubeconfig file (default: in-cluster service account, then $KUBECONFIG, then ~/.kube/config).
@@ -50,6 +51,62 @@ enum Command {
     /// report of another cluster or older than --max-report-age; acts only where uid and
     /// resourceVersion still match. Exit 0: done; 1: some action failed; 2: refused or error.
     Release(ReleaseArgs),
+    /// Lists the incidents a running analyzer holds (its JSON API; reach it with
+    /// `kubectl port-forward`), with the pages' filters. Exit 0: none firing among those
+    /// listed; 1: some firing; 2: error.
+    Incidents(IncidentsArgs),
+}
+
+#[derive(Debug, Args)]
+struct IncidentsArgs {
+    /// The analyzer's pages, with their path prefix (its --ui-url, or
+    /// http://localhost:9091 after `kubectl -n ipaudit port-forward statefulset/ipaudit-analyzer 9091`).
+    #[arg(long, env = "IPAUDIT_UI_URL", default_value = "http://localhost:9091")]
+    url: String,
+    /// File holding the API's bearer token (the analyzer's --ui-api-token-file).
+    #[arg(long, env = "IPAUDIT_UI_API_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Output format: a table, or the API's JSON as it came.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    output: IncidentsFormat,
+    /// Only this cluster.
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Only this rule.
+    #[arg(long)]
+    rule: Option<String>,
+    /// Only incidents involving this namespace.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Only this subnet or pool.
+    #[arg(long)]
+    pool: Option<String>,
+    /// firing, resolved or all.
+    #[arg(long, default_value = "all")]
+    state: String,
+    /// Fired at or after this time (RFC 3339).
+    #[arg(long)]
+    since: Option<String>,
+    /// Fired before this time (RFC 3339).
+    #[arg(long)]
+    until: Option<String>,
+    /// Text in the subject, the address or the summary.
+    #[arg(short = 'q', long)]
+    query: Option<String>,
+    /// Page number, from 1.
+    #[arg(long, default_value_t = 1)]
+    page: u32,
+    /// Incidents per page (at most 500).
+    #[arg(long, default_value_t = 50)]
+    per_page: u32,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum IncidentsFormat {
+    /// One line per incident.
+    Table,
+    /// The API's JSON (ipaudit.incident-list.v1).
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -130,6 +187,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Check(args) => check(&kube, args).await,
             Command::Release(args) => release_from_report(&kube, args).await,
+            Command::Incidents(args) => incidents(args).await,
         }
     });
     match result {
@@ -197,6 +255,41 @@ async fn check(kube: &KubeOptions, args: CheckArgs) -> anyhow::Result<ExitCode> 
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    })
+}
+
+async fn incidents(args: IncidentsArgs) -> anyhow::Result<ExitCode> {
+    let token = ipaudit_runtime::kafka::value_or_file(None, args.token_file.as_deref())
+        .context("cannot read the API token")?;
+    let filter = IncidentFilter {
+        cluster: args.cluster,
+        rule: args.rule,
+        namespace: args.namespace,
+        pool: args.pool,
+        state: Some(args.state),
+        since: args.since,
+        until: args.until,
+        q: args.query,
+        page: Some(args.page),
+        per_page: Some(args.per_page),
+    };
+    let list = ipaudit_kubectl::incidents::fetch(&args.url, &filter, token.as_deref()).await?;
+    let mut stdout = std::io::stdout().lock();
+    match args.output {
+        IncidentsFormat::Table => write!(
+            stdout,
+            "{}",
+            ipaudit_kubectl::incidents::table(&list, &args.url)
+        )?,
+        IncidentsFormat::Json => writeln!(stdout, "{list}")?,
+    }
+    let firing = list["items"]
+        .as_array()
+        .is_some_and(|items| items.iter().any(|i| i["state"] == "firing"));
+    Ok(if firing {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     })
 }
 

@@ -40,6 +40,18 @@ pub struct Findings {
 }
 
 impl Findings {
+    /// Links every alert to its incident page under `ui_url` (a running analyzer's
+    /// `--ui-url`): the reports then name each incident's live page.
+    pub fn link_pages(&mut self, ui_url: &str) {
+        for history in &mut self.alerts {
+            let url = crate::live::ui::incident_url(ui_url, &history.fired.alert_id);
+            if let Some(resolved) = &mut history.resolved {
+                resolved.url = Some(url.clone());
+            }
+            history.fired.url = Some(url);
+        }
+    }
+
     /// Folds outputs into per-alert histories. An alert that fires again after resolving
     /// gets a second history.
     pub fn from_outputs(outputs: &[Output]) -> Self {
@@ -128,6 +140,9 @@ struct AlertLine<'a> {
     subject_uid: &'a str,
     subnet: Option<&'a str>,
     summary: &'a str,
+    /// The incident's live page (`replay --ui-url`); absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<&'a str>,
 }
 
 impl<'a> AlertLine<'a> {
@@ -151,6 +166,7 @@ impl<'a> AlertLine<'a> {
             subject_uid: &alert.subject_uid,
             subnet: alert.subnet.as_deref(),
             summary: &alert.summary,
+            url: alert.url.as_deref(),
         }
     }
 }
@@ -379,6 +395,9 @@ fn write_alert(out: &mut String, history: &AlertHistory) {
         alert.alert_id
     );
     let _ = writeln!(out, "  {}", alert.summary);
+    if let Some(url) = &alert.url {
+        let _ = writeln!(out, "  page: {url}");
+    }
     let _ = writeln!(out, "  timeline:");
     let stream_width = alert
         .evidence
@@ -418,6 +437,34 @@ fn write_evidence(out: &mut String, e: &Evidence, stream_width: usize) {
 mod tests {
     use super::*;
     use crate::analysis::alerts::sample_alert;
+
+    #[test]
+    fn with_the_pages_address_each_alert_of_the_text_and_json_reports_names_its_page() {
+        let mut findings = Findings::from_outputs(&[Output::Alert(sample_alert(
+            "0a1b",
+            "ip-without-pod",
+            AlertStatus::Firing,
+            "10",
+        ))]);
+        let mut jsonl = Vec::new();
+        write_jsonl(&mut jsonl, &findings, &ReplayOutcome::default()).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&jsonl).contains("\"url\""),
+            "no url without the address"
+        );
+        findings.link_pages("https://ops.example/ipaudit/");
+        let mut text = String::new();
+        write_alert(&mut text, &findings.alerts[0]);
+        assert!(
+            text.contains("  page: https://ops.example/ipaudit/incidents/0a1b\n"),
+            "{text}"
+        );
+        let mut jsonl = Vec::new();
+        write_jsonl(&mut jsonl, &findings, &ReplayOutcome::default()).unwrap();
+        let first = jsonl.split(|b| *b == b'\n').next().unwrap();
+        let line: serde_json::Value = serde_json::from_slice(first).unwrap();
+        assert_eq!(line["url"], "https://ops.example/ipaudit/incidents/0a1b");
+    }
 
     #[test]
     fn findings_fold_each_firing_with_its_resolution_whether_the_outputs_are_lent_or_taken() {
