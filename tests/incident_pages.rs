@@ -52,11 +52,18 @@ fn analyzer(world: &World, receiver: &Receiver, ui_port: u16, more: &[&str]) -> 
     .into_iter()
     .chain(more.iter().copied())
     .collect();
+    // Members of one group, each with its own store (`--instance-id` given: the default,
+    // the host name, is the same for every process of a test).
+    let member = format!("member-{ui_port}");
+    let flags: Vec<&str> = flags
+        .into_iter()
+        .chain(["--instance-id", &member])
+        .collect();
     let process = AnalyzerProcess::start(
         &world.brokers,
         &world.topic,
         &format!("ipaudit-pages-{}-{}", world.topic, std::process::id()),
-        &world.dir.path().join("analyzer"),
+        &world.dir.path().join(&member),
         &flags,
     );
     process.wait_joined(Duration::from_secs(30));
@@ -448,4 +455,69 @@ fn a_hostile_object_name_stays_text_on_the_pages_and_the_api_asks_for_its_token(
         response.starts_with("HTTP/1.0 405") || response.starts_with("HTTP/1.1 405"),
         "{response}"
     );
+}
+
+#[test]
+fn a_member_that_does_not_hold_an_incident_answers_its_page_with_the_data_of_the_member_that_does()
+{
+    let world = World::new("pages-peers", None);
+    let receiver = Receiver::start(&world.runtime);
+    let _collector = world.collector();
+    // The range assignor gives the one partition to the member whose id sorts first; the
+    // members' ids start with their instance ids, `member-<port>`, of five digits each.
+    let (a, b) = (free_port(), free_port());
+    let (owner_port, other_port) = (a.min(b), a.max(b));
+    let peer = |port: u16| format!("http://127.0.0.1:{port}{BASE}");
+    let owner = analyzer(
+        &world,
+        &receiver,
+        owner_port,
+        &["--ui-peers", &peer(other_port)],
+    );
+    play_kube_ovn_seed(&world.sim, false);
+    let hook = wait_for("the alert at the webhook", Duration::from_secs(20), || {
+        receiver
+            .received("/hook")
+            .into_iter()
+            .find(|r| rule_of(r) == "subnet-deleted-before-ip")
+    });
+    let id = hook.body["alert_id"].as_str().expect("alert id").to_owned();
+    // A second member joins: the topic's one partition stays with the first, so the
+    // second's store holds nothing; the Service in front of both may send a click to it.
+    let other = analyzer(
+        &world,
+        &receiver,
+        other_port,
+        &["--ui-peers", &peer(owner_port)],
+    );
+    let (status, own) = get(other_port, &format!("{BASE}/api/v1/incidents"), None);
+    assert_eq!(status, 200);
+    assert!(
+        !own.contains(&id),
+        "the second member's store does not hold it: {own}"
+    );
+    let page = browser::dump_dom(&page_url(other_port, &format!("{BASE}/incidents/{id}")));
+    let note = elements(&page, "p")
+        .into_iter()
+        .find(|a| a.get("id").is_some_and(|i| i == "from-peer"))
+        .unwrap_or_else(|| {
+            panic!(
+                "the page says where it was read from: {page}\nlog:\n{}",
+                other.log_text()
+            )
+        });
+    assert_eq!(note["data-peer"], peer(owner_port));
+    assert!(
+        lanes(&page).contains(&"subnet/vm-net".to_owned()),
+        "with its timeline"
+    );
+    let one = api(other_port, &format!("{BASE}/api/v1/incidents/{id}"));
+    assert_eq!(one["alert_id"], id.as_str());
+    let (status, _) = get(
+        other_port,
+        &format!("{BASE}/incidents/0000000000000000"),
+        None,
+    );
+    assert_eq!(status, 404, "an id no member holds is not found");
+    drop(owner);
 }

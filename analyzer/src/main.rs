@@ -239,6 +239,11 @@ struct RunArgs {
     /// default: the API is open to whoever reaches --ui-listen, like the pages.
     #[arg(long, env = "IPAUDIT_UI_API_TOKEN_FILE")]
     ui_api_token_file: Option<PathBuf>,
+    /// The other analyzers' pages (comma-separated addresses with their path prefix, e.g.
+    /// http://ipaudit-analyzer-1.ipaudit-analyzer:9091): an incident this one does not
+    /// hold (recorded by another member, before a takeover) is read from them.
+    #[arg(long, env = "IPAUDIT_UI_PEERS", value_delimiter = ',')]
+    ui_peers: Vec<String>,
     /// How long a resolved incident stays on the pages (firing ones stay while they fire).
     #[arg(long, env = "IPAUDIT_INCIDENT_RETENTION", default_value = "14d", value_parser = parse::duration)]
     incident_retention: Duration,
@@ -408,6 +413,11 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
             })?,
             base_path: ipaudit_analyzer::live::ui::normalise_base_path(&args.ui_base_path),
             api_token: secret(None, args.ui_api_token_file, "UI API token")?,
+            peers: args
+                .ui_peers
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect(),
         })
     };
     let ui_url = args.ui_url.filter(|u| !u.is_empty());

@@ -151,6 +151,7 @@ fn main() -> anyhow::Result<()> {
             listen: "127.0.0.1:0".parse()?,
             base_path: String::new(),
             api_token: None,
+            peers: Vec::new(),
         };
         let bound = ui::serve(&config, &path, stop_rx).await?;
         let base = format!("http://{bound}");

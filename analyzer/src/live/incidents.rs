@@ -48,7 +48,7 @@ CREATE INDEX IF NOT EXISTS incident_log_by_alert ON incident_log (alert_id, at_m
 ";
 
 /// Where an incident is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IncidentState {
     /// Its alert fires.
@@ -76,7 +76,7 @@ impl IncidentState {
 }
 
 /// One incident as the list shows it (and the API's list items).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct IncidentSummary {
     /// The alert's stable id; the page is `/incidents/<id>`.
     pub alert_id: String,
@@ -107,7 +107,7 @@ pub struct IncidentSummary {
 }
 
 /// One line of an incident's log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LogEntry {
     /// When, wall clock, Unix ms.
     pub at_ms: i64,

@@ -93,6 +93,19 @@ pub(super) fn one(base: &str, record: &IncidentRecord) -> Response {
     )
 }
 
+/// An `ipaudit.incident.v1` answer (a peer's) read back; `None` if it is not one.
+pub(super) fn record_from(value: &serde_json::Value) -> Option<IncidentRecord> {
+    if value["schema"] != INCIDENT_SCHEMA {
+        return None;
+    }
+    Some(IncidentRecord {
+        summary: serde_json::from_value(value.clone()).ok()?,
+        fired: serde_json::from_value(value["fired"].clone()).ok()?,
+        resolved: serde_json::from_value(value["resolved"].clone()).ok()?,
+        log: serde_json::from_value(value["log"].clone()).ok()?,
+    })
+}
+
 /// An error answer: `{"error": "..."}` with its status.
 pub(super) fn problem(status: StatusCode, error: &str) -> Response {
     json(status, &serde_json::json!({ "error": error }))

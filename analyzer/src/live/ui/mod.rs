@@ -26,7 +26,7 @@ use axum::Router;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::watch;
 
-use crate::live::incidents::{self, IncidentFilter, IncidentsError};
+use crate::live::incidents::{self, IncidentFilter, IncidentRecord, IncidentsError};
 
 /// How the incident pages are served.
 #[derive(Clone)]
@@ -38,6 +38,9 @@ pub struct UiConfig {
     /// A token the API asks for (`Authorization: Bearer <token>`); `None`: none. Pages
     /// are for browsers and rely on the network (loopback, NetworkPolicy, the ingress).
     pub api_token: Option<String>,
+    /// The other members' pages (their address and path prefix), asked for an incident
+    /// this store does not hold.
+    pub peers: Vec<String>,
 }
 
 impl std::fmt::Debug for UiConfig {
@@ -47,6 +50,7 @@ impl std::fmt::Debug for UiConfig {
             .field("listen", &self.listen)
             .field("base_path", &self.base_path)
             .field("api_token", &self.api_token.as_ref().map(|_| "<redacted>"))
+            .field("peers", &self.peers)
             .finish()
     }
 }
@@ -73,7 +77,16 @@ struct Ui {
     store: Arc<Mutex<Connection>>,
     base: Arc<str>,
     token: Option<Arc<str>>,
+    peers: Arc<[String]>,
+    client: reqwest::Client,
 }
+
+/// Marks a request one member makes of another: it is answered from the store alone,
+/// never passed on (members list each other).
+const PEER_HEADER: &str = "x-ipaudit-peer";
+
+/// How long a peer may take to answer for one incident.
+const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Why the pages cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +128,15 @@ pub async fn serve(
         store: Arc::new(Mutex::new(store)),
         base: base.clone().into(),
         token: config.api_token.as_deref().map(Arc::from),
+        peers: config
+            .peers
+            .iter()
+            .map(|p| p.trim_end_matches('/').to_owned())
+            .collect(),
+        client: reqwest::Client::builder()
+            .timeout(PEER_TIMEOUT)
+            .build()
+            .unwrap_or_default(),
     };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -222,10 +244,55 @@ async fn list_page(
     }
 }
 
-async fn incident_page(State(ui): State<Ui>, UrlPath(id): UrlPath<String>) -> Response {
-    let asked = id.clone();
-    match read(&ui, move |conn| incidents::get(conn, &asked)).await {
-        Ok(Some(record)) => html(StatusCode::OK, pages::incident_page(&ui.base, &record)),
+/// The incident of `id`: from this store, else (unless a peer asks) from the first other
+/// member that holds it, with that member's address. After a takeover the member that
+/// recorded an incident keeps it in its store, while the Service in front of the group
+/// sends the operator's click to any member: every member answers with the data.
+async fn find(
+    ui: &Ui,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<Option<(IncidentRecord, Option<String>)>, IncidentsError> {
+    let asked = id.to_owned();
+    if let Some(record) = read(ui, move |conn| incidents::get(conn, &asked)).await? {
+        return Ok(Some((record, None)));
+    }
+    if headers.contains_key(PEER_HEADER) {
+        return Ok(None);
+    }
+    for peer in ui.peers.iter() {
+        let mut request = ui
+            .client
+            .get(format!("{peer}/api/v1/incidents/{id}"))
+            .header(PEER_HEADER, "1");
+        if let Some(token) = &ui.token {
+            request = request.bearer_auth(token);
+        }
+        let answer: Option<serde_json::Value> = match request.send().await {
+            Ok(response) if response.status().is_success() => response.json().await.ok(),
+            Ok(_) => None,
+            Err(error) => {
+                tracing::debug!(%peer, %error, "a peer did not answer for an incident");
+                None
+            }
+        };
+        if let Some(record) = answer.as_ref().and_then(api::record_from) {
+            return Ok(Some((record, Some(peer.clone()))));
+        }
+    }
+    Ok(None)
+}
+
+async fn incident_page(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    match find(&ui, &id, &headers).await {
+        Ok(Some((record, peer))) => html(
+            StatusCode::OK,
+            pages::incident_page(&ui.base, &record, peer.as_deref()),
+        ),
         Ok(None) => html(StatusCode::NOT_FOUND, pages::not_found_page(&ui.base, &id)),
         Err(error) => html(
             error_status(&error),
@@ -285,8 +352,8 @@ async fn incident_json(
     if let Some(answer) = refused(&ui, &headers) {
         return answer;
     }
-    match read(&ui, move |conn| incidents::get(conn, &id)).await {
-        Ok(Some(record)) => api::one(&ui.base, &record),
+    match find(&ui, &id, &headers).await {
+        Ok(Some((record, _))) => api::one(&ui.base, &record),
         Ok(None) => api::problem(
             StatusCode::NOT_FOUND,
             "no incident of that id in this analyzer's store",

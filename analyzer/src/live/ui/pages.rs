@@ -139,7 +139,8 @@ pub(super) fn list_page(base: &str, filter: &IncidentFilter, page: &IncidentPage
 
 /// `/incidents/<id>`: what the alert says, the report's timeline and event table of its
 /// evidence, the fix, and what happened to it (fired, delivered, cleanup, resolved).
-pub(super) fn incident_page(base: &str, record: &IncidentRecord) -> String {
+/// `peer`: the other member it was read from, when this one does not hold it.
+pub(super) fn incident_page(base: &str, record: &IncidentRecord, peer: Option<&str>) -> String {
     let s = &record.summary;
     let history = AlertHistory {
         fired: record.fired.clone(),
@@ -152,6 +153,11 @@ pub(super) fn incident_page(base: &str, record: &IncidentRecord) -> String {
             " " span.(s.state.as_str()) #state data-state=(s.state.as_str()) { (s.state.as_str()) }
         }
         p.summary { (s.summary) }
+        @if let Some(peer) = peer {
+            p.note #from-peer data-peer=(peer) {
+                "Recorded by the analyzer at " (peer) " (another member of the group), read from it."
+            }
+        }
         dl.facts {
             dt { "alert id" } dd #alert-id { (s.alert_id) }
             dt { "cluster" } dd { (s.cluster_id) }
@@ -264,7 +270,7 @@ mod tests {
                 detail: hostile.into(),
             }],
         };
-        let html = incident_page("/p", &record);
+        let html = incident_page("/p", &record, None);
         assert!(!html.contains("<script>") && !html.contains("<img"));
         assert!(html.contains("&lt;script&gt;"));
     }
