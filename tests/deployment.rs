@@ -478,7 +478,7 @@ fn the_analyzer_is_a_statefulset_whose_pod_name_is_its_static_group_member_id() 
 }
 
 #[test]
-fn docker_compose_publishes_kafka_and_metrics_on_localhost_only() {
+fn docker_compose_publishes_kafka_metrics_and_the_pages_on_localhost_only() {
     let compose = &yaml_documents("docker-compose.yml")[0];
     let mut published = 0;
     for (name, service) in compose["services"].as_mapping().expect("services") {
@@ -490,5 +490,8 @@ fn docker_compose_publishes_kafka_and_metrics_on_localhost_only() {
             );
         }
     }
-    assert_eq!(published, 2, "Kafka and the collector's metrics");
+    assert_eq!(
+        published, 3,
+        "Kafka, the collector's metrics and the analyzer's incident pages"
+    );
 }
