@@ -10,8 +10,9 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ipaudit_schemas::{decode, Alert};
 use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::broker::free_port;
+use ipaudit_tests::broker::{create_topic, free_port, read_topic};
 use ipaudit_tests::browser::{self, elements, lanes, marks, tags};
 use ipaudit_tests::collector::workspace_binary;
 use ipaudit_tests::receiver::{Received, Receiver};
@@ -132,7 +133,11 @@ fn a_live_incident_is_listed_its_link_opens_its_timeline_and_it_moves_to_resolve
     let receiver = Receiver::start(&world.runtime);
     let collector = world.remediating_collector("dry-run", &[]);
     let ui_port = free_port();
-    let analyzer = analyzer(&world, &receiver, ui_port, &[]);
+    let alerts = format!("{}.alerts", world.topic);
+    world
+        .runtime
+        .block_on(create_topic(&world.brokers, &alerts));
+    let analyzer = analyzer(&world, &receiver, ui_port, &["--alerts-topic", &alerts]);
     let seed = play_kube_ovn_seed(&world.sim, false);
 
     // Alertmanager's "Source" link and the webhook's url are the incident's page.
@@ -158,6 +163,21 @@ fn a_live_incident_is_listed_its_link_opens_its_timeline_and_it_moves_to_resolve
                 .into_iter()
                 .find(|r| rule_of(r) == "ip-stuck-terminating")
         },
+    );
+    let on_kafka = read_topic(&world.brokers, &alerts, Duration::from_secs(15), |p| {
+        !p.is_empty()
+    });
+    let first: Alert = decode(&on_kafka[0]).expect("an Avro Alert");
+    assert_eq!(
+        first.url.as_deref(),
+        Some(
+            format!(
+                "http://127.0.0.1:{ui_port}{BASE}/incidents/{}",
+                first.alert_id
+            )
+            .as_str()
+        ),
+        "the alerts topic's records link to their page (Alert v5)"
     );
     let stuck_id = stuck.body["alert_id"]
         .as_str()
