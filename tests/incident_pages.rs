@@ -31,6 +31,9 @@ fn analyzer(world: &World, receiver: &Receiver, ui_port: u16, more: &[&str]) -> 
     let ui_listen = format!("127.0.0.1:{ui_port}");
     let ui_url = format!("http://127.0.0.1:{ui_port}{BASE}");
     let commands = world.commands_topic();
+    world
+        .runtime
+        .block_on(create_topic(&world.brokers, &commands));
     let (hook, am) = (
         format!("{}/hook", receiver.url),
         format!("{}/am", receiver.url),
@@ -478,8 +481,8 @@ fn a_hostile_object_name_stays_text_on_the_pages_and_the_api_asks_for_its_token(
 }
 
 #[test]
-fn a_member_that_does_not_hold_an_incident_answers_its_page_with_the_data_of_the_member_that_does()
-{
+fn a_member_that_does_not_hold_an_incident_answers_with_the_data_of_the_one_that_does_which_keeps_it_across_a_restart(
+) {
     let world = World::new("pages-peers", None);
     let receiver = Receiver::start(&world.runtime);
     let _collector = world.collector();
@@ -539,5 +542,22 @@ fn a_member_that_does_not_hold_an_incident_answers_its_page_with_the_data_of_the
         None,
     );
     assert_eq!(status, 404, "an id no member holds is not found");
+
+    // The incident lives in the owner's store file: it is there after a restart.
+    let log = owner.log.clone();
+    assert!(
+        owner.terminate(Duration::from_secs(20)),
+        "a clean exit; log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let owner = analyzer(
+        &world,
+        &receiver,
+        owner_port,
+        &["--ui-peers", &peer(other_port)],
+    );
+    let again = api(owner_port, &format!("{BASE}/api/v1/incidents/{id}"));
+    assert_eq!(again["alert_id"], id.as_str());
+    assert_eq!(again["fired"], one["fired"], "the same evidence");
     drop(owner);
 }
