@@ -1,4 +1,6 @@
-//! docker-compose.yml and deploy/ say what the code does: the services, topics, flags and
+//! docker-compose.yml and deploy/ (the Helm chart rendered with its default values, checked
+//! current by scripts/render-deploy --check; tests/helm_chart.rs checks the chart's other
+//! choices) say what the code does: the services, topics, flags and
 //! environment variables they use exist, and the collector's permissions are least
 //! privilege.
 
@@ -136,7 +138,7 @@ fn read_rules_of_the_kind_table() -> Vec<(Vec<String>, Vec<String>, Vec<String>)
 }
 
 #[test]
-fn the_collector_may_only_read_the_kinds_of_the_table_and_patch_ips_when_remediating() {
+fn the_collector_may_only_read_the_kinds_of_the_table() {
     let rbac = yaml_documents("deploy/rbac.yaml");
     let role = kind(&rbac, "ClusterRole", "ipaudit-collector");
     let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role["rules"]
@@ -162,42 +164,7 @@ fn the_collector_may_only_read_the_kinds_of_the_table_and_patch_ips_when_remedia
             kind.resource()
         );
     }
-    let remediate = yaml_documents("deploy/rbac-remediate.yaml");
-    let role = kind(&remediate, "ClusterRole", "ipaudit-collector-remediate");
-    // Exactly the writes the cleanups make (collector/src/cleanup), nothing else.
-    let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role["rules"]
-        .as_sequence()
-        .expect("rules")
-        .iter()
-        .map(|rule| {
-            (
-                strings(&rule["apiGroups"]),
-                strings(&rule["resources"]),
-                strings(&rule["verbs"]),
-            )
-        })
-        .collect();
-    let grant = |group: &str, resource: &str, verb: &str| {
-        (
-            vec![group.to_owned()],
-            vec![resource.to_owned()],
-            vec![verb.to_owned()],
-        )
-    };
-    assert_eq!(
-        rules,
-        [
-            grant("kubeovn.io", "ips", "patch"),
-            grant("whereabouts.cni.cncf.io", "ippools", "patch"),
-            grant(
-                "whereabouts.cni.cncf.io",
-                "overlappingrangeipreservations",
-                "delete"
-            ),
-            grant("spiderpool.spidernet.io", "spiderendpoints", "patch"),
-            grant("spiderpool.spidernet.io", "spiderippools/status", "patch"),
-        ]
-    );
+    // The remediation role is rendered only with remediation on: tests/helm_chart.rs.
 }
 
 #[test]

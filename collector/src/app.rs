@@ -198,6 +198,7 @@ async fn start(
     let names: Vec<String> = kinds.iter().map(|k| discovery::served_name(k)).collect();
     info!(kinds = %names.join(", "), "watching");
     let metrics = Metrics::new(&watched);
+    metrics.outbox_limit(config.outbox_max_bytes);
     let health = Health::new(&watched, config.unready_after, config.outbox_max_bytes);
     let (stop, stop_rx) = watch::channel(false);
     let http = match config.listen {
@@ -232,6 +233,7 @@ async fn start(
         let index: SharedIndex =
             Arc::new(std::sync::RwLock::new(crate::guard::Index::new(&watched)));
         writer = Box::new(IndexingWriter::new(writer, Arc::clone(&index)));
+        metrics.admission_serving();
         let (bound, task) = crate::admission::serve(
             admission,
             config.stamp.cluster_id.clone(),
@@ -291,17 +293,18 @@ async fn start(
         });
     }
     if let Some((remediate, db)) = remediate.filter(|(r, _)| r.mode != RemediationMode::Off) {
-        let (client, stamp, tx, stop_rx) = (
+        let (client, stamp, tx, metrics, stop_rx) = (
             client.clone(),
             config.stamp.clone(),
             tx.clone(),
+            metrics.clone(),
             stop_rx.clone(),
         );
         health.task_started("remediator");
         // The remediator sends its outcomes through the same writer, so it is one of the
         // feeders the writer outlives.
         feeders.spawn(async move {
-            let result = run_remediator(client, remediate, stamp, &db, tx, stop_rx)
+            let result = run_remediator(client, remediate, stamp, &db, tx, metrics, stop_rx)
                 .await
                 .map_err(|e| AppError::Remediate(error_chain(&e)));
             ("remediator", result)

@@ -19,6 +19,8 @@ struct Endpoints {
 
 impl Window for Endpoints {
     fn metrics_text(&self) -> String {
+        self.metrics
+            .set_ready(self.health.readiness_problems().is_empty());
         self.metrics.encode()
     }
     fn liveness_problems(&self) -> Vec<String> {

@@ -123,7 +123,7 @@ struct WatchArgs {
 #[derive(Debug, Args)]
 struct AdmissionArgs {
     /// Serve the validating admission webhook (HTTPS, POST /validate) on this address,
-    /// e.g. 0.0.0.0:8443; see deploy/admission.yaml. Default: not served.
+    /// e.g. 0.0.0.0:8443; see the Helm chart's collector.admissionGuard. Default: not served.
     #[arg(long, env = "IPAUDIT_ADMISSION_LISTEN")]
     admission_listen: Option<SocketAddr>,
     /// PEM certificate chain of the webhook (re-read when the file changes).
@@ -199,7 +199,7 @@ struct RunArgs {
     /// Execute cleanup commands for this cluster: off (default), dry-run (check and record
     /// only) or on (remove the finalizer of a stuck kube-ovn IP or SpiderEndpoint, remove a
     /// whereabouts allocation or reservation of a gone pod; needs
-    /// deploy/rbac-remediate.yaml).
+    /// the Helm chart's remediation ClusterRole, collector.remediation: on).
     #[arg(long, env = "IPAUDIT_REMEDIATE", value_enum, default_value = "off")]
     remediate: Remediate,
     /// Topic of cleanup commands.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use ipaudit_runtime::telemetry::EventLabels;
-use ipaudit_schemas::Stream;
+use ipaudit_schemas::{EventType, Stream};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -52,6 +52,41 @@ pub struct AdmissionLabels {
     pub decision: String,
 }
 
+/// `{outcome}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// applied, dry_run, skipped or failed.
+    pub outcome: String,
+}
+
+/// The `reason`s of `watch_errors` ([`crate::telemetry`]'s watch failures), each series
+/// of every watched stream there from the start: a rule's `increase()` sees the first one.
+pub const WATCH_ERROR_REASONS: [&str; 6] = [
+    "unreadable_object",
+    "list_failed",
+    "watch_failed",
+    "error_event",
+    "undecodable_event",
+    "stream_failed",
+];
+
+/// The decisions of `admission_reviews` ([`crate::guard::Decision`]).
+const ADMISSION_DECISIONS: [crate::guard::Decision; 5] = [
+    crate::guard::Decision::Allowed,
+    crate::guard::Decision::Warned,
+    crate::guard::Decision::Denied,
+    crate::guard::Decision::Unsynced,
+    crate::guard::Decision::Error,
+];
+
+/// The outcomes of `remediation_outcomes`.
+const REMEDIATION_OUTCOMES: [ipaudit_schemas::RemediationOutcome; 4] = [
+    ipaudit_schemas::RemediationOutcome::Applied,
+    ipaudit_schemas::RemediationOutcome::DryRun,
+    ipaudit_schemas::RemediationOutcome::Skipped,
+    ipaudit_schemas::RemediationOutcome::Failed,
+];
+
 /// Every metric of the collector. The counters are moved only by the typed events of
 /// [`crate::telemetry`] (each logs what it counts); the gauges are set here.
 #[derive(Clone)]
@@ -70,6 +105,9 @@ pub struct Metrics {
     pub(crate) outbox_full: Counter,
     pub(crate) watch_pauses: Family<StreamLabels, Counter>,
     pub(crate) admission_reviews: Family<AdmissionLabels, Counter>,
+    pub(crate) remediation_outcomes: Family<OutcomeLabels, Counter>,
+    outbox_limit: Gauge,
+    ready: Gauge,
 }
 
 impl Metrics {
@@ -160,6 +198,64 @@ impl Metrics {
             "AdmissionReviews answered by the guard, by reviewed kind and decision",
             admission_reviews.clone(),
         );
+        let remediation_outcomes = Family::<OutcomeLabels, Counter>::default();
+        collector.register(
+            "remediation_outcomes",
+            "Cleanup commands handled, by outcome (applied, dry_run, skipped: refused or a check failed, failed: the API server did not answer as expected)",
+            remediation_outcomes.clone(),
+        );
+        let outbox_limit = Gauge::default();
+        collector.register_with_unit(
+            "outbox_limit",
+            "--outbox-max-bytes: the outbox payload at which the watches pause (0: unbounded)",
+            Unit::Bytes,
+            outbox_limit.clone(),
+        );
+        let ready = Gauge::default();
+        collector.register(
+            "ready",
+            "1 while /readyz would answer 200, else 0 (set at each scrape)",
+            ready.clone(),
+        );
+        // Every series a rule or a dashboard reads exists from the start, at 0: a panel
+        // shows 0 rather than "no data", and increase() sees the first failure.
+        for stream in watched {
+            for event_type in [
+                EventType::Added,
+                EventType::Modified,
+                EventType::Deleted,
+                EventType::DeletedOnRelist,
+            ] {
+                events
+                    .get_or_create(&EventLabels::new(stream.as_str(), event_type.as_str()))
+                    .inc_by(0);
+            }
+            for reason in WATCH_ERROR_REASONS {
+                watch_errors
+                    .get_or_create(&ReasonLabels {
+                        stream: stream.as_str().into(),
+                        reason: reason.into(),
+                    })
+                    .inc_by(0);
+            }
+            watch_pauses
+                .get_or_create(&stream_labels(*stream))
+                .inc_by(0);
+        }
+        for result in ["delivered", "failed"] {
+            kafka
+                .get_or_create(&ResultLabels {
+                    result: result.into(),
+                })
+                .inc_by(0);
+        }
+        for reason in crate::produce::QUARANTINE_REASONS {
+            quarantined
+                .get_or_create(&OnlyReasonLabels {
+                    reason: reason.into(),
+                })
+                .inc_by(0);
+        }
         Metrics {
             registry: Arc::new(root),
             events,
@@ -175,7 +271,46 @@ impl Metrics {
             outbox_full,
             watch_pauses,
             admission_reviews,
+            remediation_outcomes,
+            outbox_limit,
+            ready,
         }
+    }
+
+    /// The admission guard serves: its series of every guarded kind and decision start at 0.
+    pub fn admission_serving(&self) {
+        for guarded in crate::guard::Guarded::ALL {
+            for decision in ADMISSION_DECISIONS {
+                self.admission_reviews
+                    .get_or_create(&AdmissionLabels {
+                        kind: guarded.label().into(),
+                        decision: decision.as_str().into(),
+                    })
+                    .inc_by(0);
+            }
+        }
+    }
+
+    /// Remediation runs (dry-run or on): its outcome series start at 0.
+    pub fn remediating(&self) {
+        for outcome in REMEDIATION_OUTCOMES {
+            self.remediation_outcomes
+                .get_or_create(&OutcomeLabels {
+                    outcome: outcome.as_str().into(),
+                })
+                .inc_by(0);
+        }
+    }
+
+    /// Sets `outbox_limit_bytes` (`None`: unbounded, 0).
+    pub fn outbox_limit(&self, bytes: Option<u64>) {
+        self.outbox_limit
+            .set(bytes.map_or(0, |b| i64::try_from(b).unwrap_or(i64::MAX)));
+    }
+
+    /// Sets `ready`, from the readiness check of /readyz.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
     }
 
     /// Sets the outbox backlog.
@@ -207,6 +342,82 @@ pub(crate) fn stream_labels(stream: Stream) -> StreamLabels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_series_rules_and_dashboards_read_exist_from_the_start_at_zero() {
+        let metrics = Metrics::new(&[Stream::Pod, Stream::Ip]);
+        metrics.outbox_limit(Some(1 << 30));
+        let text = metrics.encode();
+        let mut expected = vec![
+            "ipaudit_collector_events_total{stream=\"ip\",type=\"DELETED\"} 0".to_owned(),
+            "ipaudit_collector_kafka_messages_total{result=\"delivered\"} 0".to_owned(),
+            "ipaudit_collector_kafka_messages_total{result=\"failed\"} 0".to_owned(),
+            "ipaudit_collector_outbox_limit_bytes 1073741824".to_owned(),
+            "ipaudit_collector_ready 0".to_owned(),
+        ];
+        for stream in ["pod", "ip"] {
+            for reason in WATCH_ERROR_REASONS {
+                expected.push(format!(
+                    "ipaudit_collector_watch_errors_total{{stream=\"{stream}\",reason=\"{reason}\"}} 0"
+                ));
+            }
+            expected.push(format!(
+                "ipaudit_collector_watch_pauses_total{{stream=\"{stream}\"}} 0"
+            ));
+        }
+        for reason in crate::produce::QUARANTINE_REASONS {
+            expected.push(format!(
+                "ipaudit_collector_quarantined_total{{reason=\"{reason}\"}} 0"
+            ));
+        }
+        for line in &expected {
+            assert!(text.contains(line.as_str()), "{line} missing in:\n{text}");
+        }
+        // The guard's and the remediator's series come with them, not before.
+        assert!(
+            !text.contains("ipaudit_collector_admission_reviews_total{"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("ipaudit_collector_remediation_outcomes_total{"),
+            "{text}"
+        );
+        metrics.admission_serving();
+        metrics.remediating();
+        let text = metrics.encode();
+        for kind in ["subnet", "ippool", "spiderippool"] {
+            for decision in ["allowed", "warned", "denied", "unsynced", "error"] {
+                let line = format!(
+                    "ipaudit_collector_admission_reviews_total{{kind=\"{kind}\",decision=\"{decision}\"}} 0"
+                );
+                assert!(text.contains(&line), "{line} missing in:\n{text}");
+            }
+        }
+        for outcome in ["applied", "dry_run", "skipped", "failed"] {
+            let line =
+                format!("ipaudit_collector_remediation_outcomes_total{{outcome=\"{outcome}\"}} 0");
+            assert!(text.contains(&line), "{line} missing in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_quarantine_reason_is_initialised() {
+        use rdkafka::types::RDKafkaErrorCode as Code;
+        for code in [
+            Code::MessageSizeTooLarge,
+            Code::InvalidMessageSize,
+            Code::MessageBatchTooLarge,
+            Code::InvalidMessage,
+            Code::InvalidRecord,
+            Code::InvalidTimestamp,
+        ] {
+            let reason = crate::produce::permanent_reason(code).expect("permanent");
+            assert!(
+                crate::produce::QUARANTINE_REASONS.contains(&reason),
+                "{reason}"
+            );
+        }
+    }
 
     #[test]
     fn every_watched_stream_has_a_watching_series_and_every_series_carries_the_collector_prefix() {

@@ -226,6 +226,16 @@ fn denied_write(topic: &str, code: RDKafkaErrorCode) -> ProduceError {
     }
 }
 
+/// Every label [`permanent_reason`] gives (the `reason`s of `quarantined_total`).
+pub const QUARANTINE_REASONS: [&str; 6] = [
+    "message_size_too_large",
+    "invalid_message_size",
+    "message_batch_too_large",
+    "invalid_message",
+    "invalid_record",
+    "invalid_timestamp",
+];
+
 /// The label of an error that refuses one message for good: sending the same bytes again
 /// cannot succeed, so the row is quarantined. Everything else (broker down, leader
 /// moving, timeouts, a missing topic, authorization) is retried.
@@ -446,11 +456,11 @@ async fn check_or_create_topics(
                     match role {
                         TopicRole::Events => error!(
                             %topic,
-                            "the events topic does not exist: create it (see deploy/topics.yaml), or pass --create-topic; events wait in the outbox"
+                            "the events topic does not exist: create it (the Helm chart's topics Job, deploy/topics.yaml), or pass --create-topic; events wait in the outbox"
                         ),
                         TopicRole::Schemas => error!(
                             %topic,
-                            "the schemas topic does not exist: create it (see deploy/topics.yaml), pass --create-topic, or --schemas-topic \"\" if every analyzer is as new as this collector; events wait in the outbox"
+                            "the schemas topic does not exist: create it (the Helm chart's topics Job, deploy/topics.yaml), pass --create-topic, or --schemas-topic \"\" if every analyzer is as new as this collector; events wait in the outbox"
                         ),
                     }
                     health.topic_missing(topic);

@@ -49,7 +49,10 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::cleanup::{self, Cleanup, Mode, Outcome};
 use crate::event::Stamp;
+use crate::metrics::Metrics;
 use crate::observed::{LiveChange, Observed};
+use crate::telemetry::RemediationOutcomeRecorded;
+use ipaudit_runtime::telemetry::InternalEvent;
 
 /// Whether and how commands are executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,6 +267,7 @@ struct Remediator {
     ledger: Ledger,
     events: mpsc::Sender<Observed>,
     recent: VecDeque<Instant>,
+    metrics: Metrics,
 }
 
 /// A refusal before anything is read, as an outcome to record.
@@ -278,11 +282,13 @@ pub async fn run_remediator(
     stamp: Stamp,
     state_db: &Path,
     events: mpsc::Sender<Observed>,
+    metrics: Metrics,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), RemediateError> {
     if config.mode == RemediationMode::Off {
         return Ok(());
     }
+    metrics.remediating();
     let ledger = Ledger::open(state_db)?;
     if config.mode == RemediationMode::On {
         let rerun = ledger.rerun_dry_runs(now_ms())?;
@@ -314,6 +320,7 @@ pub async fn run_remediator(
         ledger,
         events,
         recent: VecDeque::new(),
+        metrics,
     };
     loop {
         let due_in = remediator
@@ -552,6 +559,10 @@ impl Remediator {
 
     /// Hands the outcome event to the outbox writer; `false` when it is gone (shutdown).
     async fn emit(&self, command: &CleanupCommand, outcome: Outcome) -> bool {
+        RemediationOutcomeRecorded {
+            outcome: outcome.outcome,
+        }
+        .emit(&self.metrics);
         let event = outcome_event(&self.stamp, command, outcome);
         self.events
             .send(Observed {

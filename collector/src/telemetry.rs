@@ -6,7 +6,7 @@
 use std::fmt::Display;
 
 use ipaudit_runtime::telemetry::{EventLabels, InternalEvent};
-use ipaudit_schemas::{EventType, Stream};
+use ipaudit_schemas::{EventType, RemediationOutcome, Stream};
 use tracing::{debug, error, info, trace, warn};
 
 use crate::guard::{Decision, Verdict};
@@ -304,17 +304,38 @@ impl InternalEvent for KafkaBatchSent {
             failed = self.failed,
             "batch sent to Kafka"
         );
+        // Both series exist from the start ([`Metrics::new`]).
         for (result, n) in [("delivered", self.delivered), ("failed", self.failed)] {
-            // A failed series appears with the first failure, not before.
-            if n > 0 || result == "delivered" {
-                metrics
-                    .kafka
-                    .get_or_create(&ResultLabels {
-                        result: result.into(),
-                    })
-                    .inc_by(n);
-            }
+            metrics
+                .kafka
+                .get_or_create(&ResultLabels {
+                    result: result.into(),
+                })
+                .inc_by(n);
         }
+    }
+}
+
+/// A cleanup command's outcome was recorded (its REMEDIATION event goes to the outbox;
+/// the remediator logged why).
+pub struct RemediationOutcomeRecorded {
+    /// What came of it.
+    pub outcome: RemediationOutcome,
+}
+
+impl InternalEvent for RemediationOutcomeRecorded {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        debug!(
+            outcome = self.outcome.as_str(),
+            "remediation outcome recorded"
+        );
+        metrics
+            .remediation_outcomes
+            .get_or_create(&crate::metrics::OutcomeLabels {
+                outcome: self.outcome.as_str().into(),
+            })
+            .inc();
     }
 }
 
@@ -461,13 +482,13 @@ mod tests {
         ] {
             assert!(text.contains(expected), "{expected} missing in:\n{text}");
         }
-        // No failure yet: no failed series to alert on.
+        // No failure yet: the failed series is there, at 0, for a rule's increase().
         assert_eq!(
             line(
                 &text,
                 "ipaudit_collector_kafka_messages_total{result=\"failed\"}"
             ),
-            None
+            Some("ipaudit_collector_kafka_messages_total{result=\"failed\"} 0")
         );
     }
 

@@ -84,7 +84,8 @@ pub struct Metrics {
     firing_alerts: Arc<Mutex<HashMap<(String, String), String>>>,
     /// Input problems already counted per cluster (the analyses' own counters).
     seen_problems: Arc<Mutex<HashMap<String, [u64; 5]>>>,
-    /// Rules that fired at some point (a few names): their gauge stays, at 0 when quiet.
+    /// Every rule of this build, and any other rule an alert named: each gauge stays, at 0
+    /// when quiet.
     rules_seen: Arc<Mutex<Vec<String>>>,
     ready: Arc<AtomicBool>,
 }
@@ -188,6 +189,22 @@ impl Metrics {
             prometheus_client::registry::Unit::Other("partitions".into()),
             assigned.clone(),
         );
+        // Every series a rule or a dashboard reads exists from the start, at 0: a panel
+        // shows 0 rather than "no data", and increase() sees the first dead letter.
+        let rules: Vec<String> = crate::analysis::rules::all()
+            .iter()
+            .map(|rule| rule.name().to_owned())
+            .collect();
+        for rule in &rules {
+            firing
+                .get_or_create(&RuleLabels { rule: rule.clone() })
+                .set(0);
+        }
+        for kind in ["message", "transition"] {
+            dead_letters
+                .get_or_create(&KindLabels { kind: kind.into() })
+                .inc_by(0);
+        }
         Metrics {
             registry: Arc::new(root),
             events,
@@ -204,7 +221,7 @@ impl Metrics {
             assigned,
             firing_alerts: Arc::default(),
             seen_problems: Arc::default(),
-            rules_seen: Arc::default(),
+            rules_seen: Arc::new(Mutex::new(rules)),
             ready: Arc::default(),
         }
     }
@@ -297,6 +314,19 @@ impl Metrics {
         }
     }
 
+    /// A sink delivers: its backlog and failure series start at 0.
+    pub fn sink_started(&self, sink: &str) {
+        self.sink_backlog(sink, 0);
+        for kind in ["transient", "permanent"] {
+            self.sink_failures
+                .get_or_create(&SinkFailureLabels {
+                    sink: sink.into(),
+                    kind: kind.into(),
+                })
+                .inc_by(0);
+        }
+    }
+
     /// Sets a sink's backlog.
     pub fn sink_backlog(&self, sink: &str, transitions: i64) {
         self.sink_backlog
@@ -357,6 +387,36 @@ mod tests {
         assert!(metrics
             .encode()
             .contains("ipaudit_analyzer_firing_alerts{rule=\"ip-stuck-terminating\"} 0"));
+    }
+
+    #[test]
+    fn the_series_rules_and_dashboards_read_exist_from_the_start_at_zero() {
+        let metrics = Metrics::new();
+        metrics.sink_started("webhook:https://h/…#1");
+        let text = metrics.encode();
+        let rules = crate::analysis::rules::all();
+        assert_eq!(rules.len(), 8);
+        for rule in rules {
+            let line = format!(
+                "ipaudit_analyzer_firing_alerts{{rule=\"{}\"}} 0",
+                rule.name()
+            );
+            assert!(text.contains(&line), "{line} missing in:\n{text}");
+        }
+        for line in [
+            "ipaudit_analyzer_dead_letters_total{kind=\"message\"} 0",
+            "ipaudit_analyzer_dead_letters_total{kind=\"transition\"} 0",
+            "ipaudit_analyzer_sink_backlog_transitions{sink=\"webhook:https://h/…#1\"} 0",
+            "ipaudit_analyzer_sink_failures_total{sink=\"webhook:https://h/…#1\",kind=\"transient\"} 0",
+            "ipaudit_analyzer_sink_failures_total{sink=\"webhook:https://h/…#1\",kind=\"permanent\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+        // A firing alert moves its rule's series, the others stay at 0.
+        metrics.alert(&alert("a", "duplicate-ip", AlertStatus::Firing));
+        let text = metrics.encode();
+        assert!(text.contains("ipaudit_analyzer_firing_alerts{rule=\"duplicate-ip\"} 1"));
+        assert!(text.contains("ipaudit_analyzer_firing_alerts{rule=\"ip-orphaned\"} 0"));
     }
 
     #[test]

@@ -212,6 +212,7 @@ pub async fn run_delivery(
     };
     info!(sink = %name, after_transition = start, "sink delivering");
     let metrics = &config.metrics;
+    metrics.sink_started(&name);
     let mut resend = tokio::time::interval(ALERTMANAGER_RESEND);
     resend.tick().await;
     loop {
