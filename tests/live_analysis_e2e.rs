@@ -455,3 +455,39 @@ fn an_analyzer_without_local_state_rebuilds_from_the_latest_snapshot() {
     let log = fresh.log_text();
     assert!(log.contains("rebuilding from the latest snapshot"), "{log}");
 }
+
+#[test]
+fn sigterm_stops_at_once_while_a_command_waits_for_its_topic_and_the_command_goes_out_after_the_restart(
+) {
+    let world = World::new("live-stop", None);
+    let receiver = Receiver::start(&world.runtime);
+    let _collector = world.collector();
+    // The commands topic does not exist yet: the command's send waits for it.
+    let commands = world.commands_topic();
+    let flags = ["--cleanup-commands", "--commands-topic", commands.as_str()];
+    let first = analyzer_with(&world, &receiver, "stop", &flags);
+    let seed = play_kube_ovn_seed(&world.sim, false);
+    wait_for("the stuck-IP alert", Duration::from_secs(15), || {
+        receiver
+            .received("/hook")
+            .into_iter()
+            .find(|r| rule(r) == "ip-stuck-terminating")
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let stopping = Instant::now();
+    assert!(first.terminate(Duration::from_secs(10)), "a clean exit");
+    let took = stopping.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "SIGTERM waited {took:?} for the command's send"
+    );
+    world
+        .runtime
+        .block_on(create_topic(&world.brokers, &commands));
+    let _second = analyzer_with(&world, &receiver, "stop", &flags);
+    let sent = read_topic(&world.brokers, &commands, Duration::from_secs(20), |p| {
+        !p.is_empty()
+    });
+    let command = decode::<CleanupCommand>(&sent[0]).expect("a cleanup command");
+    assert_eq!(command.target_name, seed.leaked_ip);
+}

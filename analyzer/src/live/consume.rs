@@ -178,6 +178,7 @@ pub async fn run(
         from_beginning: config.sink_from_beginning,
         metrics: metrics.clone(),
         ui_url: config.ui_url.clone(),
+        drain_at_stop: config.exit_at_end,
     };
     for sink in std::mem::take(&mut config.sinks) {
         deliveries.push(tokio::spawn(run_delivery(

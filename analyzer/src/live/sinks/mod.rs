@@ -176,6 +176,12 @@ pub struct DeliveryConfig {
     pub metrics: Metrics,
     /// The incident pages' external address (`--ui-url`): transitions link to their page.
     pub ui_url: Option<String>,
+    /// At the stop, deliver what is stored before returning (a catch-up run,
+    /// `--exit-at-end`). Otherwise (SIGTERM) a delivery in flight is abandoned at once: it
+    /// stays in the store and is delivered after the next start, rather than holding the
+    /// stop for as long as a receiver or Kafka takes to answer (a record for a topic that
+    /// does not exist waits out its whole message timeout).
+    pub drain_at_stop: bool,
 }
 
 impl DeliveryConfig {
@@ -334,7 +340,15 @@ async fn deliver_one(
         // hit by every transition at the same instant when it comes back.
         let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
         loop {
-            match sink.deliver(&id, &alert).await {
+            let delivered = if config.drain_at_stop {
+                sink.deliver(&id, &alert).await
+            } else {
+                tokio::select! {
+                    delivered = sink.deliver(&id, &alert) => delivered,
+                    _ = shutdown.wait_for(|stop| *stop) => return Outcome::Stopped,
+                }
+            };
+            match delivered {
                 Ok(()) => return Outcome::Delivered,
                 Err(error) if error.is_permanent() => {
                     TransitionDeadLettered {
