@@ -99,6 +99,24 @@ fn get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
     (status, body)
 }
 
+/// GET `path` as another member asks (answered from the store alone): (status, body).
+fn get_as_peer(port: u16, path: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nx-ipaudit-peer: 1\r\n\r\n"
+    )
+    .expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, response)
+}
+
 fn api(port: u16, path: &str) -> Value {
     let (status, body) = get(port, path, None);
     assert_eq!(status, 200, "{path}: {body}");
@@ -491,12 +509,10 @@ fn a_member_that_does_not_hold_an_incident_answers_with_the_data_of_the_one_that
     let (a, b) = (free_port(), free_port());
     let (owner_port, other_port) = (a.min(b), a.max(b));
     let peer = |port: u16| format!("http://127.0.0.1:{port}{BASE}");
-    let owner = analyzer(
-        &world,
-        &receiver,
-        owner_port,
-        &["--ui-peers", &peer(other_port)],
-    );
+    // Every member lists every replica, itself too (as the chart does): its own answers
+    // are told apart by the member header and not counted twice.
+    let everyone = format!("{},{}", peer(owner_port), peer(other_port));
+    let owner = analyzer(&world, &receiver, owner_port, &["--ui-peers", &everyone]);
     play_kube_ovn_seed(&world.sim, false);
     let hook = wait_for("the alert at the webhook", Duration::from_secs(20), || {
         receiver
@@ -513,11 +529,27 @@ fn a_member_that_does_not_hold_an_incident_answers_with_the_data_of_the_one_that
         other_port,
         &["--ui-peers", &peer(owner_port)],
     );
-    let (status, own) = get(other_port, &format!("{BASE}/api/v1/incidents"), None);
+    let (status, own) = get_as_peer(other_port, &format!("{BASE}/api/v1/incidents"));
     assert_eq!(status, 200);
     assert!(
         !own.contains(&id),
         "the second member's store does not hold it: {own}"
+    );
+    // Its list is the group's: the owner's incidents merged in, once each.
+    let listed = rows(&browser::dump_dom(&page_url(
+        other_port,
+        &format!("{BASE}/"),
+    )));
+    assert_eq!(listed[&id]["data-state"], "firing");
+    let merged = api(other_port, &format!("{BASE}/api/v1/incidents"));
+    assert_eq!(
+        merged["total"], 2,
+        "two incidents, each counted once: {merged}"
+    );
+    let at_owner = api(owner_port, &format!("{BASE}/api/v1/incidents"));
+    assert_eq!(
+        at_owner["total"], 2,
+        "the owner's own answer is not merged in again"
     );
     let page = browser::dump_dom(&page_url(other_port, &format!("{BASE}/incidents/{id}")));
     let note = elements(&page, "p")

@@ -418,6 +418,12 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
                 .into_iter()
                 .filter(|p| !p.is_empty())
                 .collect(),
+            member: args
+                .instance_id
+                .clone()
+                .filter(|id| !id.is_empty())
+                .or_else(ipaudit_analyzer::live::group::default_instance_id)
+                .unwrap_or_default(),
         })
     };
     let ui_url = args.ui_url.filter(|u| !u.is_empty());

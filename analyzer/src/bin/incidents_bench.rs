@@ -152,6 +152,7 @@ fn main() -> anyhow::Result<()> {
             base_path: String::new(),
             api_token: None,
             peers: Vec::new(),
+            member: String::new(),
         };
         let bound = ui::serve(&config, &path, stop_rx).await?;
         let base = format!("http://{bound}");

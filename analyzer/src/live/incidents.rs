@@ -268,7 +268,7 @@ fn escape_like(text: &str) -> String {
 }
 
 /// One page of the list, with what it was cut from.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct IncidentPage {
     /// The incidents of this page: firing first, then resolved; the latest first.
     pub items: Vec<IncidentSummary>,
@@ -283,7 +283,7 @@ pub struct IncidentPage {
 }
 
 /// How many incidents of one rule fire and resolved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct RuleCount {
     /// The rule.
     pub rule: String,
@@ -364,6 +364,77 @@ pub fn list(conn: &Connection, filter: &IncidentFilter) -> Result<IncidentPage, 
         per_page,
         counts,
     })
+}
+
+/// The lists of several stores (the members of a group, each asked for its first
+/// `page * per_page` incidents under one filter) as the one list a single store of all
+/// their incidents would give: merged in the list's order, an incident two stores hold
+/// (the old and the new owner of its cluster, after a takeover) once, in its latest
+/// state; totals and counts summed, less the incidents seen twice.
+pub fn merge(lists: Vec<IncidentPage>, page: u32, per_page: u32) -> IncidentPage {
+    let mut total = 0;
+    let mut counts: Vec<RuleCount> = Vec::new();
+    let mut latest: std::collections::HashMap<String, IncidentSummary> =
+        std::collections::HashMap::new();
+    for list in lists {
+        total += list.total;
+        for count in list.counts {
+            match counts.iter_mut().find(|c| c.rule == count.rule) {
+                Some(c) => {
+                    c.firing += count.firing;
+                    c.resolved += count.resolved;
+                }
+                None => counts.push(count),
+            }
+        }
+        for item in list.items {
+            let Some(held) = latest.get(&item.alert_id) else {
+                latest.insert(item.alert_id.clone(), item);
+                continue;
+            };
+            // Seen twice: counted once, in the state of its latest transition.
+            total = total.saturating_sub(1);
+            let (older, newer) = if last_change(&item) > last_change(held) {
+                (held.clone(), item)
+            } else {
+                (item, held.clone())
+            };
+            if let Some(c) = counts.iter_mut().find(|c| c.rule == older.rule) {
+                match older.state {
+                    IncidentState::Firing => c.firing = c.firing.saturating_sub(1),
+                    IncidentState::Resolved => c.resolved = c.resolved.saturating_sub(1),
+                }
+            }
+            latest.insert(newer.alert_id.clone(), newer);
+        }
+    }
+    let mut items: Vec<IncidentSummary> = latest.into_values().collect();
+    // The order of `list`: firing first, then the latest change first, then the id.
+    items.sort_by(|a, b| {
+        (b.state == IncidentState::Firing)
+            .cmp(&(a.state == IncidentState::Firing))
+            .then(last_change(b).cmp(&last_change(a)))
+            .then(a.alert_id.cmp(&b.alert_id))
+    });
+    counts.sort_by(|a, b| a.rule.cmp(&b.rule));
+    let skip =
+        usize::try_from(u64::from(page.max(1) - 1) * u64::from(per_page)).unwrap_or(usize::MAX);
+    IncidentPage {
+        items: items
+            .into_iter()
+            .skip(skip)
+            .take(per_page as usize)
+            .collect(),
+        total,
+        page: page.max(1),
+        per_page,
+        counts,
+    }
+}
+
+/// When an incident last changed, in event time: the list's order.
+fn last_change(item: &IncidentSummary) -> i64 {
+    item.resolved_at_ms.unwrap_or(item.fired_at_ms)
 }
 
 /// A count SQLite gives as a signed integer.
@@ -744,6 +815,76 @@ mod tests {
         };
         let page = list(&conn, &filter).unwrap();
         assert_eq!((page.items.len(), page.total, page.page), (2, 7, 2));
+    }
+
+    #[test]
+    fn the_lists_of_several_stores_merge_into_one_with_an_incident_held_twice_once() {
+        let mut a = store();
+        let mut b = store();
+        record(
+            &mut a,
+            &alert("x", "ip-orphaned", AlertStatus::Firing, "10"),
+            1_000,
+        );
+        let mut later = alert("y", "subnet-deleted-before-ip", AlertStatus::Firing, "11");
+        later.fired_at_ms = 5;
+        record(&mut a, &later, 1_000);
+        // After a takeover both stores hold "x": the new owner saw it resolve.
+        record(
+            &mut b,
+            &alert("x", "ip-orphaned", AlertStatus::Firing, "10"),
+            1_000,
+        );
+        let mut resolved = alert("x", "ip-orphaned", AlertStatus::Resolved, "12");
+        resolved.resolved_at_ms = Some(9);
+        record(&mut b, &resolved, 2_000);
+        record(
+            &mut b,
+            &alert("z", "ip-orphaned", AlertStatus::Firing, "10"),
+            1_000,
+        );
+        let all = IncidentFilter::default();
+        let merged = merge(
+            vec![list(&a, &all).unwrap(), list(&b, &all).unwrap()],
+            1,
+            50,
+        );
+        let order: Vec<(&str, IncidentState)> = merged
+            .items
+            .iter()
+            .map(|i| (i.alert_id.as_str(), i.state))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("y", IncidentState::Firing),
+                ("z", IncidentState::Firing),
+                ("x", IncidentState::Resolved)
+            ],
+            "firing first, the latest first; x once, in its latest state"
+        );
+        assert_eq!(merged.total, 3);
+        assert_eq!(
+            merged.counts,
+            [
+                RuleCount {
+                    rule: "ip-orphaned".into(),
+                    firing: 1,
+                    resolved: 1
+                },
+                RuleCount {
+                    rule: "subnet-deleted-before-ip".into(),
+                    firing: 1,
+                    resolved: 0
+                },
+            ]
+        );
+        let second = merge(vec![list(&a, &all).unwrap(), list(&b, &all).unwrap()], 2, 2);
+        assert_eq!(
+            second.items.len(),
+            1,
+            "page 2 of 2 per page holds the third"
+        );
     }
 
     #[test]

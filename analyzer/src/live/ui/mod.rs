@@ -26,7 +26,7 @@ use axum::Router;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::watch;
 
-use crate::live::incidents::{self, IncidentFilter, IncidentRecord, IncidentsError};
+use crate::live::incidents::{self, IncidentFilter, IncidentPage, IncidentRecord, IncidentsError};
 
 /// How the incident pages are served.
 #[derive(Clone)]
@@ -39,8 +39,11 @@ pub struct UiConfig {
     /// are for browsers and rely on the network (loopback, NetworkPolicy, the ingress).
     pub api_token: Option<String>,
     /// The other members' pages (their address and path prefix), asked for an incident
-    /// this store does not hold.
+    /// this store does not hold, and for their lists.
     pub peers: Vec<String>,
+    /// This member's name in the group (its instance id): its answers carry it, so that
+    /// a member listed among its own peers does not count its incidents twice.
+    pub member: String,
 }
 
 impl std::fmt::Debug for UiConfig {
@@ -78,8 +81,12 @@ struct Ui {
     base: Arc<str>,
     token: Option<Arc<str>>,
     peers: Arc<[String]>,
+    member: Arc<str>,
     client: reqwest::Client,
 }
+
+/// The header naming the member that answered an API request.
+const MEMBER_HEADER: &str = "x-ipaudit-member";
 
 /// Marks a request one member makes of another: it is answered from the store alone,
 /// never passed on (members list each other).
@@ -133,6 +140,7 @@ pub async fn serve(
             .iter()
             .map(|p| p.trim_end_matches('/').to_owned())
             .collect(),
+        member: config.member.as_str().into(),
         client: reqwest::Client::builder()
             .timeout(PEER_TIMEOUT)
             .build()
@@ -234,9 +242,11 @@ async fn list_page(
             ),
         );
     };
-    let asked = filter.clone();
-    match read(&ui, move |conn| incidents::list(conn, &asked)).await {
-        Ok(page) => html(StatusCode::OK, pages::list_page(&ui.base, &filter, &page)),
+    match gather(&ui, &filter, &HeaderMap::new()).await {
+        Ok((page, unanswered)) => html(
+            StatusCode::OK,
+            pages::list_page(&ui.base, &filter, &page, &unanswered),
+        ),
         Err(error) => html(
             error_status(&error),
             pages::problem_page(&ui.base, &error.to_string()),
@@ -301,6 +311,70 @@ async fn incident_page(
     }
 }
 
+/// An API answer, naming the member that gives it.
+fn with_member(ui: &Ui, mut response: Response) -> Response {
+    if let Ok(member) = HeaderValue::from_str(&ui.member) {
+        response.headers_mut().insert(MEMBER_HEADER, member);
+    }
+    response
+}
+
+/// The list `filter` asks for: this store's, merged with the other members' lists (unless
+/// a peer asks), so that whichever member the Service sends the operator to answers with
+/// the group's list. Each store is asked for its first `page * per_page` incidents; a page
+/// deeper than [`incidents::MAX_PAGE_SIZE`] incidents is this store's alone. Returns the
+/// peers that did not answer (the page says so).
+async fn gather(
+    ui: &Ui,
+    filter: &IncidentFilter,
+    headers: &HeaderMap,
+) -> Result<(IncidentPage, Vec<String>), IncidentsError> {
+    let window = filter.page().saturating_mul(filter.per_page());
+    if ui.peers.is_empty() || headers.contains_key(PEER_HEADER) || window > incidents::MAX_PAGE_SIZE
+    {
+        let asked = filter.clone();
+        let page = read(ui, move |conn| incidents::list(conn, &asked)).await?;
+        return Ok((page, Vec::new()));
+    }
+    let mut first = filter.clone();
+    first.page = Some(1);
+    first.per_page = Some(window);
+    let asked = first.clone();
+    let mut lists = vec![read(ui, move |conn| incidents::list(conn, &asked)).await?];
+    let query = serde_urlencoded::to_string(&first).unwrap_or_default();
+    let mut unanswered = Vec::new();
+    for peer in ui.peers.iter() {
+        let mut request = ui
+            .client
+            .get(format!("{peer}/api/v1/incidents?{query}"))
+            .header(PEER_HEADER, "1");
+        if let Some(token) = &ui.token {
+            request = request.bearer_auth(token);
+        }
+        match request.send().await {
+            Ok(response) if response.status().is_success() => {
+                let member = response
+                    .headers()
+                    .get(MEMBER_HEADER)
+                    .and_then(|m| m.to_str().ok())
+                    .map(str::to_owned);
+                if !ui.member.is_empty() && member.as_deref() == Some(&*ui.member) {
+                    continue;
+                }
+                match response.json::<IncidentPage>().await {
+                    Ok(list) => lists.push(list),
+                    Err(_) => unanswered.push(peer.clone()),
+                }
+            }
+            _ => unanswered.push(peer.clone()),
+        }
+    }
+    Ok((
+        incidents::merge(lists, filter.page(), filter.per_page()),
+        unanswered,
+    ))
+}
+
 /// `None` when the request may read the API; else the answer to give.
 fn refused(ui: &Ui, headers: &HeaderMap) -> Option<Response> {
     let token = ui.token.as_deref()?;
@@ -338,8 +412,8 @@ async fn list_json(
     let Ok(Query(filter)) = query else {
         return api::problem(StatusCode::BAD_REQUEST, "page and per_page are numbers");
     };
-    match read(&ui, move |conn| incidents::list(conn, &filter)).await {
-        Ok(page) => api::list(&ui.base, &page),
+    match gather(&ui, &filter, &headers).await {
+        Ok((page, _)) => with_member(&ui, api::list(&ui.base, &page)),
         Err(error) => api::problem(error_status(&error), &error.to_string()),
     }
 }
@@ -353,7 +427,7 @@ async fn incident_json(
         return answer;
     }
     match find(&ui, &id, &headers).await {
-        Ok(Some((record, _))) => api::one(&ui.base, &record),
+        Ok(Some((record, _))) => with_member(&ui, api::one(&ui.base, &record)),
         Ok(None) => api::problem(
             StatusCode::NOT_FOUND,
             "no incident of that id in this analyzer's store",

@@ -55,7 +55,13 @@ fn query(filter: &IncidentFilter, page: Option<u32>) -> String {
 
 /// `/`: the filters, the counts per rule, one page of incidents and the links to the
 /// others.
-pub(super) fn list_page(base: &str, filter: &IncidentFilter, page: &IncidentPage) -> String {
+/// `unanswered`: the other members whose incidents are missing (they did not answer).
+pub(super) fn list_page(
+    base: &str,
+    filter: &IncidentFilter,
+    page: &IncidentPage,
+    unanswered: &[String],
+) -> String {
     let firing: u64 = page.counts.iter().map(|c| c.firing).sum();
     let pages = page.total.div_ceil(u64::from(page.per_page)).max(1);
     let value = |v: &Option<String>| v.clone().unwrap_or_default();
@@ -64,6 +70,12 @@ pub(super) fn list_page(base: &str, filter: &IncidentFilter, page: &IncidentPage
         h1 { "Incidents" }
         p #summary data-total=(page.total) data-firing=(firing) {
             (page.total) " incident(s) match, " (firing) " firing"
+        }
+        @if !unanswered.is_empty() {
+            p.note #unanswered {
+                "Without the incidents of " (unanswered.join(", "))
+                ": they did not answer."
+            }
         }
         form.filters method="get" action={ (base) "/" } {
             label { "cluster" input type="text" name="cluster" value=(value(&filter.cluster)); }
@@ -255,7 +267,7 @@ mod tests {
                 resolved: 0,
             }],
         };
-        let html = list_page("/p", &IncidentFilter::default(), &listed);
+        let html = list_page("/p", &IncidentFilter::default(), &listed, &[]);
         assert!(!html.contains("<script>") && !html.contains("<img"));
         let mut fired =
             crate::analysis::alerts::sample_alert("a1", "ip-orphaned", AlertStatus::Firing, "7");
@@ -290,7 +302,7 @@ mod tests {
             per_page: 1,
             counts: Vec::new(),
         };
-        let html = list_page("/ipaudit", &filter, &listed);
+        let html = list_page("/ipaudit", &filter, &listed, &[]);
         assert!(html.contains("href=\"/ipaudit/incidents/a1\""));
         assert!(
             html.contains("href=\"/ipaudit/?rule=ip-orphaned&amp;q=10.0.0.1+%26+more&amp;page=2&amp;per_page=1\""),
