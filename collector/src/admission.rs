@@ -89,9 +89,10 @@ pub enum AdmissionError {
     },
 }
 
-/// What the handler needs.
+/// What the handler needs: the live view and how to judge with it. [`Guard::answer`] is
+/// the handling of one request body, public for the fuzz target (`fuzz/`).
 #[derive(Clone)]
-struct Guard {
+pub struct Guard {
     index: SharedIndex,
     health: Health,
     metrics: Metrics,
@@ -127,13 +128,7 @@ pub async fn serve(
         addr: config.listen,
         source,
     })?;
-    let guard = Guard {
-        index,
-        health,
-        metrics,
-        mode: config.mode,
-        cluster,
-    };
+    let guard = Guard::new(cluster, index, health, metrics, config.mode);
     let app = Router::new()
         .route("/validate", post(review))
         .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
@@ -325,9 +320,28 @@ async fn review(State(guard): State<Guard>, body: Bytes) -> Response {
 }
 
 impl Guard {
-    /// The review to send back (`None`: the body names no request at all), the kind label
-    /// and the verdict.
-    fn answer(
+    /// A guard of `cluster` judging with `index` (trusted while `health` says its streams
+    /// are watched) in `mode`, counting its reviews in `metrics`.
+    pub fn new(
+        cluster: String,
+        index: SharedIndex,
+        health: Health,
+        metrics: Metrics,
+        mode: GuardMode,
+    ) -> Guard {
+        Guard {
+            index,
+            health,
+            metrics,
+            mode,
+            cluster,
+        }
+    }
+
+    /// The answer to one request body: the review to send back (`None`: the body names no
+    /// request at all), the kind label and the verdict. A body it cannot read is allowed
+    /// ([`Verdict::unreadable`]).
+    pub fn answer(
         &self,
         body: &[u8],
     ) -> (

@@ -304,8 +304,11 @@ impl CommandKey {
             .ok_or(SignatureError::Malformed)?;
         let mut tag = [0u8; 32];
         for (i, byte) in tag.iter_mut().enumerate() {
+            // Hex digits only: from_str_radix also takes a sign ("+e" for 0e), which would
+            // let one signature be written several ways.
             *byte = hex
                 .get(2 * i..2 * i + 2)
+                .filter(|pair| pair.bytes().all(|b| b.is_ascii_hexdigit()))
                 .and_then(|pair| u8::from_str_radix(pair, 16).ok())
                 .ok_or(SignatureError::Malformed)?;
         }
@@ -341,6 +344,30 @@ mod tests {
 
     fn key(text: &str) -> CommandKey {
         CommandKey::from_secret(text).unwrap()
+    }
+
+    #[test]
+    fn a_signature_with_a_sign_in_place_of_a_hex_digit_is_malformed_not_another_spelling() {
+        let mut c = command();
+        let k = key("0123456789abcdef0123");
+        k.sign(&mut c);
+        let signature = c.signature.clone().unwrap();
+        // A tag byte below 0x10, "0d", could also be written "+d" (found by the
+        // cleanup_command fuzz target, issue 32).
+        let at = (SIGNATURE_PREFIX.len()..signature.len())
+            .step_by(2)
+            .find(|&i| signature.as_bytes()[i] == b'0')
+            .expect("this command's tag has a byte below 0x10");
+        let mut other_spelling = signature.clone().into_bytes();
+        other_spelling[at] = b'+';
+        c.signature = Some(String::from_utf8(other_spelling).unwrap());
+        assert_eq!(k.verify(&c), Err(SignatureError::Malformed));
+        // Upper-case hex digits are digits: the same signature.
+        c.signature = Some(format!(
+            "{SIGNATURE_PREFIX}{}",
+            signature[SIGNATURE_PREFIX.len()..].to_ascii_uppercase()
+        ));
+        assert_eq!(k.verify(&c), Ok(()));
     }
 
     #[test]

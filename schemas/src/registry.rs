@@ -132,16 +132,7 @@ impl SchemaSet {
         body: &mut &[u8],
     ) -> Result<T, DatumError> {
         let (reader, writer) = &self.codecs[index];
-        let before = body.len();
-        let value = reader.read_value(body)?;
-        let found = before - body.len();
-        let mut reencoded = Vec::with_capacity(found);
-        writer.write_value_ref(&mut reencoded, &value)?;
-        let needed = reencoded.len();
-        // A writer may split arrays into more blocks than we do, never into fewer bytes.
-        if needed > found {
-            return Err(DatumError::Truncated { needed, found });
-        }
+        let value = read_value_whole(reader, writer, body)?;
         self.resolve(value)
     }
 
@@ -157,6 +148,45 @@ impl SchemaSet {
     pub fn resolve<T: Record>(&self, value: Value) -> Result<T, DatumError> {
         Ok(from_value(&value.resolve(self.current().schema)?)?)
     }
+}
+
+/// Reads the datum at the front of `body` through apache-avro's `Value` (`reader`, and
+/// `writer` of the same schema), advancing `body` past it; cut data is an error.
+///
+/// apache-avro reads a union whose branch index is not there (the data ends) as null, so a
+/// datum cut before a union reads as a value. Re-encoding tells when the value needs more
+/// bytes than were there, but not when the datum spent bytes that re-encoding does not (a
+/// varint written longer than it needs, an array block with its byte size): so a datum
+/// that ends exactly where the data does is read again with one byte more (branch 1),
+/// which a complete datum never reaches.
+pub(crate) fn read_value_whole(
+    reader: &GenericDatumReader<'_>,
+    writer: &GenericDatumWriter<'_>,
+    body: &mut &[u8],
+) -> Result<Value, DatumError> {
+    let input = *body;
+    let value = reader.read_value(body)?;
+    let found = input.len() - body.len();
+    let mut reencoded = Vec::with_capacity(found);
+    writer.write_value_ref(&mut reencoded, &value)?;
+    let needed = reencoded.len();
+    // A writer may split arrays into more blocks than we do, never into fewer bytes.
+    if needed > found {
+        return Err(DatumError::Truncated { needed, found });
+    }
+    if body.is_empty() {
+        let mut longer = Vec::with_capacity(found + 1);
+        longer.extend_from_slice(input);
+        longer.push(0x02);
+        let mut rest = &longer[..];
+        if !(reader.read_value(&mut rest).is_ok() && rest.len() == 1) {
+            return Err(DatumError::Truncated {
+                needed: found + 1,
+                found,
+            });
+        }
+    }
+    Ok(value)
 }
 
 /// CRC-64-AVRO of the schema's Parsing Canonical Form, as Java and fastavro compute it.
@@ -333,3 +363,43 @@ record!(
         "cleanup_command.v3.avsc"
     ]
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// WatchEvent v1, every optional field null: cluster_id, collector_id, sequence, stream,
+    /// event_type, resource_version, then six null unions (resource_version_num to pod).
+    const MINIMAL_V1: [u8; 12] = [0; 12];
+
+    #[test]
+    fn a_datum_cut_at_a_union_is_truncated_even_when_a_longer_varint_hides_the_missing_byte() {
+        let set = WatchEvent::schemas();
+        let mut whole = &MINIMAL_V1[..];
+        assert!(set
+            .read_datum_resolving::<WatchEvent>(0, &mut whole)
+            .is_ok());
+        // sequence 0 written in two bytes (0x80 0x00), and the last union's branch cut:
+        // as long as the minimal datum, which it re-encodes to.
+        let mut cut = vec![0, 0, 0x80, 0x00];
+        cut.extend_from_slice(&MINIMAL_V1[3..11]);
+        assert_eq!(cut.len(), MINIMAL_V1.len());
+        let result = set.read_datum_resolving::<WatchEvent>(0, &mut &cut[..]);
+        assert!(
+            matches!(
+                result,
+                Err(DatumError::Truncated {
+                    needed: 13,
+                    found: 12
+                })
+            ),
+            "{result:?}"
+        );
+        // Complete, with the longer varint, it reads.
+        let mut longer = vec![0, 0, 0x80, 0x00];
+        longer.extend_from_slice(&MINIMAL_V1[3..]);
+        assert!(set
+            .read_datum_resolving::<WatchEvent>(0, &mut &longer[..])
+            .is_ok());
+    }
+}

@@ -222,19 +222,8 @@ impl WriterSchemas {
 
 /// A datum of a learnt schema, through apache-avro's `Value` and resolution to today's.
 fn read_resolving<T: Record>(learnt: &Learnt, body: &mut &[u8]) -> Result<T, DatumError> {
-    let before = body.len();
-    let value = learnt.reader.read_value(body)?;
-    let found = before - body.len();
-    // As for older versions: the `Value` path may return a value for cut data, and
-    // re-encoding tells.
-    let mut reencoded = Vec::with_capacity(found);
-    learnt.writer.write_value_ref(&mut reencoded, &value)?;
-    if reencoded.len() > found {
-        return Err(DatumError::Truncated {
-            needed: reencoded.len(),
-            found,
-        });
-    }
+    // As for older versions: the `Value` path may return a value for cut data.
+    let value = crate::registry::read_value_whole(&learnt.reader, &learnt.writer, body)?;
     T::schemas().resolve(value)
 }
 

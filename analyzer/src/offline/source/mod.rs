@@ -15,11 +15,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ipaudit_schemas::container::CONTAINER_MAGIC;
-use ipaudit_schemas::{ContainerError, WatchEvent};
+use ipaudit_schemas::{ContainerError, Stream, WatchEvent};
 
 pub use audit_log::{AuditLogSource, AuditSummary};
 pub use avro_file::{AvroFileSource, ANALYSIS_FIELDS};
 pub use kubectl_json::{split_documents, KubectlJsonSource, MAX_DOCUMENT_BYTES};
+
+/// The kubectl reader's typed fast path on one complete watch document of `stream`: its
+/// event when the fast path vouches for it (it reads it whole, exactly as the generic
+/// conversion `ipaudit_schemas::convert::from_watch_document` would), else `None` (the
+/// reader then takes the generic path). Public for the fuzz target that holds the two
+/// paths to the same events (`fuzz/`); [`KubectlJsonSource`] is the reader.
+pub fn kubectl_typed_event(stream: Stream, doc: &[u8]) -> Option<WatchEvent> {
+    kubectl_typed::convert(stream, doc)
+}
 
 /// The formats `replay` reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
