@@ -6,7 +6,6 @@
 //! `IPAUDIT_KEEP_REPORTS=DIR` keeps the list's and an incident page's screenshots.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use ipaudit_schemas::{decode, Alert};
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::broker::{create_topic, free_port, read_topic};
 use ipaudit_tests::browser::{self, elements, lanes, marks, tags};
-use ipaudit_tests::collector::workspace_binary;
+use ipaudit_tests::collector::{http_request, workspace_binary};
 use ipaudit_tests::receiver::{Received, Receiver};
 use ipaudit_tests::scenario::{ip, play_kube_ovn_seed, subnet};
 use ipaudit_tests::wait_for;
@@ -76,45 +75,17 @@ fn analyzer(world: &World, receiver: &Receiver, ui_port: u16, more: &[&str]) -> 
 
 /// GET `path` on the pages' port, with a bearer token if given: (status, body).
 fn get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n"
-    )
-    .expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, b)| b.to_owned());
-    (status, body)
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|b| ("Authorization", b.as_str()))
+        .collect();
+    http_request(port, "GET", path, &headers).expect("the pages answer")
 }
 
 /// GET `path` as another member asks (answered from the store alone): (status, body).
 fn get_as_peer(port: u16, path: &str) -> (u16, String) {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nx-ipaudit-peer: 1\r\n\r\n"
-    )
-    .expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, response)
+    http_request(port, "GET", path, &[("x-ipaudit-peer", "1")]).expect("the pages answer")
 }
 
 fn api(port: u16, path: &str) -> Value {
@@ -488,14 +459,14 @@ fn a_hostile_object_name_stays_text_on_the_pages_and_the_api_asks_for_its_token(
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(&id));
     // Read-only: no route writes.
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", ui_port)).expect("connect");
-    write!(stream, "DELETE {BASE}/api/v1/incidents/{id} HTTP/1.0\r\nAuthorization: Bearer s3cret-token\r\n\r\n").expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    assert!(
-        response.starts_with("HTTP/1.0 405") || response.starts_with("HTTP/1.1 405"),
-        "{response}"
-    );
+    let (status, body) = http_request(
+        ui_port,
+        "DELETE",
+        &format!("{BASE}/api/v1/incidents/{id}"),
+        &[("Authorization", "Bearer s3cret-token")],
+    )
+    .expect("the pages answer");
+    assert_eq!(status, 405, "{body}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use ipaudit_analyzer::live::incidents::IncidentFilter;
+use ipaudit_analyzer::live::ui::incident_url;
 use serde_json::Value;
 
 /// Why the incidents could not be read.
@@ -78,7 +79,8 @@ pub async fn fetch(
     }
 }
 
-/// The list as a table, one incident per line, and a line of totals.
+/// The list as a table, one incident per line (its page under `base_url`), and a line of
+/// totals.
 pub fn table(list: &Value, base_url: &str) -> String {
     let items = list["items"]
         .as_array()
@@ -98,11 +100,7 @@ pub fn table(list: &Value, base_url: &str) -> String {
                     .as_i64()
                     .map(ipaudit_schemas::kubernetes::format_timestamp_ms)
                     .unwrap_or_default(),
-                format!(
-                    "{}{}",
-                    base_url.trim_end_matches('/'),
-                    text(&i["url"]).trim_start_matches(&url_prefix(base_url))
-                ),
+                incident_url(base_url, &text(&i["alert_id"])),
             ]
         })
         .collect();
@@ -137,17 +135,6 @@ pub fn table(list: &Value, base_url: &str) -> String {
             .map_or(1, |(t, p)| t.div_ceil(p).max(1))
     );
     out
-}
-
-/// The path part of `base_url` (its `--ui-base-path`), which the API's `url`s start with.
-fn url_prefix(base_url: &str) -> String {
-    base_url
-        .split_once("://")
-        .and_then(|(_, rest)| {
-            rest.find('/')
-                .map(|i| rest[i..].trim_end_matches('/').to_owned())
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

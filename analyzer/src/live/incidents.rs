@@ -486,13 +486,14 @@ pub fn get(conn: &Connection, alert_id: &str) -> Result<Option<IncidentRecord>, 
     }))
 }
 
-/// Records a new transition (in the caller's transaction, with the transition itself).
+/// Records a new transition (in the caller's transaction, with the transition itself);
+/// `json` is the transition as the store keeps it.
 pub(crate) fn record_transition(
     tx: &Transaction<'_>,
     alert: &Alert,
+    json: &[u8],
     now_ms: i64,
 ) -> rusqlite::Result<()> {
-    let json = serde_json::to_vec(alert).unwrap_or_default();
     match alert.status {
         AlertStatus::Firing => {
             // A firing transition starts the incident, or starts it again after it
@@ -680,7 +681,7 @@ mod tests {
 
     fn record(conn: &mut Connection, alert: &Alert, now_ms: i64) {
         let tx = conn.transaction().unwrap();
-        record_transition(&tx, alert, now_ms).unwrap();
+        record_transition(&tx, alert, &serde_json::to_vec(alert).unwrap(), now_ms).unwrap();
         tx.commit().unwrap();
     }
 

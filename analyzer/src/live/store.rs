@@ -273,10 +273,10 @@ impl Store {
             for alert in alerts {
                 let json = serde_json::to_vec(alert).unwrap_or_default();
                 let new = insert
-                    .execute(params![transition_id(alert), json])
+                    .execute(params![transition_id(alert), &json])
                     .map_err(err("add transition"))?;
                 if new > 0 {
-                    incidents::record_transition(&tx, alert, now_ms)
+                    incidents::record_transition(&tx, alert, &json, now_ms)
                         .map_err(err("record incident"))?;
                 }
                 added += new;

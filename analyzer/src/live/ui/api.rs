@@ -44,10 +44,6 @@ struct One<'a> {
     log: &'a [LogEntry],
 }
 
-fn page_url(base: &str, alert_id: &str) -> String {
-    format!("{base}/incidents/{alert_id}")
-}
-
 fn json(status: StatusCode, body: &impl Serialize) -> Response {
     match serde_json::to_vec(body) {
         Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
@@ -61,7 +57,7 @@ pub(super) fn list(base: &str, page: &IncidentPage) -> Response {
         .items
         .iter()
         .map(|summary| Item {
-            url: page_url(base, &summary.alert_id),
+            url: super::incident_url(base, &summary.alert_id),
             summary,
         })
         .collect();
@@ -85,7 +81,7 @@ pub(super) fn one(base: &str, record: &IncidentRecord) -> Response {
         &One {
             schema: INCIDENT_SCHEMA,
             summary: &record.summary,
-            url: page_url(base, &record.summary.alert_id),
+            url: super::incident_url(base, &record.summary.alert_id),
             fired: &record.fired,
             resolved: record.resolved.as_ref(),
             log: &record.log,

@@ -242,7 +242,7 @@ async fn list_page(
             ),
         );
     };
-    match gather(&ui, &filter, &HeaderMap::new()).await {
+    match gather(&ui, &filter, false).await {
         Ok((page, unanswered)) => html(
             StatusCode::OK,
             pages::list_page(&ui.base, &filter, &page, &unanswered),
@@ -261,23 +261,17 @@ async fn list_page(
 async fn find(
     ui: &Ui,
     id: &str,
-    headers: &HeaderMap,
+    from_peer: bool,
 ) -> Result<Option<(IncidentRecord, Option<String>)>, IncidentsError> {
     let asked = id.to_owned();
     if let Some(record) = read(ui, move |conn| incidents::get(conn, &asked)).await? {
         return Ok(Some((record, None)));
     }
-    if headers.contains_key(PEER_HEADER) {
+    if from_peer {
         return Ok(None);
     }
     for peer in ui.peers.iter() {
-        let mut request = ui
-            .client
-            .get(format!("{peer}/api/v1/incidents/{id}"))
-            .header(PEER_HEADER, "1");
-        if let Some(token) = &ui.token {
-            request = request.bearer_auth(token);
-        }
+        let request = ui.peer_request(peer, &format!("incidents/{id}"));
         let answer: Option<serde_json::Value> = match request.send().await {
             Ok(response) if response.status().is_success() => response.json().await.ok(),
             Ok(_) => None,
@@ -298,7 +292,7 @@ async fn incident_page(
     headers: HeaderMap,
     UrlPath(id): UrlPath<String>,
 ) -> Response {
-    match find(&ui, &id, &headers).await {
+    match find(&ui, &id, asked_by_peer(&headers)).await {
         Ok(Some((record, peer))) => html(
             StatusCode::OK,
             pages::incident_page(&ui.base, &record, peer.as_deref()),
@@ -309,6 +303,26 @@ async fn incident_page(
             pages::problem_page(&ui.base, &error.to_string()),
         ),
     }
+}
+
+impl Ui {
+    /// A request to another member's API (`path` after its address): marked as a peer's,
+    /// so that it is answered from that member's store alone, with this one's token.
+    fn peer_request(&self, peer: &str, path: &str) -> reqwest::RequestBuilder {
+        let request = self
+            .client
+            .get(format!("{peer}/api/v1/{path}"))
+            .header(PEER_HEADER, "1");
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+}
+
+/// Whether another member asks (see [`PEER_HEADER`]).
+fn asked_by_peer(headers: &HeaderMap) -> bool {
+    headers.contains_key(PEER_HEADER)
 }
 
 /// An API answer, naming the member that gives it.
@@ -327,11 +341,10 @@ fn with_member(ui: &Ui, mut response: Response) -> Response {
 async fn gather(
     ui: &Ui,
     filter: &IncidentFilter,
-    headers: &HeaderMap,
+    from_peer: bool,
 ) -> Result<(IncidentPage, Vec<String>), IncidentsError> {
     let window = filter.page().saturating_mul(filter.per_page());
-    if ui.peers.is_empty() || headers.contains_key(PEER_HEADER) || window > incidents::MAX_PAGE_SIZE
-    {
+    if ui.peers.is_empty() || from_peer || window > incidents::MAX_PAGE_SIZE {
         let asked = filter.clone();
         let page = read(ui, move |conn| incidents::list(conn, &asked)).await?;
         return Ok((page, Vec::new()));
@@ -344,14 +357,11 @@ async fn gather(
     let query = serde_urlencoded::to_string(&first).unwrap_or_default();
     let mut unanswered = Vec::new();
     for peer in ui.peers.iter() {
-        let mut request = ui
-            .client
-            .get(format!("{peer}/api/v1/incidents?{query}"))
-            .header(PEER_HEADER, "1");
-        if let Some(token) = &ui.token {
-            request = request.bearer_auth(token);
-        }
-        match request.send().await {
+        match ui
+            .peer_request(peer, &format!("incidents?{query}"))
+            .send()
+            .await
+        {
             Ok(response) if response.status().is_success() => {
                 let member = response
                     .headers()
@@ -412,7 +422,7 @@ async fn list_json(
     let Ok(Query(filter)) = query else {
         return api::problem(StatusCode::BAD_REQUEST, "page and per_page are numbers");
     };
-    match gather(&ui, &filter, &headers).await {
+    match gather(&ui, &filter, asked_by_peer(&headers)).await {
         Ok((page, _)) => with_member(&ui, api::list(&ui.base, &page)),
         Err(error) => api::problem(error_status(&error), &error.to_string()),
     }
@@ -426,7 +436,7 @@ async fn incident_json(
     if let Some(answer) = refused(&ui, &headers) {
         return answer;
     }
-    match find(&ui, &id, &headers).await {
+    match find(&ui, &id, asked_by_peer(&headers)).await {
         Ok(Some((record, _))) => with_member(&ui, api::one(&ui.base, &record)),
         Ok(None) => api::problem(
             StatusCode::NOT_FOUND,
