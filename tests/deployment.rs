@@ -4,44 +4,13 @@
 //! environment variables they use exist, and the collector's permissions are least
 //! privilege.
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use ipaudit_schemas::KINDS;
-use ipaudit_tests::collector::workspace_binary;
+use ipaudit_tests::manifests::{get, help, repo, strings, yaml_documents_of};
 use serde_yaml_ng::Value;
-
-fn repo(path: &str) -> PathBuf {
-    ipaudit_tests::manifest_dir().join("..").join(path)
-}
 
 fn yaml_documents(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|doc| {
-            <Value as serde::Deserialize>::deserialize(doc)
-                .unwrap_or_else(|e| panic!("{path}: {e}"))
-        })
-        .collect()
-}
-
-fn help(binary: &str, subcommand: &str) -> String {
-    let out = Command::new(workspace_binary(binary))
-        .args([subcommand, "--help"])
-        .output()
-        .expect("runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    value
-        .as_sequence()
-        .map(|s| {
-            s.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
+    yaml_documents_of(&text, path)
 }
 
 /// Every `--flag` and `IPAUDIT_*` variable a service passes is one the binary knows.
@@ -110,12 +79,6 @@ fn docker_compose_runs_kafka_its_topics_the_collector_and_the_analyzer() {
     }
 }
 
-fn kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name}"))
-}
-
 /// One read-only rule per API group, each listing that group's plurals, in the order of
 /// the kind table: what the collector may watch.
 fn read_rules_of_the_kind_table() -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
@@ -140,7 +103,7 @@ fn read_rules_of_the_kind_table() -> Vec<(Vec<String>, Vec<String>, Vec<String>)
 #[test]
 fn the_collector_may_only_read_the_kinds_of_the_table() {
     let rbac = yaml_documents("deploy/rbac.yaml");
-    let role = kind(&rbac, "ClusterRole", "ipaudit-collector");
+    let role = get(&rbac, "ClusterRole", "ipaudit-collector");
     let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role["rules"]
         .as_sequence()
         .expect("rules")
@@ -170,7 +133,7 @@ fn the_collector_may_only_read_the_kinds_of_the_table() {
 #[test]
 fn the_collector_deployment_probes_healthz_and_readyz_on_the_port_it_listens_on() {
     let docs = yaml_documents("deploy/collector.yaml");
-    let deployment = kind(&docs, "Deployment", "ipaudit-collector");
+    let deployment = get(&docs, "Deployment", "ipaudit-collector");
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"], "ipaudit-collector");
     let container = &pod["containers"][0];
@@ -285,7 +248,7 @@ fn only_the_collector_which_uses_the_api_gets_a_service_account_token() {
         );
     }
     let rbac = yaml_documents("deploy/rbac.yaml");
-    let account = kind(&rbac, "ServiceAccount", "ipaudit-collector");
+    let account = get(&rbac, "ServiceAccount", "ipaudit-collector");
     assert_eq!(
         account["automountServiceAccountToken"], false,
         "no token by default; the collector's pod asks for one"
@@ -335,13 +298,13 @@ fn network_policies_admit_only_the_metrics_port_of_each_program() {
             "ipaudit-analyzer-metrics",
         ),
     ] {
-        let set = kind(&docs, workload, name);
+        let set = get(&docs, workload, name);
         let labels = &set["spec"]["template"]["metadata"]["labels"];
         let port = set["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
             .as_u64()
             .expect("metrics port");
         assert_admits_only_port_from_selected_namespaces(
-            kind(&docs, "NetworkPolicy", policy),
+            get(&docs, "NetworkPolicy", policy),
             labels,
             port,
         );
@@ -351,7 +314,7 @@ fn network_policies_admit_only_the_metrics_port_of_each_program() {
 #[test]
 fn deploy_creates_the_topics_with_replication_and_the_collector_does_not() {
     let topics = yaml_documents("deploy/topics.yaml");
-    let job = kind(&topics, "Job", "ipaudit-topics");
+    let job = get(&topics, "Job", "ipaudit-topics");
     let script = strings(&job["spec"]["template"]["spec"]["containers"][0]["args"]).join("\n");
     let factor: u32 = script
         .split("--replication-factor ")
@@ -377,8 +340,8 @@ fn deploy_creates_the_topics_with_replication_and_the_collector_does_not() {
         "the schemas topic is compacted: one record per schema is kept for ever"
     );
     let collector = yaml_documents("deploy/collector.yaml");
-    let container = &kind(&collector, "Deployment", "ipaudit-collector")["spec"]["template"]
-        ["spec"]["containers"][0];
+    let container = &get(&collector, "Deployment", "ipaudit-collector")["spec"]["template"]["spec"]
+        ["containers"][0];
     let env = container["env"].as_sequence().expect("env");
     let creation: Vec<&Value> = env
         .iter()
@@ -401,7 +364,7 @@ fn deploy_creates_the_topics_with_replication_and_the_collector_does_not() {
 #[test]
 fn the_analyzer_is_a_statefulset_whose_pod_name_is_its_static_group_member_id() {
     let docs = yaml_documents("deploy/analyzer.yaml");
-    let set = kind(&docs, "StatefulSet", "ipaudit-analyzer");
+    let set = get(&docs, "StatefulSet", "ipaudit-analyzer");
     assert!(
         !set["spec"]["volumeClaimTemplates"]
             .as_sequence()

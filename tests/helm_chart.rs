@@ -3,16 +3,11 @@
 //! choices an operator makes: what it grants, mounts and runs. scripts/test also
 //! validates every rendered object against Kubernetes' OpenAPI schemas.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use ipaudit_schemas::KINDS;
-use ipaudit_tests::collector::workspace_binary;
+use ipaudit_tests::manifests::{self, find, get, repo, strings, yaml_documents_of};
 use serde_yaml_ng::Value;
-
-fn repo(path: &str) -> PathBuf {
-    ipaudit_tests::manifest_dir().join("..").join(path)
-}
 
 fn helm() -> String {
     std::env::var("IPAUDIT_HELM").unwrap_or_else(|_| "helm".to_owned())
@@ -38,8 +33,8 @@ fn render(args: &[&str]) -> Vec<Value> {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).expect("UTF-8");
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|doc| <Value as serde::Deserialize>::deserialize(doc).expect("YAML"))
+    yaml_documents_of(&text, "helm template")
+        .into_iter()
         .filter(|doc| !doc.is_null())
         .collect()
 }
@@ -68,26 +63,6 @@ fn every_values_file() -> Vec<Vec<String>> {
 
 fn args(owned: &[String]) -> Vec<&str> {
     owned.iter().map(String::as_str).collect()
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    value
-        .as_sequence()
-        .map(|s| {
-            s.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-}
-
-fn get<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    find(docs, kind, name).unwrap_or_else(|| panic!("no {kind} {name}"))
 }
 
 /// (apiGroups, resources, verbs) of each rule of a role.
@@ -394,11 +369,7 @@ fn every_pod_of_every_values_file_meets_pod_security_restricted() {
 }
 
 fn help(binary: &str) -> String {
-    let out = Command::new(workspace_binary(binary))
-        .args(["run", "--help"])
-        .output()
-        .expect("runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    manifests::help(binary, "run")
 }
 
 #[test]

@@ -5,6 +5,7 @@ pub mod analyzer;
 pub mod broker;
 pub mod browser;
 pub mod collector;
+pub mod manifests;
 pub mod measure;
 pub mod receiver;
 pub mod scenario;
