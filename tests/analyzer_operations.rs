@@ -78,7 +78,8 @@ fn a_receiver_answering_413_does_not_hold_back_the_next_transition_and_the_refus
         let text = analyzer.metrics();
         text.lines()
             .find(|l| {
-                l.starts_with("ipaudit_analyzer_sink_failures_total{")
+                // Every sink has its series from the start: the webhook's is the one.
+                l.starts_with("ipaudit_analyzer_sink_failures_total{sink=\"webhook:")
                     && l.contains("kind=\"permanent\"")
             })
             .map(str::to_owned)
