@@ -8,9 +8,9 @@ COPY . .
 # instrumented build replays generated histories first; about 20 minutes on 2 cores), which
 # takes an Avro replay to about 0.82 of its time (BENCHMARKS.md). The collector is built
 # plainly (a third build with link-time optimisation).
-RUN cargo build --release --locked -p ipaudit-collector --bins \
+RUN cargo build --profile dist --locked -p ipaudit-collector --bins \
  && scripts/build-pgo --out /tmp/pgo \
- && cp target/release/collector /tmp/pgo/analyzer /usr/local/bin/
+ && cp target/dist/collector /tmp/pgo/analyzer /usr/local/bin/
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -3,8 +3,8 @@
 //! own server on loopback, and each page fetched over HTTP many times.
 //!
 //! ```sh
-//! cargo build --release -p ipaudit-analyzer --bin incidents-bench
-//! target/release/incidents-bench --incidents 10000 --rounds 20
+//! cargo build --profile dist -p ipaudit-analyzer --bin incidents-bench
+//! target/dist/incidents-bench --incidents 10000 --rounds 20
 //! ```
 //!
 //! The reference, measured in the same run, is the server's floor: the answer for an

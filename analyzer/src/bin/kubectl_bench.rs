@@ -5,11 +5,11 @@
 //! recording is measured against.
 //!
 //! ```sh
-//! cargo build --release -p ipaudit-analyzer --bin replay-bench --bin kubectl-bench --bin analyzer
-//! target/release/replay-bench generate --out /tmp/ipaudit-history.avro
-//! target/release/kubectl-bench from-avro /tmp/ipaudit-history.avro --out /tmp/ipaudit-kubectl
-//! target/release/kubectl-bench parse-value /tmp/ipaudit-kubectl
-//! target/release/analyzer replay /tmp/ipaudit-kubectl/*.json
+//! cargo build --profile dist -p ipaudit-analyzer --bin replay-bench --bin kubectl-bench --bin analyzer
+//! target/dist/replay-bench generate --out /tmp/ipaudit-history.avro
+//! target/dist/kubectl-bench from-avro /tmp/ipaudit-history.avro --out /tmp/ipaudit-kubectl
+//! target/dist/kubectl-bench parse-value /tmp/ipaudit-kubectl
+//! target/dist/analyzer replay /tmp/ipaudit-kubectl/*.json
 //! ```
 
 use std::collections::BTreeMap;

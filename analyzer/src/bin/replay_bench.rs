@@ -4,21 +4,21 @@
 //! that peak memory is the replay's own:
 //!
 //! ```sh
-//! cargo build --release -p ipaudit-analyzer --bin replay-bench --bin analyzer
-//! target/release/replay-bench generate --out /tmp/ipaudit-history.avro
-//! target/release/replay-bench run /tmp/ipaudit-history.avro
+//! cargo build --profile dist -p ipaudit-analyzer --bin replay-bench --bin analyzer
+//! target/dist/replay-bench generate --out /tmp/ipaudit-history.avro
+//! target/dist/replay-bench run /tmp/ipaudit-history.avro
 //! # generate also writes the findings its planted leaks must give beside the history
 //! # (/tmp/ipaudit-history.avro.planted.json); run checks the replay's findings against it
 //! # object content like a real cluster's (~600 bytes an event), and an older schema:
-//! target/release/replay-bench generate --realistic --out /tmp/realistic.avro
-//! target/release/replay-bench generate --schema-version 2 --out /tmp/history-v2.avro
+//! target/dist/replay-bench generate --realistic --out /tmp/realistic.avro
+//! target/dist/replay-bench generate --schema-version 2 --out /tmp/history-v2.avro
 //! # side by side on one file: analyzer replay, apache-avro's Reader, fastavro
-//! target/release/replay-bench compare /tmp/realistic.avro
+//! target/dist/replay-bench compare /tmp/realistic.avro
 //! # everything issue 11 measures, in one run: with the kubectl recording of the history
 //! # and a history of 1M live objects (needs kubectl-bench and state-bench built too)
-//! target/release/kubectl-bench from-avro /tmp/ipaudit-history.avro --out /tmp/ipaudit-kubectl
-//! target/release/replay-bench generate --out /tmp/ipaudit-1m-live.avro --ips 500000 --events 0
-//! target/release/replay-bench compare /tmp/ipaudit-history.avro \
+//! target/dist/kubectl-bench from-avro /tmp/ipaudit-history.avro --out /tmp/ipaudit-kubectl
+//! target/dist/replay-bench generate --out /tmp/ipaudit-1m-live.avro --ips 500000 --events 0
+//! target/dist/replay-bench compare /tmp/ipaudit-history.avro \
 //!     --kubectl /tmp/ipaudit-kubectl --live /tmp/ipaudit-1m-live.avro
 //! ```
 
@@ -950,7 +950,7 @@ fn sibling(me: &Path, name: &str) -> anyhow::Result<PathBuf> {
     let path = me.with_file_name(name);
     anyhow::ensure!(
         path.exists(),
-        "{} not found: build it (cargo build --release -p ipaudit-analyzer --bin {name})",
+        "{} not found: build it (cargo build --profile dist -p ipaudit-analyzer --bin {name})",
         path.display()
     );
     Ok(path)
@@ -971,7 +971,7 @@ fn compare(
     };
     anyhow::ensure!(
         analyzer.exists(),
-        "{} not found: build it (cargo build --release -p ipaudit-analyzer --bin analyzer) or pass --analyzer",
+        "{} not found: build it (cargo build --profile dist -p ipaudit-analyzer --bin analyzer) or pass --analyzer",
         analyzer.display()
     );
     let memory = match live {

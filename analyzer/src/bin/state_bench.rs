@@ -2,15 +2,15 @@
 //! state, rules, alerts) takes per event, and how much memory it holds per live object.
 //!
 //! ```sh
-//! cargo build --release -p ipaudit-analyzer --bin replay-bench --bin state-bench
-//! target/release/replay-bench generate --out /tmp/ipaudit-history.avro
+//! cargo build --profile dist -p ipaudit-analyzer --bin replay-bench --bin state-bench
+//! target/dist/replay-bench generate --out /tmp/ipaudit-history.avro
 //! # Time per event: events are decoded in chunks outside the timed part.
-//! target/release/state-bench analyze /tmp/ipaudit-history.avro
+//! target/dist/state-bench analyze /tmp/ipaudit-history.avro
 //! # Memory per live object, at 1M live objects (500k pods, 500k IPs, 10k subnets):
-//! target/release/replay-bench generate --out /tmp/ipaudit-1m-live.avro --ips 500000 --events 0
-//! target/release/state-bench memory /tmp/ipaudit-1m-live.avro
+//! target/dist/replay-bench generate --out /tmp/ipaudit-1m-live.avro --ips 500000 --events 0
+//! target/dist/state-bench memory /tmp/ipaudit-1m-live.avro
 //! # Time per kind and event type (pod ADDED, IP DELETED, ...):
-//! target/release/state-bench classes /tmp/ipaudit-history.avro
+//! target/dist/state-bench classes /tmp/ipaudit-history.avro
 //! ```
 
 use std::collections::BTreeMap;

@@ -4,8 +4,8 @@
 //! size of the subnet times the number of changes.
 //!
 //! ```sh
-//! cargo build --release -p ipaudit-analyzer --bin subnet-bench
-//! target/release/subnet-bench --ips 2000,8000,50000
+//! cargo build --profile dist -p ipaudit-analyzer --bin subnet-bench
+//! target/dist/subnet-bench --ips 2000,8000,50000
 //! ```
 //!
 //! Phases, for a subnet of N IPs (each with its pod):

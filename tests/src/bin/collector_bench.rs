@@ -4,8 +4,8 @@
 //! and into a file (`collector record`), and the collector's peak RSS.
 //!
 //! ```sh
-//! cargo build --release -p ipaudit-collector -p ipaudit-tests --bins
-//! target/release/collector-bench --objects 100000 --changes 100000
+//! cargo build --profile dist -p ipaudit-collector -p ipaudit-tests --bins
+//! target/dist/collector-bench --objects 100000 --changes 100000
 //! ```
 //! Uses `$IPAUDIT_TEST_BROKERS` when set, else starts Apache Kafka (see scripts/broker).
 

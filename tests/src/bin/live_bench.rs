@@ -8,11 +8,11 @@
 //!    moment a subnet is deleted under a live IP to the moment the webhook has the alert.
 //!
 //! ```sh
-//! cargo build --release -p ipaudit-analyzer -p ipaudit-collector -p ipaudit-tests --bins
-//! target/release/replay-bench generate --out /tmp/ipaudit-history.avro --events 200000 --ips 40000 --subnets 2000
+//! cargo build --profile dist -p ipaudit-analyzer -p ipaudit-collector -p ipaudit-tests --bins
+//! target/dist/replay-bench generate --out /tmp/ipaudit-history.avro --events 200000 --ips 40000 --subnets 2000
 //! pip install confluent-kafka
 //! dir=$(mktemp -d); export $(scripts/broker start $dir | grep ^IPAUDIT_TEST_BROKERS=)
-//! target/release/live-bench /tmp/ipaudit-history.avro 50
+//! target/dist/live-bench /tmp/ipaudit-history.avro 50
 //! ```
 
 use std::path::{Path, PathBuf};

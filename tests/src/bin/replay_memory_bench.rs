@@ -2,8 +2,8 @@
 //! of objects: with the recording streamed, the peak does not grow with the file.
 //!
 //! ```text
-//! cargo build --release -p ipaudit-analyzer -p ipaudit-tests --bins
-//! target/release/replay-memory-bench [OBJECTS] [MIB...]    # default: 3000 100 400
+//! cargo build --profile dist -p ipaudit-analyzer -p ipaudit-tests --bins
+//! target/dist/replay-memory-bench [OBJECTS] [MIB...]    # default: 3000 100 400
 //! ```
 //!
 //! Writes each recording to a temporary folder, replays it with the `analyzer` built next
