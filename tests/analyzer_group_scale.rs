@@ -38,7 +38,7 @@
 //! the partition's whole history.
 //!
 //! With a later snapshot in the topic (a watch gap ended by 410 Gone, or collectors run
-//! with `--snapshot-interval` as the README advises), the member that takes a partition
+//! with `--snapshot-interval` as the book advises), the member that takes a partition
 //! over rebuilds from a snapshot taken after an incident: it reports that leak a second
 //! time as `ip-orphaned` (another alert id), and the previous owner's
 //! `subnet-deleted-before-ip` alert is never resolved. The ignored test at the end
@@ -365,8 +365,19 @@ fn wait_for_transitions(
             .iter()
             .filter(|w| first(&all, **w).is_none())
             .collect();
+        // The collectors of the missing clusters say whether their events left them.
+        let collectors: String = clusters
+            .iter()
+            .filter(|c| missing.iter().any(|(id, _)| *id == c.id))
+            .map(|c| {
+                let log = c.collector.log_text();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("collector of {}:\n{}\n", c.id, tail.join("\n"))
+            })
+            .collect();
         panic!(
-            "no {status} transition after {timeout:?} of (cluster, round) {missing:?}; the members' rebalances and deliveries:\n{}",
+            "no {status} transition after {timeout:?} of (cluster, round) {missing:?}; the members' rebalances and deliveries:\n{}\n{collectors}",
             group_story(logs)
         )
     })

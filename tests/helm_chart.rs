@@ -565,7 +565,7 @@ fn the_monitoring_objects_carry_the_rules_and_the_dashboard_of_the_chart_files()
         .expect("rules file")
         .replace(
             "RUNBOOK_BASE_URL",
-            "https://git.example/ipaudit/blob/main/docs/runbooks.md",
+            "https://ipaudit.example/book/operators/runbooks.html",
         );
     let file: Value = serde_yaml_ng::from_str(&file).expect("rules YAML");
     assert_eq!(rule["spec"], file);
@@ -646,4 +646,46 @@ fn the_incident_pages_list_every_replica_as_a_peer_and_admit_only_the_chosen_nam
         Some(""),
         "pages off: the analyzer serves none"
     );
+}
+
+/// mdBook's id of a heading: lower case, spaces to `-`, other punctuation dropped.
+fn heading_id(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_rule_links_a_section_of_the_books_runbooks_page() {
+    let page =
+        std::fs::read_to_string(repo("book/src/operators/runbooks.md")).expect("runbooks page");
+    let ids: Vec<String> = page
+        .lines()
+        .filter_map(|line| line.strip_prefix('#'))
+        .map(|line| heading_id(line.trim_start_matches('#')))
+        .collect();
+    let rules = std::fs::read_to_string(repo("charts/ipaudit/files/prometheus-rules.yaml"))
+        .expect("rules file");
+    let anchors: Vec<&str> = rules
+        .lines()
+        .filter_map(|line| line.split_once("RUNBOOK_BASE_URL#"))
+        .map(|(_, anchor)| anchor.trim_end_matches('"'))
+        .collect();
+    assert!(
+        anchors.len() >= 18,
+        "every rule has a runbook link: {anchors:?}"
+    );
+    for anchor in anchors {
+        assert!(
+            ids.iter().any(|id| id == anchor),
+            "no runbook section #{anchor} in book/src/operators/runbooks.md"
+        );
+    }
 }

@@ -5,13 +5,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use ipaudit_analyzer::analysis::reorder::ReorderConfig;
 use ipaudit_analyzer::cli::RuleArgs;
 use ipaudit_analyzer::offline::replay::{replay, ReplayOptions};
 use ipaudit_analyzer::offline::report::html::render_html;
 use ipaudit_analyzer::offline::report::{render_text, skipped_text, write_jsonl, Findings};
 use ipaudit_analyzer::AnalyzerConfig;
+use ipaudit_runtime::generate::{self, GenerateArgs};
 use ipaudit_runtime::parse::{self, millis};
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 
@@ -53,6 +54,8 @@ enum Command {
     /// 4xx answer other than 408/429, a record too large).
     #[command(name = "dead-letters", subcommand)]
     DeadLetters(DeadLettersCommand),
+    /// Shell completions, man pages and the flag reference of this program.
+    Generate(GenerateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -326,12 +329,15 @@ fn parse_time(text: &str) -> Result<i64, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Generate(args) = &cli.command {
+        return generate::main(args, Cli::command());
+    }
     // Before anything decodes Avro: a corrupt length in a file may not allocate more.
     ipaudit_schemas::container::limit_allocations();
     // Replay prints a report: only warnings go to stderr. Live analysis logs its work.
     let default_level = match cli.command {
         Command::Replay(_) => "warn",
-        Command::Run(_) | Command::DeadLetters(_) => "info",
+        Command::Run(_) | Command::DeadLetters(_) | Command::Generate(_) => "info",
     };
     ipaudit_runtime::telemetry::init(
         ipaudit_runtime::telemetry::LogFormat::json_if(cli.log_json),
@@ -343,6 +349,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => run_replay(args),
         Command::Run(args) => run_live(*args),
         Command::DeadLetters(command) => run_dead_letters(command),
+        Command::Generate(_) => unreachable!("generate returned before telemetry started"),
     };
     match result {
         Ok(code) => code,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use ipaudit_collector::admission::AdmissionConfig;
 use ipaudit_collector::app::{self, CollectorConfig, KubeSource, RecordConfig, RunConfig};
 use ipaudit_collector::event::Stamp;
@@ -15,6 +15,7 @@ use ipaudit_collector::outbox::Outbox;
 use ipaudit_collector::produce::{KafkaConfig, TopicCreation};
 use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
 use ipaudit_collector::watch::WatchConfig;
+use ipaudit_runtime::generate::{self, GenerateArgs};
 use ipaudit_runtime::kafka::Connection;
 use ipaudit_runtime::parse;
 use ipaudit_runtime::telemetry::{self, LogFilter, LogFormat};
@@ -41,6 +42,8 @@ enum Command {
     Record(Box<RecordArgs>),
     /// Inspect and repair the outbox of a state directory (works while `run` runs).
     Outbox(OutboxArgs),
+    /// Shell completions, man pages and the flag reference of this program.
+    Generate(GenerateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -390,6 +393,9 @@ fn collector_config(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Generate(args) = &cli.command {
+        return generate::main(args, Cli::command());
+    }
     telemetry::init(
         LogFormat::json_if(cli.log_json),
         LogFilter::FromEnv { default: "info" },
@@ -505,6 +511,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Outbox(args) => outbox_command(args),
+        Command::Generate(_) => unreachable!("generate returned before the runtime started"),
     }
 }
 

@@ -71,6 +71,18 @@ pub const WATCH_ERROR_REASONS: [&str; 6] = [
 ];
 
 /// The decisions of `admission_reviews` ([`crate::guard::Decision`]).
+/// Why a stream is listed in full: its first list, an expired resourceVersion (410 Gone),
+/// the periodic snapshot, a failed list retried, the outbox full (events were paused), an
+/// event the collector could not decode.
+pub const RELIST_REASONS: [&str; 6] = [
+    "initial",
+    "expired",
+    "snapshot",
+    "retry",
+    "outbox_full",
+    "undecodable_event",
+];
+
 const ADMISSION_DECISIONS: [crate::guard::Decision; 5] = [
     crate::guard::Decision::Allowed,
     crate::guard::Decision::Warned,
@@ -241,6 +253,16 @@ impl Metrics {
             watch_pauses
                 .get_or_create(&stream_labels(*stream))
                 .inc_by(0);
+            malformed.get_or_create(&stream_labels(*stream)).inc_by(0);
+            raw_omitted.get_or_create(&stream_labels(*stream)).inc_by(0);
+            for reason in RELIST_REASONS {
+                relists
+                    .get_or_create(&ReasonLabels {
+                        stream: stream.as_str().into(),
+                        reason: reason.into(),
+                    })
+                    .inc_by(0);
+            }
         }
         for result in ["delivered", "failed"] {
             kafka

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use ipaudit_analyzer::cli::RuleArgs;
 use ipaudit_analyzer::live::incidents::IncidentFilter;
 use ipaudit_analyzer::offline::report::{render_text, write_jsonl};
@@ -20,6 +20,7 @@ use ipaudit_kubectl::cluster::{connect, KubeOptions};
 use ipaudit_kubectl::release::{release, Rate, ReleaseOptions, Verdict};
 use ipaudit_kubectl::report::CheckReport;
 use ipaudit_kubectl::snapshot;
+use ipaudit_runtime::generate::{self, GenerateArgs};
 use ipaudit_runtime::parse;
 
 #[derive(Debug, Parser)]
@@ -55,6 +56,8 @@ enum Command {
     /// `kubectl port-forward`), with the pages' filters. Exit 0: none firing among those
     /// listed; 1: some firing; 2: error.
     Incidents(IncidentsArgs),
+    /// Shell completions, man pages and the flag reference of this program.
+    Generate(GenerateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -162,6 +165,9 @@ struct ReleaseArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Generate(args) = &cli.command {
+        return generate::main(args, Cli::command());
+    }
     ipaudit_runtime::telemetry::init(
         ipaudit_runtime::telemetry::LogFormat::Text,
         ipaudit_runtime::telemetry::LogFilter::Given {
@@ -188,6 +194,7 @@ fn main() -> ExitCode {
             Command::Check(args) => check(&kube, args).await,
             Command::Release(args) => release_from_report(&kube, args).await,
             Command::Incidents(args) => incidents(args).await,
+            Command::Generate(_) => unreachable!("generate returned before the runtime started"),
         }
     });
     match result {

@@ -2,6 +2,7 @@
 //! the collector as a process, and the seeds played on the simulated API server.
 
 pub mod analyzer;
+pub mod book;
 pub mod broker;
 pub mod browser;
 pub mod collector;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ipaudit_runtime::telemetry::EventLabels;
-use ipaudit_schemas::{Alert, AlertStatus};
+use ipaudit_schemas::{Alert, AlertStatus, EventType};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -199,6 +199,18 @@ impl Metrics {
             firing
                 .get_or_create(&RuleLabels { rule: rule.clone() })
                 .set(0);
+        }
+        for stream in ipaudit_schemas::Stream::ALL {
+            for event_type in [
+                EventType::Added,
+                EventType::Modified,
+                EventType::Deleted,
+                EventType::DeletedOnRelist,
+            ] {
+                events
+                    .get_or_create(&EventLabels::new(stream.as_str(), event_type.as_str()))
+                    .inc_by(0);
+            }
         }
         for kind in ["message", "transition"] {
             dead_letters

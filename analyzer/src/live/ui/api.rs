@@ -1,5 +1,5 @@
 //! The JSON API's answers: `ipaudit.incident-list.v1` and `ipaudit.incident.v1`
-//! (README, "Incident pages and API", lists every field). A version is bumped, like an
+//! (the book's book/src/operators/incident-pages.md lists every field). A version is bumped, like an
 //! Avro schema's, when a field changes meaning or goes away; fields are only ever added
 //! within one.
 

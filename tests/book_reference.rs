@@ -1,0 +1,97 @@
+//! The docs book's reference pages are what the code generates today: a flag, metric or
+//! schema field changed without `scripts/book generate` fails here, naming the page.
+
+use ipaudit_tests::manifests::repo;
+
+#[test]
+fn every_reference_page_of_the_book_is_current() {
+    let dir = repo("book/src/reference");
+    let mut stale = Vec::new();
+    for (name, page) in ipaudit_tests::book::reference_pages(&repo("")) {
+        let path = dir.join(&name);
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        if checked_in != page {
+            stale.push(name);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "stale pages in book/src/reference: {stale:?}; run scripts/book generate and commit them"
+    );
+}
+
+#[test]
+fn the_flag_reference_lists_every_subcommand_of_each_program() {
+    let pages = ipaudit_tests::book::reference_pages(&repo(""));
+    let page = |name: &str| {
+        &pages
+            .iter()
+            .find(|(file, _)| file == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .1
+    };
+    for heading in [
+        "## `collector run`",
+        "## `collector record`",
+        "## `collector generate man`",
+    ] {
+        assert!(
+            page("collector.md").contains(heading),
+            "collector.md lacks {heading}"
+        );
+    }
+    for heading in [
+        "## `analyzer replay`",
+        "## `analyzer run`",
+        "## `analyzer dead-letters list`",
+    ] {
+        assert!(
+            page("analyzer.md").contains(heading),
+            "analyzer.md lacks {heading}"
+        );
+    }
+    assert!(page("kubectl-ipaudit.md").contains("## `kubectl-ipaudit release`"));
+    // Flags show their environment variable, never a value the generating machine had.
+    assert!(page("collector.md").contains("[env: IPAUDIT_STATE_DIR]"));
+}
+
+#[test]
+fn the_metrics_page_lists_the_metrics_the_alert_rules_read() {
+    let pages = ipaudit_tests::book::reference_pages(&repo(""));
+    let metrics = &pages
+        .iter()
+        .find(|(file, _)| file == "metrics.md")
+        .expect("metrics.md")
+        .1;
+    for series in [
+        "ipaudit_collector_events_total",
+        "ipaudit_collector_outbox_bytes",
+        "ipaudit_analyzer_firing_alerts",
+    ] {
+        assert!(
+            metrics.contains(&format!("`{series}`")),
+            "metrics.md lacks {series}"
+        );
+    }
+    assert!(metrics.contains("`stream`: "), "label values are listed");
+}
+
+#[test]
+fn the_schemas_page_has_every_schema_and_each_version_change() {
+    let pages = ipaudit_tests::book::reference_pages(&repo(""));
+    let schemas = &pages
+        .iter()
+        .find(|(file, _)| file == "schemas.md")
+        .expect("schemas.md")
+        .1;
+    for heading in [
+        "## `watch_event` (v4",
+        "## `alert` (v5",
+        "## `cleanup_command` (v3",
+    ] {
+        assert!(schemas.contains(heading), "schemas.md lacks {heading}");
+    }
+    // Alert v5 added the incident page's url.
+    assert!(schemas.contains("- v5: added `"), "{schemas}");
+    assert!(schemas.contains(".url`"), "{schemas}");
+}
