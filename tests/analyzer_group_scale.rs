@@ -377,15 +377,15 @@ fn wait_for_transitions(
             })
             .collect();
         panic!(
-            "no {status} transition after {timeout:?} of (cluster, round) {missing:?}; the members' rebalances and deliveries:\n{}\n{collectors}",
-            group_story(logs)
+            "no {status} transition after {timeout:?} of (cluster, round) {missing:?}; the members' rebalances and deliveries, and what they logged of those clusters:\n{}\n{collectors}",
+            group_story(logs, &missing.iter().map(|(id, _)| *id).collect::<Vec<_>>())
         )
     })
 }
 
 /// The members' rebalance callbacks, snapshot choices, alert deliveries and warnings,
 /// from their logs.
-fn group_story(logs: &[(&str, PathBuf)]) -> String {
+fn group_story(logs: &[(&str, PathBuf)], clusters: &[&str]) -> String {
     let mut story = String::new();
     for (name, path) in logs {
         let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -395,6 +395,9 @@ fn group_story(logs: &[(&str, PathBuf)]) -> String {
                 || l.contains("rebuilding")
                 || l.contains(" WARN ")
                 || l.contains(" ERROR ")
+                || clusters
+                    .iter()
+                    .any(|cluster| l.contains(&format!("cluster={cluster}")))
         }) {
             story.push_str(&format!("{name}: {line}\n"));
         }
@@ -638,7 +641,7 @@ fn group_scale(name: &str, relist_after_round_1: bool) {
         unexpected.is_empty(),
         "{} deliveries beyond one transition per cluster and round (member, cluster, subnet, rule, key): {unexpected:#?}\n{}",
         unexpected.len(),
-        group_story(&logs)
+        group_story(&logs, &[])
     );
     // A transition comes again only from another member, and the same.
     for (key, sent) in &per_key {

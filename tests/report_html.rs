@@ -48,7 +48,7 @@ fn screenshot(page: &Path, png_path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
 }
 
 /// With `IPAUDIT_KEEP_REPORTS=DIR`, keeps a test's page and screenshot as
-/// `DIR/NAME.html` and `DIR/NAME.png` (how docs/report-screenshot.png is made).
+/// `DIR/NAME.html` and `DIR/NAME.png` (how book/src/images/report-screenshot.png is made).
 fn keep(page: &Path, png: &Path, name: &str) {
     if let Some(dir) = std::env::var_os("IPAUDIT_KEEP_REPORTS") {
         let dir = PathBuf::from(dir);

@@ -556,6 +556,7 @@ fn apply_group_event(event: GroupEvent, state: GroupState<'_>) -> Result<bool, L
             let mut from_store = None;
             for (partition, start) in starts {
                 state.owned.insert(partition);
+                state.metrics.partition_assigned(partition);
                 if !matches!(start, Start::Checkpoint(_)) {
                     // No state here: what the partition holds is rebuilt from `start`.
                     without_state = true;

@@ -97,6 +97,17 @@ impl Default for Metrics {
 }
 
 /// An analysis's input problem counters, in the order of their `kind` labels.
+/// The kinds of `input_problems`: a message that is no watch event, then the problems the
+/// analysis counts, in the order of [`problems`].
+const INPUT_PROBLEMS: [&str; 6] = [
+    "undecodable",
+    "unknown_kind",
+    "stale",
+    "late",
+    "unversioned",
+    "new_epoch",
+];
+
 fn problems(stats: &AnalyzerStats) -> [u64; 5] {
     [
         stats.unknown_kinds,
@@ -212,6 +223,18 @@ impl Metrics {
                     .inc_by(0);
             }
         }
+        for kind in INPUT_PROBLEMS {
+            input_problems
+                .get_or_create(&KindLabels { kind: kind.into() })
+                .inc_by(0);
+        }
+        for result in ["found", "not_found", "failed"] {
+            writer_schema_lookups
+                .get_or_create(&ResultLabels {
+                    result: result.into(),
+                })
+                .inc_by(0);
+        }
         for kind in ["message", "transition"] {
             dead_letters
                 .get_or_create(&KindLabels { kind: kind.into() })
@@ -245,6 +268,14 @@ impl Metrics {
             .set(messages.max(0));
     }
 
+    /// A partition this instance now owns: its counters start at 0 (its lag is set once
+    /// measured).
+    pub fn partition_assigned(&self, partition: i32) {
+        let labels = partition_labels(partition);
+        self.offset_out_of_range.get_or_create(&labels).inc_by(0);
+        self.rebuilds.get_or_create(&labels).inc_by(0);
+    }
+
     /// Forgets a partition this instance no longer owns.
     pub fn partition_revoked(&self, partition: i32) {
         self.lag.remove(&partition_labels(partition));
@@ -274,10 +305,7 @@ impl Metrics {
         let now = problems(stats);
         let mut seen = self.seen_problems.lock().unwrap_or_else(|e| e.into_inner());
         let before = seen.entry(cluster.to_owned()).or_default();
-        for (i, kind) in ["unknown_kind", "stale", "late", "unversioned", "new_epoch"]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, kind) in INPUT_PROBLEMS[1..].iter().enumerate() {
             self.input_problem(kind, now[i].saturating_sub(before[i]));
         }
         *before = now;
