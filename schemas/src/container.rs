@@ -666,7 +666,11 @@ impl<R: Read> Blocks<R> {
         self.pos = 0;
         self.left = 0;
         self.count = 0;
+        // Every buffer `recover` searches holds this block's bytes or none: a stale copy of
+        // the previous block could hold a sync marker before this block's start.
         self.head.clear();
+        self.data.clear();
+        self.compressed.clear();
         self.trailer.clear();
         self.block_start = self.input.offset;
         let mut magic = Vec::with_capacity(4);

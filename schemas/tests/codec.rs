@@ -790,3 +790,35 @@ fn a_message_of_a_newer_schema_decodes_once_its_schema_is_learnt_and_a_new_kind_
     // Without the learnt schemas the build's own decoder still refuses it.
     assert!(decode::<WatchEvent>(&message).is_err());
 }
+
+#[test]
+fn a_block_header_cut_short_after_a_block_whose_data_held_the_sync_marker_is_reported_not_searched_in_that_data(
+) {
+    // Found by the avro_container fuzz target: the search for the next sync marker looked
+    // at the previous block's bytes too, found the marker inside them, and "unread" more
+    // than had been read since the block began (an overflow; wrapped, it re-read the
+    // previous block's bytes).
+    let (mut bytes, _) = blocks_file(1, 2, apache_avro::Codec::Null);
+    let sync = bytes[bytes.len() - 16..].to_vec();
+    // A block of one record whose data starts with a negative length (an error in the
+    // datum, the block itself whole) and holds the sync marker and 8 bytes more.
+    let mut data = vec![0x01];
+    data.extend_from_slice(&sync);
+    data.extend_from_slice(&[0; 8]);
+    bytes.push(0x02); // count 1
+    bytes.push((data.len() as u8) << 1); // size
+    bytes.extend_from_slice(&data);
+    bytes.extend_from_slice(&sync);
+    // Then a block header cut after its count.
+    bytes.push(0x02);
+    let (versions, errors) = versions_and_errors(&bytes);
+    assert_eq!(versions, [1, 2]);
+    match &errors[..] {
+        [ContainerError::Corrupt { resumed: true, .. }, ContainerError::Corrupt {
+            resumed: false,
+            skipped_bytes: 1,
+            ..
+        }] => {}
+        other => panic!("{other:?}"),
+    }
+}
