@@ -341,7 +341,8 @@ impl NextVersion {
         );
         let text = json.to_string();
         let schema = apache_avro::Schema::parse_str(&text).expect("the next version parses");
-        let fingerprint = crate::registry::fingerprint(&schema);
+        let fingerprint =
+            crate::registry::fingerprint(&schema).expect("the next version has a canonical form");
         NextVersion {
             text,
             schema,

@@ -747,9 +747,9 @@ impl<R: Read> Blocks<R> {
 
     /// Whether a concatenated file's schema is the one this reader reads.
     fn schema_matches(&self, schema: &Schema) -> bool {
-        self.schema
-            .as_ref()
-            .is_some_and(|mine| mine.canonical_form() == schema.canonical_form())
+        self.schema.as_ref().is_some_and(|mine| {
+            Some(mine.canonical_form()) == crate::registry::canonical_form(schema)
+        })
     }
 
     /// After an error in the current block: skips to the next block, or, when the block's

@@ -62,7 +62,7 @@ impl SchemaSet {
                 // The .avsc files are compiled in and tested: failing to parse one is a bug.
                 let schema = Schema::parse_str(text).expect("bundled .avsc parses");
                 let schema: &'static Schema = Box::leak(Box::new(schema));
-                let fingerprint = fingerprint(schema);
+                let fingerprint = fingerprint(schema).expect("bundled .avsc has a canonical form");
                 SchemaVersion {
                     version: index as u32 + 1,
                     text,
@@ -104,7 +104,7 @@ impl SchemaSet {
 
     /// The version equal to a schema found in a file (compared by canonical form).
     pub fn position_of_schema(&self, schema: &Schema) -> Option<usize> {
-        let canonical = schema.canonical_form();
+        let canonical = canonical_form(schema)?;
         self.versions
             .iter()
             .position(|v| v.schema.canonical_form() == canonical)
@@ -195,8 +195,9 @@ pub(crate) fn read_value_whole(
 /// form, where the specification strips it to `"long"`; its own fingerprint then differs
 /// from every other implementation's. Canonical form holds no other braces around a lone
 /// `type`, so the fix-up is exact.
-pub fn fingerprint(schema: &Schema) -> [u8; 8] {
-    let mut canonical = schema.canonical_form();
+/// `None` for a schema whose canonical form apache-avro cannot compute ([`canonical_form`]).
+pub fn fingerprint(schema: &Schema) -> Option<[u8; 8]> {
+    let mut canonical = canonical_form(schema)?;
     for primitive in [
         "null", "boolean", "int", "long", "float", "double", "bytes", "string",
     ] {
@@ -207,13 +208,35 @@ pub fn fingerprint(schema: &Schema) -> [u8; 8] {
     }
     // The fixed-up form, parsed again, has no logical types left: its canonical form is
     // itself, and apache-avro's Rabin digest of it is the standard fingerprint.
-    let plain = Schema::parse_str(&canonical).expect("a canonical form parses");
-    debug_assert_eq!(plain.canonical_form(), canonical);
-    plain
-        .fingerprint::<Rabin>()
-        .bytes
-        .try_into()
-        .expect("Rabin fingerprints are 8 bytes")
+    let plain = Schema::parse_str(&canonical).ok()?;
+    plain.fingerprint::<Rabin>().bytes.try_into().ok()
+}
+
+/// The schema's Parsing Canonical Form, or `None` where apache-avro 0.22 would panic
+/// computing it: on a value under a key the form keeps (`name`, `type`, `fields`,
+/// `symbols`, `items`, `values`) that is no object, string or array, or a `size`,
+/// `precision` or `scale` that is no integer. `Schema::parse` accepts such keys as custom
+/// attributes of a field (`"symbols": null`, found by the avro_container fuzz target), and
+/// schemas come from files and the schemas topic: the form of one must never stop a
+/// reader.
+pub fn canonical_form(schema: &Schema) -> Option<String> {
+    fn computable(json: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        match json {
+            Value::Object(map) => map.iter().all(|(key, value)| match key.as_str() {
+                "size" | "precision" | "scale" => {
+                    value.as_i64().is_some()
+                        || value.as_str().is_some_and(|s| s.parse::<i64>().is_ok())
+                }
+                "name" | "type" | "fields" | "symbols" | "items" | "values" => computable(value),
+                _ => true,
+            }),
+            Value::String(_) => true,
+            Value::Array(items) => items.iter().all(computable),
+            _ => false,
+        }
+    }
+    computable(&serde_json::to_value(schema).ok()?).then(|| schema.canonical_form())
 }
 
 /// A record type with Avro schemas under `schemas/avro/`.

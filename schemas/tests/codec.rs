@@ -822,3 +822,32 @@ fn a_block_header_cut_short_after_a_block_whose_data_held_the_sync_marker_is_rep
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_container_whose_schema_has_a_field_attribute_apache_avro_cannot_put_in_canonical_form_is_read_without_a_panic(
+) {
+    // Found by the avro_container fuzz target: apache-avro parses `"symbols": null` on a
+    // field as a custom attribute, and then panics computing the schema's canonical form.
+    let schema = apache_avro::Schema::parse_str(
+        r#"{"type":"record","name":"R","fields":[{"name":"f","type":"long","symbols":null}]}"#,
+    )
+    .expect("apache-avro parses it");
+    assert_eq!(ipaudit_schemas::registry::canonical_form(&schema), None);
+    assert_eq!(ipaudit_schemas::registry::fingerprint(&schema), None);
+    // A recording whose header carries it: the field's `"default":null` becomes
+    // `"symbols":null`, as long, so that the header's lengths stay right.
+    let (mut bytes, _) = blocks_file(1, 1, apache_avro::Codec::Null);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let field = r#""name":"generation","type":["null","long"],"default":null"#;
+    let at = text
+        .find(field)
+        .expect("the schema has metadata.generation")
+        + field.len();
+    let symbols = r#""symbols":null"#;
+    bytes[at - symbols.len()..at].copy_from_slice(symbols.as_bytes());
+    let (versions, _) = match ContainerReader::<WatchEvent, _>::new(&bytes[..]) {
+        Ok(_) => versions_and_errors(&bytes),
+        Err(_) => (Vec::new(), Vec::new()),
+    };
+    assert!(versions.len() <= 1);
+}
