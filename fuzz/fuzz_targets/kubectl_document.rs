@@ -11,7 +11,18 @@ use ipaudit_schemas::Stream;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|doc: &[u8]| {
-    let generic = serde_json::from_slice::<serde_json::Value>(doc)
+    let value = serde_json::from_slice::<serde_json::Value>(doc);
+    // serde_json refuses a broken `\u` escape (a lone surrogate, `"\ud914\r"`) when it
+    // builds a `Value`, but not in a field a typed read skips: the fast path keeps such a
+    // document (the fields it reads are whole), where the generic path has no `Value` to
+    // compare with.
+    if value.as_ref().is_err_and(|error| {
+        let error = error.to_string();
+        error.contains("surrogate") || error.contains("hex escape")
+    }) {
+        return;
+    }
+    let generic = value
         .ok()
         .and_then(|value| from_watch_document(&value).ok());
     for stream in [Stream::Pod, Stream::Ip, Stream::Subnet] {
