@@ -1,16 +1,34 @@
 //! The docs book's reference pages are what the code generates today: a flag, metric or
 //! schema field changed without `scripts/book generate` fails here, naming the page.
 
+use std::sync::OnceLock;
+
 use ipaudit_tests::manifests::repo;
+
+/// The pages as the code generates them now, generated once for every test here (each
+/// generation runs the three programs).
+fn pages() -> &'static [(String, String)] {
+    static PAGES: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    PAGES.get_or_init(|| ipaudit_tests::book::reference_pages(&repo("")))
+}
+
+/// One generated page, by file name.
+fn page(name: &str) -> &'static str {
+    &pages()
+        .iter()
+        .find(|(file, _)| file == name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .1
+}
 
 #[test]
 fn every_reference_page_of_the_book_is_current() {
     let dir = repo("book/src/reference");
     let mut stale = Vec::new();
-    for (name, page) in ipaudit_tests::book::reference_pages(&repo("")) {
-        let path = dir.join(&name);
+    for (name, page) in pages() {
+        let path = dir.join(name);
         let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
-        if checked_in != page {
+        if checked_in != *page {
             stale.push(name);
         }
     }
@@ -22,14 +40,6 @@ fn every_reference_page_of_the_book_is_current() {
 
 #[test]
 fn the_flag_reference_lists_every_subcommand_of_each_program() {
-    let pages = ipaudit_tests::book::reference_pages(&repo(""));
-    let page = |name: &str| {
-        &pages
-            .iter()
-            .find(|(file, _)| file == name)
-            .unwrap_or_else(|| panic!("no {name}"))
-            .1
-    };
     for heading in [
         "## `collector run`",
         "## `collector record`",
@@ -57,12 +67,7 @@ fn the_flag_reference_lists_every_subcommand_of_each_program() {
 
 #[test]
 fn the_metrics_page_lists_the_metrics_the_alert_rules_read() {
-    let pages = ipaudit_tests::book::reference_pages(&repo(""));
-    let metrics = &pages
-        .iter()
-        .find(|(file, _)| file == "metrics.md")
-        .expect("metrics.md")
-        .1;
+    let metrics = page("metrics.md");
     for series in [
         "ipaudit_collector_events_total",
         "ipaudit_collector_outbox_bytes",
@@ -78,12 +83,7 @@ fn the_metrics_page_lists_the_metrics_the_alert_rules_read() {
 
 #[test]
 fn the_schemas_page_has_every_schema_and_each_version_change() {
-    let pages = ipaudit_tests::book::reference_pages(&repo(""));
-    let schemas = &pages
-        .iter()
-        .find(|(file, _)| file == "schemas.md")
-        .expect("schemas.md")
-        .1;
+    let schemas = page("schemas.md");
     for heading in [
         "## `watch_event` (v4",
         "## `alert` (v5",

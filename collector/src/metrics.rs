@@ -232,37 +232,29 @@ impl Metrics {
         // Every series a rule or a dashboard reads exists from the start, at 0: a panel
         // shows 0 rather than "no data", and increase() sees the first failure.
         for stream in watched {
-            for event_type in [
-                EventType::Added,
-                EventType::Modified,
-                EventType::Deleted,
-                EventType::DeletedOnRelist,
-            ] {
+            for event_type in EventType::CHANGES {
                 events
                     .get_or_create(&EventLabels::new(stream.as_str(), event_type.as_str()))
                     .inc_by(0);
             }
-            for reason in WATCH_ERROR_REASONS {
-                watch_errors
-                    .get_or_create(&ReasonLabels {
-                        stream: stream.as_str().into(),
-                        reason: reason.into(),
-                    })
-                    .inc_by(0);
+            for (family, reasons) in [
+                (&watch_errors, &WATCH_ERROR_REASONS[..]),
+                (&relists, &RELIST_REASONS[..]),
+            ] {
+                for reason in reasons {
+                    family
+                        .get_or_create(&ReasonLabels {
+                            stream: stream.as_str().into(),
+                            reason: (*reason).into(),
+                        })
+                        .inc_by(0);
+                }
             }
             watch_pauses
                 .get_or_create(&stream_labels(*stream))
                 .inc_by(0);
             malformed.get_or_create(&stream_labels(*stream)).inc_by(0);
             raw_omitted.get_or_create(&stream_labels(*stream)).inc_by(0);
-            for reason in RELIST_REASONS {
-                relists
-                    .get_or_create(&ReasonLabels {
-                        stream: stream.as_str().into(),
-                        reason: reason.into(),
-                    })
-                    .inc_by(0);
-            }
         }
         for result in ["delivered", "failed"] {
             kafka

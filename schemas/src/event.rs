@@ -84,6 +84,15 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// The types that carry an object's change (no bookmark, no relist marker, no
+    /// remediation): the `type` label values of the programs' events counters.
+    pub const CHANGES: [EventType; 4] = [
+        EventType::Added,
+        EventType::Modified,
+        EventType::Deleted,
+        EventType::DeletedOnRelist,
+    ];
+
     /// The name as it appears in the schema and in kubectl output.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -212,12 +212,7 @@ impl Metrics {
                 .set(0);
         }
         for stream in ipaudit_schemas::Stream::ALL {
-            for event_type in [
-                EventType::Added,
-                EventType::Modified,
-                EventType::Deleted,
-                EventType::DeletedOnRelist,
-            ] {
+            for event_type in EventType::CHANGES {
                 events
                     .get_or_create(&EventLabels::new(stream.as_str(), event_type.as_str()))
                     .inc_by(0);
