@@ -12,7 +12,7 @@
 //!   - [`analysis::fix`]: the kubectl commands in a finding's fix.
 //!   - [`analysis::actors`]: who made each request, from an audit log.
 //!   - [`analysis::engine`]: the [`Analyzer`] driving all of the above, and its checkpoints.
-//! - [`live`]: the analyzer as a service.
+//! - `live`: the analyzer as a service (cargo feature `live`).
 //!   - [`live::consume`]: `analyzer run`, the Kafka consumer group loop.
 //!   - [`live::group`]: the instance's place in its consumer group.
 //!   - [`live::start_offset`]: where a new analyzer starts (the latest complete snapshot).
@@ -27,11 +27,19 @@
 //!   - [`offline::replay`]: files merged by resourceVersion into the core.
 //!   - [`offline::report`]: what a replay found, as text, JSON lines or HTML.
 //!
-//! At the top: [`cli`] (flags the binary shares with `kubectl-ipaudit`) and [`allocator`].
+//! At the top: [`cli`] (flags the binary shares with `kubectl-ipaudit`), [`incidents_api`]
+//! (the incident pages' query and links, which the alerts and `kubectl-ipaudit` use too)
+//! and [`allocator`].
+//!
+//! `live` is behind the cargo feature of that name (on by default): without it the crate
+//! links neither librdkafka nor SQLite nor an HTTP client, which is how the fuzz targets
+//! build the readers and the analysis.
 
 pub mod allocator;
 pub mod analysis;
 pub mod cli;
+pub mod incidents_api;
+#[cfg(feature = "live")]
 pub mod live;
 pub mod offline;
 

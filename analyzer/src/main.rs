@@ -260,14 +260,14 @@ struct RunArgs {
     rules: RuleArgs,
 }
 
-/// A secret given as a value or as a file (see [`ipaudit_runtime::kafka::value_or_file`]); the
+/// A secret given as a value or as a file (see [`ipaudit_runtime::secret::value_or_file`]); the
 /// value never appears in an error.
 fn secret(
     value: Option<String>,
     file: Option<PathBuf>,
     what: &str,
 ) -> anyhow::Result<Option<String>> {
-    ipaudit_runtime::kafka::value_or_file(value, file.as_deref())
+    ipaudit_runtime::secret::value_or_file(value, file.as_deref())
         .with_context(|| format!("cannot read the {what}"))
 }
 

@@ -12,8 +12,13 @@
 //! logged and counted together) are the operator's window. [`guard`] and
 //! [`admission`] refuse or warn about the deletion of a Subnet or pool that live
 //! allocations still name (the validating webhook).
+//!
+//! What needs Kafka or SQLite (`app`, `outbox`, `produce`, `publish_schemas`, `writer`,
+//! `record`, `remediate`, the binary) is behind the cargo feature `service`, on by
+//! default; `kubectl ipaudit` and the fuzz targets build the rest without it.
 
 pub mod admission;
+#[cfg(feature = "service")]
 pub mod app;
 pub mod cleanup;
 pub mod discovery;
@@ -23,11 +28,17 @@ pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod observed;
+#[cfg(feature = "service")]
 pub mod outbox;
+#[cfg(feature = "service")]
 pub mod produce;
+#[cfg(feature = "service")]
 pub mod publish_schemas;
+#[cfg(feature = "service")]
 pub mod record;
+#[cfg(feature = "service")]
 pub mod remediate;
 pub mod telemetry;
 pub mod watch;
+#[cfg(feature = "service")]
 pub mod writer;

@@ -226,17 +226,8 @@ fn denied_write(topic: &str, code: RDKafkaErrorCode) -> ProduceError {
     }
 }
 
-/// Every label [`permanent_reason`] gives (the `reason`s of `quarantined_total`).
-pub const QUARANTINE_REASONS: [&str; 6] = [
-    "message_size_too_large",
-    "invalid_message_size",
-    "message_batch_too_large",
-    "invalid_message",
-    "invalid_record",
-    "invalid_timestamp",
-];
-
-/// The label of an error that refuses one message for good: sending the same bytes again
+/// The label (one of [`crate::metrics::QUARANTINE_REASONS`]) of an error that refuses one message for good:
+/// sending the same bytes again
 /// cannot succeed, so the row is quarantined. Everything else (broker down, leader
 /// moving, timeouts, a missing topic, authorization) is retried.
 pub fn permanent_reason(code: RDKafkaErrorCode) -> Option<&'static str> {
@@ -388,7 +379,13 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
                 for row in &quarantined {
                     RowQuarantined {
                         cluster: &config.cluster_id,
-                        row,
+                        outbox_id: row.outbox_id,
+                        reason: row.reason,
+                        error: &row.error,
+                        stream: row.stream.as_deref(),
+                        object: row.object.as_deref(),
+                        resource_version: row.resource_version.as_deref(),
+                        bytes: row.payload.len(),
                     }
                     .emit(&metrics);
                 }
@@ -600,6 +597,25 @@ async fn send_in_order(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_permanent_refusal_has_a_quarantine_reason_whose_series_starts_at_0() {
+        use rdkafka::types::RDKafkaErrorCode as Code;
+        for code in [
+            Code::MessageSizeTooLarge,
+            Code::InvalidMessageSize,
+            Code::MessageBatchTooLarge,
+            Code::InvalidMessage,
+            Code::InvalidRecord,
+            Code::InvalidTimestamp,
+        ] {
+            let reason = permanent_reason(code).expect("permanent");
+            assert!(
+                crate::metrics::QUARANTINE_REASONS.contains(&reason),
+                "{reason}"
+            );
+        }
+    }
 
     fn row(id: i64) -> Row {
         Row {

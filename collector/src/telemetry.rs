@@ -12,7 +12,6 @@ use tracing::{debug, error, info, trace, warn};
 use crate::guard::{Decision, Verdict};
 use crate::health::OutboxSize;
 use crate::metrics::{AdmissionLabels, Metrics, OnlyReasonLabels, ReasonLabels, ResultLabels};
-use crate::outbox::Quarantine;
 
 /// An event was converted and handed to the outbox (or recording file).
 pub struct EventRecorded {
@@ -260,29 +259,40 @@ impl InternalEvent for OutboxFull {
 pub struct RowQuarantined<'a> {
     /// The cluster whose event it is.
     pub cluster: &'a str,
-    /// The row and why.
-    pub row: &'a Quarantine,
+    /// The row's id in the outbox.
+    pub outbox_id: i64,
+    /// The metric's `reason` (one of [`crate::metrics::QUARANTINE_REASONS`]).
+    pub reason: &'static str,
+    /// The error as Kafka or librdkafka said it.
+    pub error: &'a str,
+    /// The event's stream, object and resourceVersion, when it decodes.
+    pub stream: Option<&'a str>,
+    /// `namespace/name` or `name`.
+    pub object: Option<&'a str>,
+    /// The event's resourceVersion.
+    pub resource_version: Option<&'a str>,
+    /// The encoded event's size.
+    pub bytes: usize,
 }
 
 impl InternalEvent for RowQuarantined<'_> {
     type Metrics = Metrics;
     fn emit(self, metrics: &Metrics) {
-        let q = self.row;
         error!(
             cluster = %self.cluster,
-            stream = q.stream.as_deref().unwrap_or("?"),
-            object = q.object.as_deref().unwrap_or("?"),
-            resource_version = q.resource_version.as_deref().unwrap_or("?"),
-            reason = q.reason,
-            error = %q.error,
-            bytes = q.payload.len(),
-            outbox_id = q.outbox_id,
+            stream = self.stream.unwrap_or("?"),
+            object = self.object.unwrap_or("?"),
+            resource_version = self.resource_version.unwrap_or("?"),
+            reason = self.reason,
+            error = %self.error,
+            bytes = self.bytes,
+            outbox_id = self.outbox_id,
             "Kafka refused an event for good; moved to quarantine (collector outbox quarantine list)"
         );
         metrics
             .quarantined
             .get_or_create(&OnlyReasonLabels {
-                reason: q.reason.into(),
+                reason: self.reason.into(),
             })
             .inc();
     }
@@ -449,15 +459,13 @@ mod tests {
         .emit(&metrics);
         RowQuarantined {
             cluster: "c",
-            row: &Quarantine {
-                outbox_id: 1,
-                reason: "message_size_too_large",
-                error: "too large".into(),
-                stream: None,
-                object: None,
-                resource_version: None,
-                payload: vec![0; 3],
-            },
+            outbox_id: 1,
+            reason: "message_size_too_large",
+            error: "too large",
+            stream: None,
+            object: None,
+            resource_version: None,
+            bytes: 3,
         }
         .emit(&metrics);
         KafkaBatchSent {

@@ -4,8 +4,7 @@
 
 use std::fmt::Write as _;
 
-use ipaudit_analyzer::live::incidents::IncidentFilter;
-use ipaudit_analyzer::live::ui::incident_url;
+use ipaudit_analyzer::incidents_api::{incident_url, IncidentFilter};
 use serde_json::Value;
 
 /// Why the incidents could not be read.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use ipaudit_analyzer::cli::RuleArgs;
-use ipaudit_analyzer::live::incidents::IncidentFilter;
+use ipaudit_analyzer::incidents_api::IncidentFilter;
 use ipaudit_analyzer::offline::report::{render_text, write_jsonl};
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_collector::discovery;
@@ -266,7 +266,7 @@ async fn check(kube: &KubeOptions, args: CheckArgs) -> anyhow::Result<ExitCode> 
 }
 
 async fn incidents(args: IncidentsArgs) -> anyhow::Result<ExitCode> {
-    let token = ipaudit_runtime::kafka::value_or_file(None, args.token_file.as_deref())
+    let token = ipaudit_runtime::secret::value_or_file(None, args.token_file.as_deref())
         .context("cannot read the API token")?;
     let filter = IncidentFilter {
         cluster: args.cluster,

@@ -16,6 +16,8 @@ use ipaudit_schemas::{Alert, AlertStatus, Remediation};
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Transaction};
 use serde::Serialize;
 
+use crate::incidents_api::IncidentFilter;
+
 /// The incidents' tables (created by [`crate::live::store::Store::open`]; added to store
 /// format 1 without a new format number: a release before them ignores them).
 pub(crate) const INCIDENT_TABLES: &str = "
@@ -130,38 +132,6 @@ pub struct IncidentRecord {
     pub log: Vec<LogEntry>,
 }
 
-/// What the list shows: the filters of `/` and `/api/v1/incidents` (query parameters of
-/// the same names). Empty fields filter nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, Serialize)]
-#[serde(default)]
-pub struct IncidentFilter {
-    /// Only this cluster.
-    pub cluster: Option<String>,
-    /// Only this rule.
-    pub rule: Option<String>,
-    /// Only incidents involving this namespace.
-    pub namespace: Option<String>,
-    /// Only this subnet or pool.
-    pub pool: Option<String>,
-    /// `firing` or `resolved` (anything else: both).
-    pub state: Option<String>,
-    /// Fired at or after this time (RFC 3339).
-    pub since: Option<String>,
-    /// Fired before this time (RFC 3339).
-    pub until: Option<String>,
-    /// Text in the subject, the address or the summary.
-    pub q: Option<String>,
-    /// Page number, from 1.
-    pub page: Option<u32>,
-    /// Incidents per page (default [`DEFAULT_PAGE_SIZE`], at most [`MAX_PAGE_SIZE`]).
-    pub per_page: Option<u32>,
-}
-
-/// Incidents per page when the filter does not say.
-pub const DEFAULT_PAGE_SIZE: u32 = 50;
-/// The most incidents one page holds.
-pub const MAX_PAGE_SIZE: u32 = 500;
-
 /// A filter value that is not one the list understands (answered with 400, never
 /// ignored: a silently ignored filter shows incidents the operator excluded).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -173,74 +143,65 @@ pub struct FilterError {
     pub problem: String,
 }
 
-impl IncidentFilter {
-    /// The page asked for, from 1.
-    pub fn page(&self) -> u32 {
-        self.page.unwrap_or(1).max(1)
+/// The filter as SQL conditions and their values (checked: a bad time is an error).
+fn conditions(
+    filter: &IncidentFilter,
+) -> Result<(String, Vec<rusqlite::types::Value>), FilterError> {
+    use rusqlite::types::Value;
+    let mut sql = Vec::new();
+    let mut values: Vec<Value> = Vec::new();
+    for (column, value) in [
+        ("cluster_id", &filter.cluster),
+        ("rule", &filter.rule),
+        ("namespace", &filter.namespace),
+        ("pool", &filter.pool),
+    ] {
+        if let Some(v) = given(value) {
+            sql.push(format!("{column} = ?"));
+            values.push(Value::Text(v.to_owned()));
+        }
     }
-
-    /// Incidents per page.
-    pub fn per_page(&self) -> u32 {
-        self.per_page
-            .unwrap_or(DEFAULT_PAGE_SIZE)
-            .clamp(1, MAX_PAGE_SIZE)
+    match given(&filter.state) {
+        None | Some("all") => {}
+        Some(text) => {
+            let state = IncidentState::parse(text).ok_or_else(|| FilterError {
+                parameter: "state",
+                problem: format!("{text:?} is not firing, resolved or all"),
+            })?;
+            sql.push("state = ?".to_owned());
+            values.push(Value::Text(state.as_str().to_owned()));
+        }
     }
-
-    /// The filter as SQL conditions and their values (checked: a bad time is an error).
-    fn conditions(&self) -> Result<(String, Vec<rusqlite::types::Value>), FilterError> {
-        use rusqlite::types::Value;
-        let mut sql = Vec::new();
-        let mut values: Vec<Value> = Vec::new();
-        for (column, value) in [
-            ("cluster_id", &self.cluster),
-            ("rule", &self.rule),
-            ("namespace", &self.namespace),
-            ("pool", &self.pool),
-        ] {
-            if let Some(v) = given(value) {
-                sql.push(format!("{column} = ?"));
-                values.push(Value::Text(v.to_owned()));
-            }
+    for (parameter, value, op) in [
+        ("since", &filter.since, ">="),
+        ("until", &filter.until, "<"),
+    ] {
+        if let Some(text) = given(value) {
+            let ms = parse_time(text).ok_or_else(|| FilterError {
+                parameter,
+                problem: format!("{text:?} is not an RFC 3339 time (2026-11-28T06:00:00Z)"),
+            })?;
+            sql.push(format!("fired_at_ms {op} ?"));
+            values.push(Value::Integer(ms));
         }
-        match given(&self.state) {
-            None | Some("all") => {}
-            Some(text) => {
-                let state = IncidentState::parse(text).ok_or_else(|| FilterError {
-                    parameter: "state",
-                    problem: format!("{text:?} is not firing, resolved or all"),
-                })?;
-                sql.push("state = ?".to_owned());
-                values.push(Value::Text(state.as_str().to_owned()));
-            }
-        }
-        for (parameter, value, op) in [("since", &self.since, ">="), ("until", &self.until, "<")] {
-            if let Some(text) = given(value) {
-                let ms = parse_time(text).ok_or_else(|| FilterError {
-                    parameter,
-                    problem: format!("{text:?} is not an RFC 3339 time (2026-11-28T06:00:00Z)"),
-                })?;
-                sql.push(format!("fired_at_ms {op} ?"));
-                values.push(Value::Integer(ms));
-            }
-        }
-        if let Some(text) = given(&self.q) {
-            let pattern = format!("%{}%", escape_like(text));
-            sql.push(
-                "(subject_name LIKE ? ESCAPE '\\' OR address LIKE ? ESCAPE '\\' \
+    }
+    if let Some(text) = given(&filter.q) {
+        let pattern = format!("%{}%", escape_like(text));
+        sql.push(
+            "(subject_name LIKE ? ESCAPE '\\' OR address LIKE ? ESCAPE '\\' \
                  OR summary LIKE ? ESCAPE '\\')"
-                    .to_owned(),
-            );
-            for _ in 0..3 {
-                values.push(Value::Text(pattern.clone()));
-            }
+                .to_owned(),
+        );
+        for _ in 0..3 {
+            values.push(Value::Text(pattern.clone()));
         }
-        let clause = if sql.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", sql.join(" AND "))
-        };
-        Ok((clause, values))
     }
+    let clause = if sql.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", sql.join(" AND "))
+    };
+    Ok((clause, values))
 }
 
 /// A filter value given, trimmed; an empty one is none.
@@ -328,7 +289,7 @@ pub enum IncidentsError {
 
 /// The page of incidents `filter` asks for.
 pub fn list(conn: &Connection, filter: &IncidentFilter) -> Result<IncidentPage, IncidentsError> {
-    let (clause, values) = filter.conditions()?;
+    let (clause, values) = conditions(filter)?;
     let (page, per_page) = (filter.page(), filter.per_page());
     let total: i64 = conn.query_row(
         &format!("SELECT count(*) FROM incidents {clause}"),

@@ -44,7 +44,7 @@ impl Findings {
     /// `--ui-url`): the reports then name each incident's live page.
     pub fn link_pages(&mut self, ui_url: &str) {
         for history in &mut self.alerts {
-            let url = crate::live::ui::incident_url(ui_url, &history.fired.alert_id);
+            let url = crate::incidents_api::incident_url(ui_url, &history.fired.alert_id);
             if let Some(resolved) = &mut history.resolved {
                 resolved.url = Some(url.clone());
             }

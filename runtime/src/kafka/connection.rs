@@ -163,13 +163,13 @@ fn readable(option: &'static str, path: &Path) -> Result<(), ConnectionError> {
 }
 
 fn read_password(path: &Path) -> Result<String, ConnectionError> {
-    crate::kafka::read_secret_file(path).map_err(|error| match error {
-        crate::kafka::SecretFileError::Read { path, source } => ConnectionError::File {
+    crate::secret::read_secret_file(path).map_err(|error| match error {
+        crate::secret::SecretFileError::Read { path, source } => ConnectionError::File {
             option: "--kafka-sasl-password-file",
             path,
             source,
         },
-        crate::kafka::SecretFileError::Empty { path } => ConnectionError::EmptyPassword { path },
+        crate::secret::SecretFileError::Empty { path } => ConnectionError::EmptyPassword { path },
     })
 }
 

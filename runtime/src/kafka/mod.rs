@@ -4,16 +4,14 @@
 //! policy per kind of client ([`Connection::producer`], [`Connection::group_consumer`], …), so TLS, SASL
 //! and the operator's `--kafka-option`s apply to all of them alike. [`Connection::probe`]
 //! tells a misconfigured connection (TLS verification, authentication) from a broker that is
-//! merely down. Secrets of either program can come from files ([`read_secret_file`]).
+//! merely down. Secrets of either program can come from files ([`crate::secret`]).
 
 mod args;
 mod clients;
 mod connection;
 mod probe;
-mod secret;
 
 pub use args::{KafkaArgs, KafkaOption, SaslMechanism, Secret, SecurityProtocol};
 pub use clients::{ClientSettings, Delivery, NoOffset};
 pub use connection::{Connection, ConnectionError};
 pub use probe::ProbeError;
-pub use secret::{read_secret_file, value_or_file, SecretFileError};

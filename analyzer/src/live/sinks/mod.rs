@@ -191,7 +191,7 @@ impl DeliveryConfig {
         alert.url = self
             .ui_url
             .as_deref()
-            .map(|url| crate::live::ui::incident_url(url, &alert.alert_id));
+            .map(|url| crate::incidents_api::incident_url(url, &alert.alert_id));
     }
 }
 

@@ -57,7 +57,7 @@ pub(super) fn list(base: &str, page: &IncidentPage) -> Response {
         .items
         .iter()
         .map(|summary| Item {
-            url: super::incident_url(base, &summary.alert_id),
+            url: crate::incidents_api::incident_url(base, &summary.alert_id),
             summary,
         })
         .collect();
@@ -81,7 +81,7 @@ pub(super) fn one(base: &str, record: &IncidentRecord) -> Response {
         &One {
             schema: INCIDENT_SCHEMA,
             summary: &record.summary,
-            url: super::incident_url(base, &record.summary.alert_id),
+            url: crate::incidents_api::incident_url(base, &record.summary.alert_id),
             fired: &record.fired,
             resolved: record.resolved.as_ref(),
             log: &record.log,

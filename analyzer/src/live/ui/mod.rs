@@ -26,7 +26,8 @@ use axum::Router;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::watch;
 
-use crate::live::incidents::{self, IncidentFilter, IncidentPage, IncidentRecord, IncidentsError};
+use crate::incidents_api::{IncidentFilter, MAX_PAGE_SIZE};
+use crate::live::incidents::{self, IncidentPage, IncidentRecord, IncidentsError};
 
 /// How the incident pages are served.
 #[derive(Clone)]
@@ -56,12 +57,6 @@ impl std::fmt::Debug for UiConfig {
             .field("peers", &self.peers)
             .finish()
     }
-}
-
-/// The page of one incident under `ui_url` (the pages' external address, with its path
-/// prefix): what every alert links to.
-pub fn incident_url(ui_url: &str, alert_id: &str) -> String {
-    format!("{}/incidents/{alert_id}", ui_url.trim_end_matches('/'))
 }
 
 /// `--ui-base-path` as the routes use it: empty, or `/` and segments without a trailing
@@ -336,7 +331,7 @@ fn with_member(ui: &Ui, mut response: Response) -> Response {
 /// The list `filter` asks for: this store's, merged with the other members' lists (unless
 /// a peer asks), so that whichever member the Service sends the operator to answers with
 /// the group's list. Each store is asked for its first `page * per_page` incidents; a page
-/// deeper than [`incidents::MAX_PAGE_SIZE`] incidents is this store's alone. Returns the
+/// deeper than [`MAX_PAGE_SIZE`] incidents is this store's alone. Returns the
 /// peers that did not answer (the page says so).
 async fn gather(
     ui: &Ui,
@@ -344,7 +339,7 @@ async fn gather(
     from_peer: bool,
 ) -> Result<(IncidentPage, Vec<String>), IncidentsError> {
     let window = filter.page().saturating_mul(filter.per_page());
-    if ui.peers.is_empty() || from_peer || window > incidents::MAX_PAGE_SIZE {
+    if ui.peers.is_empty() || from_peer || window > MAX_PAGE_SIZE {
         let asked = filter.clone();
         let page = read(ui, move |conn| incidents::list(conn, &asked)).await?;
         return Ok((page, Vec::new()));
@@ -456,13 +451,5 @@ mod tests {
         assert_eq!(normalise_base_path("/"), "");
         assert_eq!(normalise_base_path("ipaudit/"), "/ipaudit");
         assert_eq!(normalise_base_path("/a/b/"), "/a/b");
-    }
-
-    #[test]
-    fn an_incident_url_joins_the_external_address_and_the_id() {
-        assert_eq!(
-            incident_url("https://ops.example/ipaudit/", "0123abcd"),
-            "https://ops.example/ipaudit/incidents/0123abcd"
-        );
     }
 }

@@ -5,7 +5,8 @@
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
-use crate::live::incidents::{IncidentFilter, IncidentPage, IncidentRecord, IncidentState};
+use crate::incidents_api::IncidentFilter;
+use crate::live::incidents::{IncidentPage, IncidentRecord, IncidentState};
 use crate::offline::report::html::{incident_markup, STYLESHEET};
 use crate::offline::report::AlertHistory;
 
