@@ -437,7 +437,9 @@ fn remediation_rbac_is_granted_only_with_remediation_on_and_commands_are_signed(
         let analyzer = container(&docs, "StatefulSet", "ipaudit-analyzer");
         assert!(env_value(analyzer, "IPAUDIT_COMMANDS_KEY_FILE").is_some());
     }
-    assert!(refusal(&["--set", "collector.remediation=maybe"]).contains("off, dry-run or on"));
+    // values.schema.json refuses it before the template's own check could.
+    assert!(refusal(&["--set", "collector.remediation=maybe"])
+        .contains("at '/collector/remediation': value must be one of 'off', 'dry-run', 'on'"));
     assert!(refusal(&[
         "--set",
         "collector.remediation=on",
@@ -445,6 +447,110 @@ fn remediation_rbac_is_granted_only_with_remediation_on_and_commands_are_signed(
         "commandsKey.existingSecret="
     ])
     .contains("commandsKey.existingSecret"));
+}
+
+/// (a `--set` of a bad value, what helm's refusal must say: where, and what is wrong).
+const SCHEMA_REFUSALS: [(&str, &str); 12] = [
+    (
+        "collector.remedation=on",
+        "at '/collector': additional properties 'remedation' not allowed",
+    ),
+    (
+        "kafka.tls.enable=true",
+        "at '/kafka/tls': additional properties 'enable' not allowed",
+    ),
+    ("replicas=3", "at '': additional properties 'replicas' not allowed"),
+    (
+        "collector.remediation=yes",
+        "at '/collector/remediation': value must be one of 'off', 'dry-run', 'on'",
+    ),
+    (
+        "collector.admissionGuard.mode=block",
+        "at '/collector/admissionGuard/mode': value must be one of 'off', 'warn', 'deny'",
+    ),
+    (
+        "kafka.securityProtocol=TLS",
+        "at '/kafka/securityProtocol': value must be one of",
+    ),
+    (
+        "kafka.sasl.mechanism=SCRAM-SHA-1",
+        "at '/kafka/sasl/mechanism': value must be one of 'PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512'",
+    ),
+    (
+        "image.pullPolicy=always",
+        "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'",
+    ),
+    ("analyzer.replicas=0", "at '/analyzer/replicas': minimum: got 0, want 1"),
+    (
+        "analyzer.replicas=two",
+        "at '/analyzer/replicas': got string, want integer",
+    ),
+    (
+        "topics.replicationFactor=0",
+        "at '/topics/replicationFactor': minimum: got 0, want 1",
+    ),
+    ("ipams.kubeOvn=yes", "at '/ipams/kubeOvn': got string, want boolean"),
+];
+
+#[test]
+fn a_misspelt_or_mistyped_value_is_refused_by_the_values_schema_naming_the_key() {
+    for (set, expected) in SCHEMA_REFUSALS {
+        let error = refusal(&["--set", set]);
+        assert!(
+            error.contains("values don't meet the specifications of the schema")
+                && error.contains(expected),
+            "--set {set}: expected {expected:?} in helm's refusal: {error}"
+        );
+    }
+    // A librdkafka option that is not KEY=VALUE, and a number where a string belongs
+    // (a values file's bare `tag: 1.0` is a number too: the image tag must be quoted).
+    let error = refusal(&["--set", "kafka.options={socket.keepalive.enable}"]);
+    assert!(
+        error.contains("at '/kafka/options/0': 'socket.keepalive.enable' does not match"),
+        "{error}"
+    );
+    let error = refusal(&["--set-json", "image.tag=1.0"]);
+    assert!(
+        error.contains("at '/image/tag': got number, want string"),
+        "{error}"
+    );
+    // The free-form maps and lists stay open, and a bare YAML on/off (a boolean) is still
+    // taken for remediation and the guard's mode.
+    let docs = render(&[
+        "--set",
+        "collector.resources.limits.cpu=1",
+        "--set",
+        "collector.extraArgs={--watch-timeout,290s}",
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.serviceMonitor.labels.team=net",
+        "--set",
+        "collector.admissionGuard.certManager.issuerRef.kind=ClusterIssuer",
+        "--set",
+        "collector.admissionGuard.certManager.issuerRef.name=my-ca",
+        "--set",
+        "collector.remediation=true",
+        "--set",
+        "collector.admissionGuard.mode=false",
+    ]);
+    let collector = container(&docs, "Deployment", "ipaudit-collector");
+    assert_eq!(collector["resources"]["limits"]["cpu"], 1);
+    assert!(
+        strings(&collector["args"]).ends_with(&["--watch-timeout".to_owned(), "290s".to_owned()])
+    );
+    assert_eq!(
+        env_value(collector, "IPAUDIT_REMEDIATE").as_deref(),
+        Some("on")
+    );
+    assert_eq!(
+        get(&docs, "ServiceMonitor", "ipaudit-collector")["metadata"]["labels"]["team"],
+        "net"
+    );
+    // Every values file of charts/ipaudit/ci/ passes the schema (render asserts success).
+    for values in every_values_file() {
+        render(&args(&values));
+    }
 }
 
 #[test]
