@@ -9,7 +9,7 @@
 //! after a crash is recorded once, like it is delivered once.
 //!
 //! Bounded: a resolved incident is forgotten `--incident-retention` after it resolved
-//! ([`forget_resolved_before`]); a firing one stays while it fires (the analysis holds its
+//! (`forget_resolved_before`); a firing one stays while it fires (the analysis holds its
 //! subject anyway).
 
 use ipaudit_schemas::{Alert, AlertStatus, Remediation};

@@ -10,7 +10,7 @@
 //! longer holds; retrying does not help) or failed (the API server did not answer as
 //! expected; a retry may).
 //!
-//! The actions, by IPAM ([`kube_ovn`], [`whereabouts`], [`spiderpool`]):
+//! The actions, by IPAM (`kube_ovn`, `whereabouts`, `spiderpool`):
 //! - kube-ovn, an IP stuck terminating whose subnet is gone: remove kube-ovn's finalizer
 //!   (the IP still terminating, its subnet still the one named and still absent);
 //! - kube-ovn, an orphaned IP (its subnet gone): delete it (uid and resourceVersion
