@@ -118,7 +118,7 @@ fn an_analyzer_sigkilled_and_restarted_reports_an_incident_after_the_restart_wit
 fn with_two_analyzers_in_one_group_the_survivor_takes_over_the_partition_of_one_killed_for_good() {
     let world = World::new("failover-two", None);
     let receiver = Receiver::start(&world.runtime);
-    let _collector = CollectorProcess::start(&world.setup(), &["--snapshot-interval", "2s"]);
+    let collector = CollectorProcess::start(&world.setup(), &["--snapshot-interval", "2s"]);
     let group = format!("ipaudit-two-{}", std::process::id());
     let a = member(&world, &receiver, &group, "analyzer-0");
     let b = member(&world, &receiver, &group, "analyzer-1");
@@ -141,11 +141,20 @@ fn with_two_analyzers_in_one_group_the_survivor_takes_over_the_partition_of_one_
     );
     let (owner, survivor) = if a_owns { (a, b) } else { (b, a) };
     play_subnet_deleted_under_live_ip(&world.sim, "first", 21);
-    wait_for(
-        "the first alert, by the owner",
-        Duration::from_secs(15),
-        || subnet_leak_alert(&receiver, "first"),
-    );
+    // Failed once in CI (28 November 2026, not reproduced in 5 runs after): both members'
+    // logs say whether the owner read the incident and whether its analysis fired.
+    if poll_until(Duration::from_secs(15), || {
+        subnet_leak_alert(&receiver, "first")
+    })
+    .is_none()
+    {
+        panic!(
+            "the first alert, by the owner: nothing after 15 s; the owner's log:\n{}\nthe other member's log:\n{}\nthe collector's log:\n{}",
+            owner.log_text(),
+            survivor.log_text(),
+            collector.log_text()
+        );
+    }
     owner.kill();
     let killed = Instant::now();
     // The next incident happens while no member owns the partition.
