@@ -226,10 +226,10 @@ fn denied_write(topic: &str, code: RDKafkaErrorCode) -> ProduceError {
     }
 }
 
-/// The label (one of [`crate::metrics::QUARANTINE_REASONS`]) of an error that refuses one message for good:
-/// sending the same bytes again
-/// cannot succeed, so the row is quarantined. Everything else (broker down, leader
-/// moving, timeouts, a missing topic, authorization) is retried.
+/// The label (one of [`crate::metrics::QUARANTINE_REASONS`]) of an error that refuses one
+/// message for good: sending the same bytes again cannot succeed, so the row is
+/// quarantined. Everything else (broker down, leader moving, timeouts, a missing topic,
+/// authorization) is retried.
 pub fn permanent_reason(code: RDKafkaErrorCode) -> Option<&'static str> {
     Some(match code {
         // Larger than message.max.bytes: librdkafka refuses it when it is queued, a
