@@ -307,6 +307,12 @@ impl Analyzer {
         }
     }
 
+    /// Whether the reorder buffer holds events back: what is consumed next may release
+    /// them, and what they cause then rests on messages consumed before.
+    pub fn holds_events(&self) -> bool {
+        !self.reorder.is_empty()
+    }
+
     /// The event time history has been analysed up to.
     pub fn now_ms(&self) -> Option<i64> {
         self.history_now_ms

@@ -27,6 +27,7 @@ use crate::analysis::engine::{Analyzer, AnalyzerConfig, Output};
 use crate::analysis::ANALYSIS_FIELDS;
 use crate::live::group::{GroupContext, GroupEvent, GroupShared, PartitionMap, SnapshotScan};
 use crate::live::metrics::Metrics;
+use crate::live::rebuild_points::{self, RebuildPoints};
 use crate::live::sinks::{run_delivery, AlertSink, DeliveryConfig};
 use crate::live::start_offset::Start;
 use crate::live::store::{Store, StoreError};
@@ -151,6 +152,7 @@ pub async fn run(
     }
     let mut partitions = PartitionMap::open(&store_path, &config.topic)?;
     let (restored, offsets) = restore_checkpoint(&mut store, &config.topic, &config.analyzer)?;
+    let mut points = store.load_rebuild_points(&config.topic)?;
     info!(
         clusters = restored.len(),
         ?offsets,
@@ -229,6 +231,7 @@ pub async fn run(
                     partitions: &partitions,
                     metrics: &metrics,
                     shared: &shared,
+                    points: &mut points,
                 },
             )?;
         }
@@ -238,8 +241,8 @@ pub async fn run(
         if started_without_state {
             // Where a partition without state starts is kept before anything of it is
             // analysed (see `live::group`): a restart resumes from there.
-            save(&mut store, &config.topic, &analyzers, &shared)?;
-            commit_offsets(&consumer, &config.topic, &owned, &shared);
+            save(&mut store, &config.topic, &analyzers, &shared, &points)?;
+            commit_offsets(&consumer, &config.topic, &owned, &shared, &points);
         }
         match turn {
             Turn::Message(Ok(message)) => {
@@ -283,14 +286,24 @@ pub async fn run(
                         if let Some(remediation) = event.remediation.as_deref() {
                             store.record_cleanup(remediation)?;
                         }
-                        if !analyzers.contains_key(&event.cluster_id) {
-                            partitions.seen(&event.cluster_id, partition)?;
+                        let cluster = event.cluster_id.clone();
+                        if !analyzers.contains_key(&cluster) {
+                            partitions.seen(&cluster, partition)?;
+                            analyzers
+                                .insert(cluster.clone(), Analyzer::new(config.analyzer.clone()));
                         }
-                        let analyzer = analyzers
-                            .entry(event.cluster_id.clone())
-                            .or_insert_with(|| Analyzer::new(config.analyzer.clone()));
-                        analyzer.step(event, &mut outputs);
-                        spare = analyzer.take_spare();
+                        points.consumed(&cluster, partition, offset);
+                        if let Some(analyzer) = analyzers.get_mut(&cluster) {
+                            let before = outputs.len();
+                            analyzer.step(event, &mut outputs);
+                            spare = analyzer.take_spare();
+                            points.turned(
+                                &cluster,
+                                (partition, offset),
+                                &outputs[before..],
+                                analyzer.holds_events(),
+                            );
+                        }
                     }
                     Some(Err(error)) => {
                         spare = Some(event);
@@ -354,13 +367,19 @@ pub async fn run(
                 let mut rebuilds = HashMap::new();
                 for partition in out_of_range {
                     drop_partition(
-                        &mut store,
-                        &config.topic,
-                        &mut analyzers,
-                        &partitions,
+                        GroupState {
+                            store: &mut store,
+                            topic: &config.topic,
+                            analyzer_config: &config.analyzer,
+                            analyzers: &mut analyzers,
+                            parked: &mut parked,
+                            owned: &mut owned,
+                            partitions: &partitions,
+                            metrics: &metrics,
+                            shared: &shared,
+                            points: &mut points,
+                        },
                         partition,
-                        &metrics,
-                        &shared,
                     )?;
                     let start = rebuild_start(&config, partition, &metrics);
                     OffsetOutOfRange { partition, start }.emit(&metrics);
@@ -395,11 +414,19 @@ pub async fn run(
                 // messages behind it, as it did when they were first read.
                 let now = ipaudit_runtime::clock::now_ms();
                 for (cluster, analyzer) in analyzers.iter_mut() {
-                    if partitions
-                        .partition_of(cluster)
-                        .is_none_or(|p| at_end.contains(&p))
-                    {
+                    let partition = partitions.partition_of(cluster);
+                    if partition.is_none_or(|p| at_end.contains(&p)) {
+                        let before = outputs.len();
                         analyzer.tick(now, &mut outputs);
+                        let last = partition.and_then(|p| Some((p, shared.next_of(p)? - 1)));
+                        if let Some(last) = last {
+                            points.turned(
+                                cluster,
+                                last,
+                                &outputs[before..],
+                                analyzer.holds_events(),
+                            );
+                        }
                     }
                 }
                 report_lag(&owned, &shared, &metrics);
@@ -411,7 +438,7 @@ pub async fn run(
                     let span = tracing::debug_span!("checkpoint", topic = %config.topic, clusters = analyzers.len());
                     let _entered = span.enter();
                     let started = std::time::Instant::now();
-                    save(&mut store, &config.topic, &analyzers, &shared)?;
+                    save(&mut store, &config.topic, &analyzers, &shared, &points)?;
                     store.forget_resolved_incidents(config.incident_retention)?;
                     last_checkpoint_cost = started.elapsed();
                     CheckpointWritten {
@@ -419,7 +446,7 @@ pub async fn run(
                         took: last_checkpoint_cost,
                     }
                     .emit(&metrics);
-                    commit_offsets(&consumer, &config.topic, &owned, &shared);
+                    commit_offsets(&consumer, &config.topic, &owned, &shared, &points);
                     for (cluster, analyzer) in &analyzers {
                         metrics.analysis_problems(cluster, &analyzer.stats());
                     }
@@ -431,8 +458,8 @@ pub async fn run(
         }
         store_alerts(&mut store, &mut outputs, &stored, &metrics)?;
     }
-    save(&mut store, &config.topic, &analyzers, &shared)?;
-    commit_offsets(&consumer, &config.topic, &owned, &shared);
+    save(&mut store, &config.topic, &analyzers, &shared, &points)?;
+    commit_offsets(&consumer, &config.topic, &owned, &shared, &points);
     let _ = stop.send(true);
     for delivery in deliveries {
         if let Ok(Err(error)) = delivery.await {
@@ -527,6 +554,7 @@ struct GroupState<'a> {
     partitions: &'a PartitionMap,
     metrics: &'a Metrics,
     shared: &'a GroupShared,
+    points: &'a mut RebuildPoints,
 }
 
 /// Restores the clusters of newly assigned partitions (from the checkpoint read at start,
@@ -536,7 +564,13 @@ fn apply_group_event(event: GroupEvent, state: GroupState<'_>) -> Result<bool, L
     let mut without_state = false;
     match event {
         GroupEvent::Revoked(revoked) => {
-            save(state.store, state.topic, state.analyzers, state.shared)?;
+            save(
+                state.store,
+                state.topic,
+                state.analyzers,
+                state.shared,
+                state.points,
+            )?;
             for partition in revoked {
                 state.owned.remove(&partition);
                 state.metrics.partition_revoked(partition);
@@ -559,6 +593,7 @@ fn apply_group_event(event: GroupEvent, state: GroupState<'_>) -> Result<bool, L
                 state.metrics.partition_assigned(partition);
                 if !matches!(start, Start::Checkpoint(_)) {
                     // No state here: what the partition holds is rebuilt from `start`.
+                    state.points.forget_partition(partition);
                     without_state = true;
                     continue;
                 }
@@ -616,27 +651,27 @@ fn resume(
 }
 
 /// Drops a partition's clusters (memory and checkpoint) before it is rebuilt.
-fn drop_partition(
-    store: &mut Store,
-    topic: &str,
-    analyzers: &mut HashMap<String, Analyzer>,
-    partitions: &PartitionMap,
-    partition: i32,
-    metrics: &Metrics,
-    shared: &GroupShared,
-) -> Result<(), LiveError> {
-    let gone: Vec<String> = analyzers
+fn drop_partition(state: GroupState<'_>, partition: i32) -> Result<(), LiveError> {
+    let gone: Vec<String> = state
+        .analyzers
         .keys()
-        .filter(|c| partitions.partition_of(c) == Some(partition))
+        .filter(|c| state.partitions.partition_of(c) == Some(partition))
         .cloned()
         .collect();
     for cluster in &gone {
-        analyzers.remove(cluster);
-        metrics.cluster_dropped(cluster);
+        state.analyzers.remove(cluster);
+        state.metrics.cluster_dropped(cluster);
     }
-    shared.forget_next(partition);
+    state.shared.forget_next(partition);
+    state.points.forget_partition(partition);
     // The rebuilt analyses overwrite the dropped ones at the next checkpoint (same ids).
-    save(store, topic, analyzers, shared)?;
+    save(
+        state.store,
+        state.topic,
+        state.analyzers,
+        state.shared,
+        state.points,
+    )?;
     Ok(())
 }
 
@@ -744,12 +779,18 @@ fn commit_offsets(
     topic: &str,
     owned: &HashSet<i32>,
     shared: &GroupShared,
+    points: &RebuildPoints,
 ) {
     let next = shared.next_offsets();
     let mut list = TopicPartitionList::new();
     for partition in owned {
         if let Some(offset) = next.get(partition) {
             let _ = list.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+            if let Some(point) = points.of_partition(*partition).filter(|p| p < offset) {
+                if let Some(mut element) = list.find_partition(topic, *partition) {
+                    element.set_metadata(rebuild_points::to_metadata(point));
+                }
+            }
         }
     }
     if list.count() > 0 {
@@ -823,12 +864,14 @@ fn save(
     topic: &str,
     analyzers: &HashMap<String, Analyzer>,
     shared: &GroupShared,
+    points: &RebuildPoints,
 ) -> Result<(), StoreError> {
     let offsets = shared.next_offsets();
     store.checkpoint(
         topic,
         analyzers.iter().map(|(c, a)| (c.as_str(), a.checkpoint())),
         &offsets,
+        points,
     )
 }
 
@@ -846,7 +889,12 @@ mod tests {
         let old = br#"{"dedupe":{},"state":{"ips":{},"subnets":{},"pods":{}},"timers":{}}"#;
         let offsets = HashMap::from([(0, 42)]);
         store
-            .checkpoint("t", [("a", good.clone()), ("b", old.to_vec())], &offsets)
+            .checkpoint(
+                "t",
+                [("a", good.clone()), ("b", old.to_vec())],
+                &offsets,
+                &Default::default(),
+            )
             .unwrap();
         let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
         assert!(analyzers.is_empty() && kept.is_empty());
@@ -855,7 +903,9 @@ mod tests {
             states.is_empty() && kept.is_empty(),
             "set aside, not read again"
         );
-        store.checkpoint("t", [("a", good)], &offsets).unwrap();
+        store
+            .checkpoint("t", [("a", good)], &offsets, &Default::default())
+            .unwrap();
         let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
         assert_eq!(analyzers.len(), 1);
         assert_eq!(kept, offsets);

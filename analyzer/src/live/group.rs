@@ -7,8 +7,9 @@
 //! - else, with `--start-from snapshot`, at a snapshot: the latest one at or before the
 //!   group's committed offset when the group consumed the partition before (a partition
 //!   moved here from another instance, or a store lost), so that nothing after the last
-//!   checkpoint is skipped; the partition's latest snapshot only when the group never
-//!   consumed it;
+//!   checkpoint is skipped, and at or before the rebuild point committed with it when
+//!   alerts of the partition still fire ([`crate::live::rebuild_points`]); the
+//!   partition's latest snapshot only when the group never consumed it;
 //! - else at its start.
 //!
 //! A partition started without local state is checkpointed (and its offset committed) at
@@ -35,7 +36,7 @@ use rusqlite::{params, Connection};
 use tracing::warn;
 
 use crate::live::metrics::Metrics;
-use crate::live::start_offset::Start;
+use crate::live::start_offset::{Committed, Start};
 use crate::live::telemetry::{
     PartitionsAssigned, PartitionsRevoked, SnapshotChoice, SnapshotRebuildStarted,
 };
@@ -233,10 +234,21 @@ impl GroupContext {
         });
         match found {
             Ok((offset, committed)) => {
+                let chosen = match committed {
+                    None => SnapshotChoice::Latest,
+                    Some(Committed {
+                        next,
+                        rebuild_from: Some(point),
+                    }) if point < next => SnapshotChoice::BeforeFiring {
+                        committed: next,
+                        rebuild_from: point,
+                    },
+                    Some(c) => SnapshotChoice::AtOrBefore(c.next),
+                };
                 SnapshotRebuildStarted {
                     partition,
                     offset,
-                    chosen: committed.map_or(SnapshotChoice::Latest, SnapshotChoice::AtOrBefore),
+                    chosen,
                 }
                 .emit(&self.metrics);
                 self.shared.set_next(partition, offset);

@@ -6,9 +6,11 @@
 //! Which snapshot: when the group consumed the partition before (its committed offset, the
 //! one of the last checkpoint of whichever member owned it), the latest snapshot that
 //! begins at or before that offset, so that nothing after it is skipped (what is read
-//! twice makes the same transitions, dropped by id); only a group that never consumed the
-//! partition starts at its latest snapshot. The partition is scanned backwards from that
-//! bound in growing windows.
+//! twice makes the same transitions, dropped by id), or at or before the rebuild point
+//! committed with it, when alerts of the partition still fire, so that they fire again
+//! under their ids (see [`crate::live::rebuild_points`]); only a group that never consumed
+//! the partition starts at its latest snapshot. The partition is scanned backwards from
+//! that bound in growing windows.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -109,14 +111,35 @@ impl Frames {
     }
 }
 
-/// The offset `group` committed for `partition` of `topic` (the next one to consume), or
-/// `None` when the group never committed one: it never consumed the partition.
+/// What the group committed for a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    /// The next offset to consume.
+    pub next: i64,
+    /// Where a new owner rebuilds from so that the alerts still firing fire again, when
+    /// some did (see [`crate::live::rebuild_points`]).
+    pub rebuild_from: Option<i64>,
+}
+
+impl Committed {
+    /// The offset a rebuild's snapshot must begin at or before: the rebuild point when
+    /// the log still holds it (else what the point rests on is gone, and the committed
+    /// offset is as good as any), the committed offset otherwise.
+    pub fn snapshot_bound(&self, log_start: i64) -> i64 {
+        self.rebuild_from
+            .filter(|point| *point >= log_start)
+            .map_or(self.next, |point| point.min(self.next))
+    }
+}
+
+/// What `group` committed for `partition` of `topic`, or `None` when the group never
+/// committed anything: it never consumed the partition.
 pub fn committed_offset(
     connection: &ipaudit_runtime::kafka::Connection,
     topic: &str,
     group: &str,
     partition: i32,
-) -> Result<Option<i64>, KafkaError> {
+) -> Result<Option<Committed>, KafkaError> {
     // A consumer of the group that never subscribes: it reads the group's offsets without
     // joining it (and so without a rebalance).
     let consumer: BaseConsumer = connection.reader(crate::live::CLIENT_ID, group).create()?;
@@ -126,22 +149,26 @@ pub fn committed_offset(
     Ok(committed
         .find_partition(topic, partition)
         .and_then(|p| match p.offset() {
-            Offset::Offset(n) if n >= 0 => Some(n),
+            Offset::Offset(next) if next >= 0 => Some(Committed {
+                next,
+                rebuild_from: crate::live::rebuild_points::from_metadata(p.metadata()),
+            }),
             _ => None,
         }))
 }
 
 /// The offset to start partition `partition` of `topic` at: the beginning of the latest
-/// complete snapshot that begins at or before `bound` (any, when `None`), or the start of
-/// the partition when there is none.
+/// complete snapshot that begins at or before what the group committed
+/// ([`Committed::snapshot_bound`]; any, when it committed nothing), or the start of the
+/// partition when there is none.
 pub fn snapshot_offset_at_or_before(
     connection: &ipaudit_runtime::kafka::Connection,
     topic: &str,
     partition: i32,
-    bound: Option<i64>,
+    committed: Option<Committed>,
 ) -> Result<i64, KafkaError> {
     let (consumer, low, high) = scan_reader(connection, topic, partition)?;
-    let bound = bound.map_or(high, |b| b.clamp(low, high));
+    let bound = committed.map_or(high, |c| c.snapshot_bound(low).clamp(low, high));
     let mut window = 10_000i64;
     loop {
         let from = (bound - window).max(low);
@@ -311,6 +338,34 @@ mod tests {
         );
         assert_eq!(start_with(3), Some(0));
         assert_eq!(start_with(1), None, "no frame of the IPs began in time");
+    }
+
+    #[test]
+    fn a_rebuild_point_still_in_the_log_bounds_the_snapshot_and_one_deleted_does_not() {
+        let plain = Committed {
+            next: 500,
+            rebuild_from: None,
+        };
+        assert_eq!(plain.snapshot_bound(0), 500);
+        let firing = Committed {
+            next: 500,
+            rebuild_from: Some(120),
+        };
+        assert_eq!(firing.snapshot_bound(0), 120);
+        assert_eq!(
+            firing.snapshot_bound(200),
+            500,
+            "retention deleted what the alert rests on"
+        );
+        let ahead = Committed {
+            next: 500,
+            rebuild_from: Some(900),
+        };
+        assert_eq!(
+            ahead.snapshot_bound(0),
+            500,
+            "never after the committed offset"
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ use ipaudit_schemas::{Alert, Remediation};
 
 use crate::analysis::alerts::transition_id;
 use crate::live::incidents;
+use crate::live::rebuild_points::{PointKind, RebuildPoints};
 use rusqlite::{params, Connection};
 
 /// Why the store failed (not retryable: the disk or file is broken).
@@ -78,6 +79,14 @@ CREATE TABLE IF NOT EXISTS transitions (
     seq           INTEGER PRIMARY KEY AUTOINCREMENT,
     transition_id TEXT NOT NULL UNIQUE,
     alert         BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rebuild_points (
+    topic     TEXT NOT NULL,
+    kind      TEXT NOT NULL,
+    key       TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    offset    INTEGER NOT NULL,
+    PRIMARY KEY (topic, kind, key)
 );
 CREATE TABLE IF NOT EXISTS checkpoint_set_aside (
     cluster_id    TEXT NOT NULL,
@@ -207,15 +216,58 @@ impl Store {
         Ok((states, offsets))
     }
 
-    /// Saves every cluster's analysis with the offsets it corresponds to, atomically.
+    /// The rebuild points saved with the last checkpoint (see
+    /// [`crate::live::rebuild_points`]); a row of a kind this build does not know is skipped.
+    pub fn load_rebuild_points(&self, topic: &str) -> Result<RebuildPoints, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT kind, key, partition, offset FROM rebuild_points WHERE topic = ?1")
+            .map_err(self.err("read rebuild points"))?;
+        let rows = stmt
+            .query_map([topic], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                ))
+            })
+            .map_err(self.err("read rebuild points"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.err("read rebuild points"))?;
+        Ok(RebuildPoints::from_rows(rows.into_iter().filter_map(
+            |(kind, key, partition, offset)| {
+                Some((PointKind::parse(&kind)?, key, partition, offset))
+            },
+        )))
+    }
+
+    /// Saves every cluster's analysis with the offsets it corresponds to and the
+    /// partitions' rebuild points, atomically.
     pub fn checkpoint<'a>(
         &mut self,
         topic: &str,
         states: impl IntoIterator<Item = (&'a str, Vec<u8>)>,
         offsets: &HashMap<i32, i64>,
+        points: &RebuildPoints,
     ) -> Result<(), StoreError> {
         let err = |context| sqlite_error(&self.path, context);
         let tx = self.conn.transaction().map_err(err("begin checkpoint"))?;
+        tx.execute("DELETE FROM rebuild_points WHERE topic = ?1", [topic])
+            .map_err(err("write rebuild points"))?;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO rebuild_points (topic, kind, key, partition, offset)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(err("write rebuild points"))?;
+            for (kind, key, partition, offset) in points.rows() {
+                insert
+                    .execute(params![topic, kind.as_str(), key, partition, offset])
+                    .map_err(err("write rebuild points"))?;
+            }
+        }
         for (cluster, state) in states {
             tx.execute(
                 "INSERT INTO checkpoint (cluster_id, state) VALUES (?1, ?2)
@@ -251,8 +303,10 @@ impl Store {
                 params![reason, seconds],
             )
             .map_err(err("set the checkpoint aside"))?;
-        tx.execute_batch("DELETE FROM checkpoint; DELETE FROM offsets;")
-            .map_err(err("set the checkpoint aside"))?;
+        tx.execute_batch(
+            "DELETE FROM checkpoint; DELETE FROM offsets; DELETE FROM rebuild_points;",
+        )
+        .map_err(err("set the checkpoint aside"))?;
         tx.commit().map_err(err("commit set aside"))?;
         Ok(moved)
     }
@@ -373,11 +427,45 @@ mod tests {
         let (states, offsets) = store.load_checkpoint("t").unwrap();
         assert!(states.is_empty() && offsets.is_empty());
         store
-            .checkpoint("t", [("c", b"{}".to_vec())], &HashMap::from([(0, 1)]))
+            .checkpoint(
+                "t",
+                [("c", b"{}".to_vec())],
+                &HashMap::from([(0, 1)]),
+                &Default::default(),
+            )
             .unwrap();
         let (again, aside) = Store::open_or_set_aside(&path).unwrap();
         assert!(aside.is_none(), "the fresh store opens as it is");
         assert_eq!(again.load_checkpoint("t").unwrap().0.len(), 1);
+    }
+
+    #[test]
+    fn rebuild_points_are_saved_with_the_checkpoint_replaced_by_the_next_and_set_aside_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("analyzer.db")).unwrap();
+        let mut points = RebuildPoints::default();
+        points.transition(&alert("a", AlertStatus::Firing, "7"), (3, 40));
+        let offsets = HashMap::from([(3, 41)]);
+        store.checkpoint("t", [], &offsets, &points).unwrap();
+        assert_eq!(store.load_rebuild_points("t").unwrap(), points);
+        assert_eq!(
+            store.load_rebuild_points("other").unwrap(),
+            RebuildPoints::default()
+        );
+        points.transition(&alert("a", AlertStatus::Resolved, "7"), (3, 50));
+        store.checkpoint("t", [], &offsets, &points).unwrap();
+        assert_eq!(
+            store.load_rebuild_points("t").unwrap().of_partition(3),
+            None
+        );
+        points.transition(&alert("b", AlertStatus::Firing, "8"), (3, 60));
+        store.checkpoint("t", [], &offsets, &points).unwrap();
+        store.set_aside_checkpoint("test").unwrap();
+        assert_eq!(
+            store.load_rebuild_points("t").unwrap(),
+            RebuildPoints::default(),
+            "points without their analyses are worthless"
+        );
     }
 
     #[test]

@@ -149,6 +149,14 @@ pub enum SnapshotChoice {
     /// The group consumed it up to this committed offset: the latest snapshot at or
     /// before it.
     AtOrBefore(i64),
+    /// Alerts of the partition still fire: the latest snapshot at or before the rebuild
+    /// point committed with the offset, so that they fire again under their ids.
+    BeforeFiring {
+        /// The committed offset.
+        committed: i64,
+        /// The rebuild point committed with it.
+        rebuild_from: i64,
+    },
     /// What the checkpoint pointed to was deleted: the first snapshot after the gap.
     FirstAfterGap,
 }
@@ -167,6 +175,16 @@ impl InternalEvent for SnapshotRebuildStarted {
                 offset,
                 committed,
                 "no local state: rebuilding from the snapshot at or before the group's committed offset"
+            ),
+            SnapshotChoice::BeforeFiring {
+                committed,
+                rebuild_from,
+            } => info!(
+                partition,
+                offset,
+                committed,
+                rebuild_from,
+                "no local state: rebuilding from the snapshot at or before the rebuild point of the alerts still firing"
             ),
             SnapshotChoice::FirstAfterGap => info!(
                 partition,
