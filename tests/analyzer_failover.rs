@@ -176,15 +176,18 @@ fn with_two_analyzers_in_one_group_the_survivor_takes_over_the_partition_of_one_
     assert_eq!(alert.body["status"], "FIRING");
     let log = survivor.log_text();
     // Where the survivor took the partition up: at the snapshot at or before the group's
-    // committed offset, or at a checkpoint of its own (when the partition was briefly its
-    // own while the group formed) — never at a snapshot later than what was consumed.
+    // committed offset (or before the rebuild point committed with it, when the owner
+    // checkpointed after the first alert fired), or at a checkpoint of its own (when the
+    // partition was briefly its own while the group formed) — never at a snapshot later
+    // than what was consumed.
     let takeover = log
         .lines()
         .rfind(|l| l.contains("partitions assigned"))
         .unwrap_or_default();
     assert!(
         takeover.contains("Checkpoint(")
-            || log.contains("rebuilding from the snapshot at or before the group's committed offset"),
+            || log.contains("rebuilding from the snapshot at or before the group's committed offset")
+            || log.contains("rebuilding from the snapshot at or before the rebuild point"),
         "the group consumed the partition before: the survivor starts at or before its committed offset:\n{log}"
     );
     // The dead member's session, then one rebalance (the survivor's next heartbeat, its
