@@ -292,7 +292,6 @@ pub async fn run(
                             analyzers
                                 .insert(cluster.clone(), Analyzer::new(config.analyzer.clone()));
                         }
-                        points.consumed(&cluster, partition, offset);
                         if let Some(analyzer) = analyzers.get_mut(&cluster) {
                             let before = outputs.len();
                             analyzer.step(event, &mut outputs);

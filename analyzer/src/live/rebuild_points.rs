@@ -15,6 +15,11 @@
 //! An event may be held back by the reorder buffer and make an alert fire while a later
 //! message is consumed; an alert's offset is therefore the earliest message consumed since
 //! its cluster's analysis last held nothing back.
+//!
+//! An alert a grace period fires rests on the message consumed when it fired. A rebuild
+//! from a snapshot taken while its grace period ran starts it again from the snapshot's
+//! objects: the same alert (same alert id, so the same incident, resolved alike) may fire
+//! at another resourceVersion, hence under another transition id.
 
 use std::collections::HashMap;
 
@@ -92,14 +97,6 @@ impl RebuildPoints {
             .map(|(kind, (key, (partition, offset)))| (kind, key.clone(), *partition, *offset))
     }
 
-    /// `cluster`'s event at `offset` of `partition` is about to be analysed.
-    pub fn consumed(&mut self, cluster: &str, partition: i32, offset: i64) {
-        if !self.held_since.contains_key(cluster) {
-            self.held_since
-                .insert(cluster.to_owned(), (partition, offset));
-        }
-    }
-
     /// `alert` was raised while `last` (`cluster`'s partition and the last offset consumed
     /// in it) was the newest message: a firing alert keeps the earliest point its firing
     /// may rest on; a resolved one needs none.
@@ -120,22 +117,24 @@ impl RebuildPoints {
         }
     }
 
-    /// After `cluster`'s analysis took a turn with `last` the newest message of its
-    /// partition: the points of the alerts it raised (`outputs`), and whether it still
-    /// holds events back.
+    /// After `cluster`'s analysis took a turn (a message analysed, or a tick) with `last`
+    /// the newest message of its partition: the points of the alerts it raised
+    /// (`outputs`), and whether it now holds events back (`holds`; the earliest of them is
+    /// at `last` when it held none before).
     pub fn turned(&mut self, cluster: &str, last: Position, outputs: &[Output], holds: bool) {
         for output in outputs {
             if let Output::Alert(alert) = output {
                 self.transition(alert, last);
             }
         }
-        self.settled(cluster, holds);
-    }
-
-    /// `cluster`'s analysis holds events back (`holds`) or not, after a turn.
-    pub fn settled(&mut self, cluster: &str, holds: bool) {
-        if !holds {
-            self.held_since.remove(cluster);
+        match (holds, self.held_since.contains_key(cluster)) {
+            (true, false) => {
+                self.held_since.insert(cluster.to_owned(), last);
+            }
+            (false, true) => {
+                self.held_since.remove(cluster);
+            }
+            _ => {}
         }
     }
 
@@ -204,27 +203,28 @@ mod tests {
     #[test]
     fn an_alert_fired_by_an_event_held_back_rests_on_the_earliest_message_held() {
         let mut points = RebuildPoints::default();
-        // The cluster ("c", of sample alerts) holds its event of offset 12 back...
-        points.consumed("c", 0, 12);
-        points.settled("c", true);
-        points.consumed("c", 0, 13);
-        points.settled("c", true);
-        // ...until the one of offset 14 releases it, and the alert fires.
-        points.consumed("c", 0, 14);
-        points.transition(&alert("a", AlertStatus::Firing), (0, 14));
-        points.settled("c", false);
+        let fired = |id| vec![Output::Alert(alert(id, AlertStatus::Firing))];
+        // The cluster ("c", of sample alerts) holds its event of offset 12 back, and 13...
+        points.turned("c", (0, 12), &[], true);
+        points.turned("c", (0, 13), &[], true);
+        // ...until the one of offset 14 releases them, and the alert fires.
+        points.turned("c", (0, 14), &fired("a"), false);
         assert_eq!(points.of_partition(0), Some(12));
         // Once nothing is held, the next alert rests on its own message.
-        points.consumed("c", 0, 20);
-        points.transition(&alert("b", AlertStatus::Firing), (0, 20));
+        points.turned("c", (0, 20), &fired("b"), false);
         points.transition(&alert("a", AlertStatus::Resolved), (0, 20));
         assert_eq!(points.of_partition(0), Some(20));
+        // A tick that releases what was held makes an alert that rests on the first held.
+        points.turned("c", (0, 25), &[], true);
+        points.turned("c", (0, 30), &fired("d"), false);
+        points.transition(&alert("b", AlertStatus::Resolved), (0, 31));
+        assert_eq!(points.of_partition(0), Some(25));
     }
 
     #[test]
     fn the_points_survive_the_store_and_a_dropped_partition_loses_its_own() {
         let mut points = RebuildPoints::default();
-        points.consumed("c", 2, 5);
+        points.turned("c", (2, 5), &[], true);
         points.transition(&alert("a", AlertStatus::Firing), (2, 8));
         points.transition(&alert("b", AlertStatus::Firing), (3, 9));
         let again = RebuildPoints::from_rows(points.rows().collect::<Vec<_>>());
