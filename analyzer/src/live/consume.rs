@@ -205,6 +205,23 @@ pub async fn run(
     let mut learnt = WriterSchemas::new();
     let mut schema_topic =
         SchemaTopic::new(config.connection.clone(), config.schemas_topic.clone());
+    // What a group change (or a partition dropped) touches, borrowed from the loop's state.
+    macro_rules! group_state {
+        () => {
+            GroupState {
+                store: &mut store,
+                topic: &config.topic,
+                analyzer_config: &config.analyzer,
+                analyzers: &mut analyzers,
+                parked: &mut parked,
+                owned: &mut owned,
+                partitions: &partitions,
+                metrics: &metrics,
+                shared: &shared,
+                points: &mut points,
+            }
+        };
+    }
     loop {
         let turn = tokio::select! {
             message = consumer.recv() => Turn::Message(message),
@@ -219,21 +236,7 @@ pub async fn run(
         let group_changed = !group_events.is_empty();
         let mut started_without_state = false;
         for event in group_events {
-            started_without_state |= apply_group_event(
-                event,
-                GroupState {
-                    store: &mut store,
-                    topic: &config.topic,
-                    analyzer_config: &config.analyzer,
-                    analyzers: &mut analyzers,
-                    parked: &mut parked,
-                    owned: &mut owned,
-                    partitions: &partitions,
-                    metrics: &metrics,
-                    shared: &shared,
-                    points: &mut points,
-                },
-            )?;
+            started_without_state |= apply_group_event(event, group_state!())?;
         }
         if group_changed {
             at_end.retain(|partition| owned.contains(partition));
@@ -365,21 +368,7 @@ pub async fn run(
                     out_of_range_partitions(&consumer, &config.topic, &owned, &shared);
                 let mut rebuilds = HashMap::new();
                 for partition in out_of_range {
-                    drop_partition(
-                        GroupState {
-                            store: &mut store,
-                            topic: &config.topic,
-                            analyzer_config: &config.analyzer,
-                            analyzers: &mut analyzers,
-                            parked: &mut parked,
-                            owned: &mut owned,
-                            partitions: &partitions,
-                            metrics: &metrics,
-                            shared: &shared,
-                            points: &mut points,
-                        },
-                        partition,
-                    )?;
+                    drop_partition(group_state!(), partition)?;
                     let start = rebuild_start(&config, partition, &metrics);
                     OffsetOutOfRange { partition, start }.emit(&metrics);
                     let offset = match start {
@@ -556,20 +545,27 @@ struct GroupState<'a> {
     points: &'a mut RebuildPoints,
 }
 
+impl GroupState<'_> {
+    /// Checkpoints every analysis this member holds (see [`save`]).
+    fn save(&mut self) -> Result<(), StoreError> {
+        save(
+            self.store,
+            self.topic,
+            self.analyzers,
+            self.shared,
+            self.points,
+        )
+    }
+}
+
 /// Restores the clusters of newly assigned partitions (from the checkpoint read at start,
 /// else from the store), and checkpoints and drops those of revoked ones. Returns whether
 /// a partition was assigned without state here (it starts at a snapshot or its start).
-fn apply_group_event(event: GroupEvent, state: GroupState<'_>) -> Result<bool, LiveError> {
+fn apply_group_event(event: GroupEvent, mut state: GroupState<'_>) -> Result<bool, LiveError> {
     let mut without_state = false;
     match event {
         GroupEvent::Revoked(revoked) => {
-            save(
-                state.store,
-                state.topic,
-                state.analyzers,
-                state.shared,
-                state.points,
-            )?;
+            state.save()?;
             for partition in revoked {
                 state.owned.remove(&partition);
                 state.metrics.partition_revoked(partition);
@@ -650,7 +646,7 @@ fn resume(
 }
 
 /// Drops a partition's clusters (memory and checkpoint) before it is rebuilt.
-fn drop_partition(state: GroupState<'_>, partition: i32) -> Result<(), LiveError> {
+fn drop_partition(mut state: GroupState<'_>, partition: i32) -> Result<(), LiveError> {
     let gone: Vec<String> = state
         .analyzers
         .keys()
@@ -664,13 +660,7 @@ fn drop_partition(state: GroupState<'_>, partition: i32) -> Result<(), LiveError
     state.shared.forget_next(partition);
     state.points.forget_partition(partition);
     // The rebuilt analyses overwrite the dropped ones at the next checkpoint (same ids).
-    save(
-        state.store,
-        state.topic,
-        state.analyzers,
-        state.shared,
-        state.points,
-    )?;
+    state.save()?;
     Ok(())
 }
 
