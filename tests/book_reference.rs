@@ -86,12 +86,16 @@ fn the_schemas_page_has_every_schema_and_each_version_change() {
     let schemas = page("schemas.md");
     for heading in [
         "## `watch_event` (v4",
-        "## `alert` (v5",
+        "## `alert` (v6",
         "## `cleanup_command` (v3",
     ] {
         assert!(schemas.contains(heading), "schemas.md lacks {heading}");
     }
-    // Alert v5 added the incident page's url.
+    // Alert v5 added the incident page's url, v6 the pod's namespace.
     assert!(schemas.contains("- v5: added `"), "{schemas}");
     assert!(schemas.contains(".url`"), "{schemas}");
+    assert!(
+        schemas.contains("- v6: added `Alert.namespace`"),
+        "{schemas}"
+    );
 }

@@ -91,6 +91,10 @@ fn the_seed_reaches_the_webhook_within_5s_and_alertmanager_in_v2_format() {
     assert_eq!(hook.body["status"], "FIRING");
     assert_eq!(hook.body["subject_name"], seed.leaked_ip);
     assert_eq!(hook.body["subnet"], seed.subnet);
+    assert_eq!(
+        hook.body["namespace"], seed.namespace,
+        "the pod's, for routing"
+    );
     assert_eq!(hook.body["cluster_id"], "lab");
     assert_eq!(
         hook.headers.get("idempotency-key").map(String::as_str),
@@ -105,6 +109,7 @@ fn the_seed_reaches_the_webhook_within_5s_and_alertmanager_in_v2_format() {
     let alert = &am.body[0];
     assert_eq!(alert["labels"]["rule"], "subnet-deleted-before-ip");
     assert_eq!(alert["labels"]["cluster"], "lab");
+    assert_eq!(alert["labels"]["namespace"], seed.namespace);
     assert_eq!(alert["labels"]["subnet"], seed.subnet);
     assert_eq!(alert["labels"]["severity"], "critical");
     assert!(alert["annotations"]["summary"]
@@ -126,6 +131,7 @@ fn the_seed_reaches_the_webhook_within_5s_and_alertmanager_in_v2_format() {
     let on_kafka: Vec<(String, AlertStatus)> = records
         .iter()
         .map(|p| decode::<Alert>(p).expect("an Avro Alert"))
+        .inspect(|a| assert_eq!(a.namespace.as_deref(), Some(seed.namespace), "{a:?}"))
         .map(|a| (a.rule, a.status))
         .collect();
     assert_eq!(

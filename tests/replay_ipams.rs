@@ -296,3 +296,42 @@ fn every_ipam_recording_is_kubectl_output_on_one_version_counter() {
         }
     }
 }
+
+/// Every alert about a pod's address names the pod's namespace (Alert v6), from each IPAM's
+/// own record of it: whereabouts' podRef, spiderpool's entry and SpiderEndpoint, a kube-ovn
+/// IP's `spec.namespace` (the IP itself is cluster-scoped); a pool's own alert names none.
+#[test]
+fn every_alert_about_a_pods_address_names_the_pods_namespace_and_a_pools_own_alert_none() {
+    let mut namespaces = Vec::new();
+    for incident in INCIDENTS {
+        for history in &replay_incident(incident).alerts {
+            let fired = &history.fired;
+            assert_eq!(
+                history.latest().namespace,
+                fired.namespace,
+                "a resolution keeps it"
+            );
+            namespaces.push((
+                fired.rule.as_str().to_owned(),
+                fired.subject_name.clone(),
+                fired.namespace.clone(),
+            ));
+        }
+    }
+    let some = |ns: &str| Some(ns.to_owned());
+    let expected = [
+        ("ip-released-while-pod-alive", "default/web-2", some("default")),
+        ("duplicate-ip", "10.128.40.47", some("default")),
+        ("ip-stuck-terminating", "shop/checkout-6d9f7c8b5d-x2k9p", some("shop")),
+        ("ip-without-pod", "underlay-v4/172.18.40.11", some("shop")),
+        ("subnet-stuck-terminating", "tenant-a-v4", None),
+        (
+            "ip-orphaned",
+            "test-vm-1.kube-ovn-dangling-ips.kube-ovn-dangling-ips-control-net.kube-ovn-dangling-ips.ovn",
+            some("kube-ovn-dangling-ips"),
+        ),
+        ("ip-orphaned", "app-5d8c7b9f6-qwz4r.tenant-b", some("tenant-b")),
+    ]
+    .map(|(rule, subject, namespace)| (rule.to_owned(), subject.to_owned(), namespace));
+    assert_eq!(namespaces, expected);
+}

@@ -130,6 +130,10 @@ pub struct Alert {
     /// address (`--ui-url`); the analysis leaves it empty (schema v5).
     #[serde(default)]
     pub url: Option<String>,
+    /// The namespace of the pod whose address the alert is about, for routing by
+    /// namespace; `None` for a pool's own alert (schema v6).
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 /// A cleanup as a typed value: what to change on which exact version of which object.

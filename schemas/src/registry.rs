@@ -374,7 +374,8 @@ record!(
         "alert.v2.avsc",
         "alert.v3.avsc",
         "alert.v4.avsc",
-        "alert.v5.avsc"
+        "alert.v5.avsc",
+        "alert.v6.avsc"
     ]
 );
 record!(

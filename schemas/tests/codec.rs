@@ -78,6 +78,7 @@ fn sample_alert() -> Alert {
             address: None,
         }),
         url: None,
+        namespace: Some("apps".into()),
     }
 }
 

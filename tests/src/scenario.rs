@@ -45,6 +45,8 @@ pub struct Seed {
     pub subnet: &'static str,
     /// The IP that leaks.
     pub leaked_ip: &'static str,
+    /// The namespace of its pod (the IP's `spec.namespace`; the IP is cluster-scoped).
+    pub namespace: &'static str,
 }
 
 /// The kube-ovn seed (kube-ovn-dangling-ips): a kubevirt VM with an IP on its own subnet;
@@ -54,6 +56,7 @@ pub fn play_kube_ovn_seed(sim: &KubeSim, healthy: bool) -> Seed {
     let seed = Seed {
         subnet: "vm-net",
         leaked_ip: "test-vm-1.vms.vm-net.vms.ovn",
+        namespace: "vms",
     };
     let ok = |r: Result<Value, kube_sim::ApiError>| {
         r.expect("the simulated API server accepts the step")

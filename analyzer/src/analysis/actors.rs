@@ -340,6 +340,7 @@ mod tests {
             evidence,
             cleanup: None,
             url: None,
+            namespace: None,
         }
     }
 }

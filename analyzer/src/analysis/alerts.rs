@@ -43,6 +43,9 @@ pub struct Finding {
     pub scope: Option<String>,
     /// The subnet or pool involved, for people and labels.
     pub subnet: Option<String>,
+    /// The namespace of the pod whose address the finding is about, for labels and
+    /// routing; `None` for a pool's own finding.
+    pub namespace: Option<String>,
     /// One sentence for a person.
     pub summary: String,
     /// The fix to suggest, for a person.
@@ -162,6 +165,7 @@ impl AlertBook {
             evidence,
             cleanup: finding.cleanup,
             url: None,
+            namespace: finding.namespace,
         };
         // Every sink (report, webhooks, Alertmanager, the alerts topic) gets a vetted fix,
         // which says why when the alert carries no cleanup.
@@ -244,6 +248,7 @@ pub(crate) fn sample_alert(id: &str, rule: &str, status: AlertStatus, rv: &str) 
         evidence: Vec::new(),
         cleanup: None,
         url: None,
+        namespace: None,
     }
 }
 
@@ -263,6 +268,7 @@ mod tests {
             subject_uid: "uid-a".into(),
             scope: Some("s".into()),
             subnet: Some("s".into()),
+            namespace: Some("apps".into()),
             summary: "stuck".into(),
             fix: None,
             cleanup: None,

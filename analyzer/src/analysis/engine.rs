@@ -1076,6 +1076,22 @@ mod checkpoint_format_tests {
         assert_eq!(before.len(), 2, "rules 1 and 2 fire before the checkpoint");
         let mut expected = run_on(&mut whole, continuation());
         whole.finish(None, &mut expected);
+        // The alerts these checkpoints hold were fired by a release before Alert v6, without
+        // a namespace: they resolve with the labels they fired with.
+        let fired_before: Vec<&str> = before
+            .iter()
+            .filter_map(|o| match o {
+                Output::Alert(a) => Some(a.alert_id.as_str()),
+                Output::NewEpoch(_) => None,
+            })
+            .collect();
+        for output in &mut expected {
+            if let Output::Alert(a) = output {
+                if fired_before.contains(&a.alert_id.as_str()) {
+                    a.namespace = None;
+                }
+            }
+        }
 
         let rules: Vec<(&str, &str)> = got
             .iter()

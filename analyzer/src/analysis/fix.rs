@@ -359,6 +359,7 @@ mod tests {
             evidence: Vec::new(),
             cleanup: None,
             url: None,
+            namespace: None,
         };
         explain_report_only(&mut alert);
         explain_report_only(&mut alert);

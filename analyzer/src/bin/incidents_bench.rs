@@ -88,6 +88,7 @@ fn alert(i: usize) -> Alert {
         ],
         cleanup: None,
         url: None,
+        namespace: None,
     }
 }
 

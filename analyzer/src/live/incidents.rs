@@ -591,13 +591,19 @@ pub(crate) fn forget_resolved_before(conn: &Connection, cutoff_ms: i64) -> rusql
     )
 }
 
-/// The namespace an alert involves: its cleanup target's, else the first namespaced
-/// object of its evidence (`namespace/name`).
+/// The namespace an alert involves: its pod's (Alert v6), else (an alert of an older
+/// analyzer) its cleanup target's, else the first namespaced object of its evidence
+/// (`namespace/name`).
 fn namespace_of(alert: &Alert) -> Option<String> {
     alert
-        .cleanup
-        .as_ref()
-        .and_then(|c| c.target_namespace.clone())
+        .namespace
+        .clone()
+        .or_else(|| {
+            alert
+                .cleanup
+                .as_ref()
+                .and_then(|c| c.target_namespace.clone())
+        })
         .or_else(|| {
             alert
                 .evidence
@@ -666,6 +672,30 @@ mod tests {
         let whats: Vec<&str> = incident.log.iter().map(|l| l.what.as_str()).collect();
         assert_eq!(whats, ["fired", "delivered", "resolved"]);
         assert!(get(&conn, "b").unwrap().is_none());
+    }
+
+    #[test]
+    fn an_incident_is_in_its_pods_namespace_and_an_older_alert_in_its_cleanup_targets() {
+        let mut older = alert("a", "ip-without-pod", AlertStatus::Firing, "10");
+        older.cleanup = Some(ipaudit_schemas::Cleanup {
+            action: ipaudit_schemas::CleanupAction::RemoveAllocation,
+            target_stream: ipaudit_schemas::Stream::IpPool,
+            target_name: "10.128.40.0-24".into(),
+            target_namespace: Some("kube-system".into()),
+            target_uid: "u".into(),
+            resource_version: "9".into(),
+            finalizer: String::new(),
+            pool: "10.128.40.0-24".into(),
+            address: Some("10.128.40.45".into()),
+        });
+        assert_eq!(namespace_of(&older).as_deref(), Some("kube-system"));
+        let mut today = older.clone();
+        today.namespace = Some("default".into());
+        assert_eq!(
+            namespace_of(&today).as_deref(),
+            Some("default"),
+            "the pod's, not the pool's (whereabouts keeps its pools in its own namespace)"
+        );
     }
 
     #[test]

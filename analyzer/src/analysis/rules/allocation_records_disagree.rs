@@ -279,6 +279,11 @@ impl AllocationRecordsDisagree {
                 subject_uid,
                 scope: None,
                 subnet: Some(place),
+                namespace: sides
+                    .first
+                    .iter()
+                    .chain(&sides.second)
+                    .find_map(|owner| super::owner_namespace(owner)),
                 summary: format!(
                     "The records of {address} have disagreed for more than {}: {}",
                     duration_text(ctx.config.records_grace_ms),

@@ -108,6 +108,7 @@ impl DuplicateIp {
                 _ => "pool",
             };
             let names: Vec<&str> = owners.keys().map(String::as_str).collect();
+            let namespace = names.iter().find_map(|owner| super::owner_namespace(owner));
             let mut proof = Vec::new();
             for (owner, records) in owners {
                 for record in records {
@@ -135,6 +136,7 @@ impl DuplicateIp {
                 subject_uid,
                 scope: None,
                 subnet: Some(place.to_owned()),
+                namespace,
                 summary: format!(
                     "{address} is held by {} owners at once on {what} {place}: {}",
                     names.len(),

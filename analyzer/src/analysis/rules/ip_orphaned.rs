@@ -158,6 +158,7 @@ fn check_record(ctx: &mut Context<'_>, key: &RecordKey, record: &ObjectRecord, c
             subject_uid: record.uid.to_string(),
             scope: Some((*pool_name).to_owned()),
             subnet: Some((*pool_name).to_owned()),
+            namespace: super::object_namespace(&key.1, record),
             summary: format!("{what} {how}: no IPAM can release this address"),
             fix: Some(fix),
             cleanup: None,

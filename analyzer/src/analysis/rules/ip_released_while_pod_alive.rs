@@ -92,6 +92,7 @@ impl Rule for IpReleasedWhilePodAlive {
                 subject_uid: uid.to_owned(),
                 scope: Some(holding.address.clone()),
                 subnet: Some(pool),
+                namespace: super::owner_namespace(&holding.owner),
                 summary: format!(
                     "{} was released from {kind} {} while pod {} still lives ({phase}): the address can be given to a second pod",
                     holding.address, change.event.name, holding.owner

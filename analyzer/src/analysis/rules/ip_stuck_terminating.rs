@@ -204,6 +204,7 @@ impl IpStuckTerminating {
             subject_uid: endpoint.uid.to_string(),
             scope: None,
             subnet: info.addresses.first().map(|a| a.ipv4_pool.clone()),
+            namespace: super::owner_namespace(key),
             summary: format!(
                 "SpiderEndpoint {key} ({}) has been terminating for more than {} and its pod is gone: spiderpool did not release it",
                 addresses.join(", "),
@@ -289,6 +290,7 @@ fn ip_finding(ctx: &Context<'_>, ip: &ObjectRecord, name: &str, subnet: &str) ->
         subject_uid: ip.uid.to_string(),
         scope: Some(subnet.to_owned()),
         subnet: Some(subnet.to_owned()),
+        namespace: super::object_namespace(name, ip),
         summary: format!(
             "IP {name}{} is terminating but its subnet {subnet} is gone: kube-ovn can never remove finalizer {finalizer}",
             describe_ip(ip)

@@ -338,6 +338,7 @@ fn finding(
         subject_uid,
         scope: None,
         subnet: Some(pool),
+        namespace: super::owner_namespace(owner),
         summary: format!(
             "{record_text} still holds {address} for pod {pod}, which has been gone for more than {}: the address is lost until it is released",
             duration_text(grace_ms)

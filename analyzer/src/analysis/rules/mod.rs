@@ -186,6 +186,27 @@ impl<'a> Change<'a> {
     }
 }
 
+/// The namespace of an owner named `namespace/name`, as every IPAM's records name pods.
+pub(super) fn owner_namespace(owner: &str) -> Option<String> {
+    owner
+        .split_once('/')
+        .map(|(namespace, _)| namespace)
+        .filter(|namespace| !namespace.is_empty())
+        .map(str::to_owned)
+}
+
+/// The namespace of the pod an object is about: a kube-ovn IP's `spec.namespace` (the IP
+/// itself is cluster-scoped), else a namespaced object's own (`namespace/name`, as a
+/// SpiderEndpoint shares its pod's).
+pub(super) fn object_namespace(name: &str, record: &ObjectRecord) -> Option<String> {
+    match record.part().ip() {
+        Some(ip) => Some(ip.pod_namespace())
+            .filter(|namespace| !namespace.is_empty())
+            .map(str::to_owned),
+        None => owner_namespace(name),
+    }
+}
+
 fn held<'a>(name: &'a str, record: Option<&'a ObjectRecord>) -> Holdings<'a> {
     match record {
         Some(record) => holdings::holdings(name, record),

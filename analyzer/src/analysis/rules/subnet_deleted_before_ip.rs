@@ -146,6 +146,7 @@ impl SubnetDeletedBeforeIp {
                 subject_uid: subject_uid.clone(),
                 scope: Some(pool.name.clone()),
                 subnet: Some(pool.name.clone()),
+                namespace: super::owner_namespace(&holding.owner),
                 summary: format!(
                     "{kind} {} was deleted while it still allocated {} to {}: no IPAM tracks this address any more, and it can be handed out twice",
                     pool.name, holding.address, holding.owner
@@ -286,6 +287,7 @@ fn on_subnet_deleted(
             subject_uid: ip.uid.to_string(),
             scope: Some(subnet.to_owned()),
             subnet: Some(subnet.to_owned()),
+            namespace: super::object_namespace(name, ip),
             summary: format!(
                 "Subnet {subnet} {how} while IP {name}{described} still named it: kube-ovn cannot release this address",
             ),

@@ -175,6 +175,8 @@ fn finding(state: &ClusterState, grace_ms: i64, pool: &PoolRef, record: &ObjectR
         subject_uid: record.uid.to_string(),
         scope: Some(name.to_owned()),
         subnet: Some(name.to_owned()),
+        // A pool's own alert: no pod's team owns it.
+        namespace: None,
         summary: format!(
             "{kind} {name} has been terminating for more than {}: {why}",
             duration_text(grace_ms)

@@ -1,5 +1,7 @@
 //! Alertmanager API v2: `POST /api/v2/alerts` with labels `alertname`, `rule`, `cluster`,
-//! `subnet`, `severity` and the summary and fix as annotations; a resolved alert carries
+//! `namespace` (the pod's, for routing to the team that owns it; empty, hence absent to
+//! Alertmanager, when no pod is involved), `subnet`, `severity` and the summary and fix as
+//! annotations; a resolved alert carries
 //! `endsAt`; with `--ui-url`, `generatorURL` and the annotation `incident_url` are the
 //! alert's incident page.
 
@@ -54,6 +56,7 @@ pub fn payload(alert: &Alert) -> serde_json::Value {
             "alertname": alert.rule,
             "rule": alert.rule,
             "cluster": alert.cluster_id,
+            "namespace": alert.namespace.clone().unwrap_or_default(),
             "subnet": alert.subnet.clone().unwrap_or_default(),
             "severity": alert.severity.as_str(),
             "subject": alert.subject_name,

@@ -136,6 +136,7 @@ mod tests {
             evidence: Vec::new(),
             cleanup,
             url: None,
+            namespace: None,
         }
     }
 

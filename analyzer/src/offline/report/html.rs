@@ -976,6 +976,7 @@ mod tests {
             evidence,
             cleanup: None,
             url: None,
+            namespace: None,
         }
     }
 
