@@ -307,10 +307,11 @@ impl Analyzer {
         }
     }
 
-    /// Whether the reorder buffer holds events back: what is consumed next may release
-    /// them, and what they cause then rests on messages consumed before.
-    pub fn holds_events(&self) -> bool {
-        !self.reorder.is_empty()
+    /// The lowest resourceVersion the reorder buffer holds back, if it holds any: what is
+    /// consumed next may release it, and what it causes then rests on a message consumed
+    /// before.
+    pub fn lowest_held_rv(&self) -> Option<i64> {
+        self.reorder.lowest_held_rv()
     }
 
     /// The event time history has been analysed up to.

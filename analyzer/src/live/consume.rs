@@ -297,13 +297,15 @@ pub async fn run(
                         }
                         if let Some(analyzer) = analyzers.get_mut(&cluster) {
                             let before = outputs.len();
+                            let version = event.resource_version_num;
                             analyzer.step(event, &mut outputs);
                             spare = analyzer.take_spare();
                             points.turned(
                                 &cluster,
                                 (partition, offset),
+                                version,
+                                analyzer.lowest_held_rv(),
                                 &outputs[before..],
-                                analyzer.holds_events(),
                             );
                         }
                     }
@@ -411,8 +413,9 @@ pub async fn run(
                             points.turned(
                                 cluster,
                                 last,
+                                None,
+                                analyzer.lowest_held_rv(),
                                 &outputs[before..],
-                                analyzer.holds_events(),
                             );
                         }
                     }

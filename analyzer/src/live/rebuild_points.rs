@@ -13,15 +13,18 @@
 //! (the sinks' idempotency keys drop it), and its resolution follows.
 //!
 //! An event may be held back by the reorder buffer and make an alert fire while a later
-//! message is consumed; an alert's offset is therefore the earliest message consumed since
-//! its cluster's analysis last held nothing back.
+//! message is consumed (or a tick runs). So the owner keeps, per cluster, the offsets of
+//! the messages whose events may still be held, by resourceVersion (the buffer releases in
+//! version order: what lies below the lowest version it holds is released); the alerts of
+//! a turn rest on the earliest message whose event that turn released. A busy cluster
+//! whose buffer is never empty thus still rests each alert on a recent message.
 //!
 //! An alert a grace period fires rests on the message consumed when it fired. A rebuild
 //! from a snapshot taken while its grace period ran starts it again from the snapshot's
 //! objects: the same alert (same alert id, so the same incident, resolved alike) may fire
 //! at another resourceVersion, hence under another transition id.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use ipaudit_schemas::{Alert, AlertStatus};
 
@@ -58,58 +61,101 @@ impl PointKind {
     }
 }
 
-/// One point as stored: kind, key, partition, offset.
-pub type PointRow = (PointKind, String, i32, i64);
+/// One point as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PointRow {
+    /// What it is about.
+    pub kind: PointKind,
+    /// The alert id (firing) or the cluster id (held).
+    pub key: String,
+    /// The partition.
+    pub partition: i32,
+    /// The earliest message it rests on.
+    pub offset: i64,
+    /// Of a cluster's held messages: the highest resourceVersion among them (they are all
+    /// released once the reorder buffer holds nothing at or below it).
+    pub version: Option<i64>,
+}
 
 /// A partition and an offset in it.
 type Position = (i32, i64);
+
+/// The messages of one cluster whose events the reorder buffer may still hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Held {
+    partition: i32,
+    /// resourceVersion -> the earliest offset of a message at that version.
+    offsets: BTreeMap<i64, i64>,
+}
 
 /// The rebuild points of the partitions this member analyses (see the module doc).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RebuildPoints {
     /// Per alert still firing: where the earliest message its firing may rest on is.
     firing: HashMap<String, Position>,
-    /// Per cluster whose analysis holds events back: the earliest message consumed since
-    /// it last held nothing.
-    held_since: HashMap<String, Position>,
+    /// Per cluster whose analysis holds events back: the messages they came in.
+    held: HashMap<String, Held>,
 }
 
 impl RebuildPoints {
-    /// The points as stored.
+    /// The points as stored. A cluster's held messages come back as one, at the earliest
+    /// offset and the highest version of those saved: released only when all of them are.
     pub fn from_rows(rows: impl IntoIterator<Item = PointRow>) -> Self {
         let mut points = RebuildPoints::default();
-        for (kind, key, partition, offset) in rows {
-            let map = match kind {
-                PointKind::Firing => &mut points.firing,
-                PointKind::Held => &mut points.held_since,
-            };
-            map.insert(key, (partition, offset));
+        for row in rows {
+            match row.kind {
+                PointKind::Firing => {
+                    points.firing.insert(row.key, (row.partition, row.offset));
+                }
+                PointKind::Held => {
+                    let version = row.version.unwrap_or(i64::MAX);
+                    points.held.insert(
+                        row.key,
+                        Held {
+                            partition: row.partition,
+                            offsets: BTreeMap::from([(version, row.offset)]),
+                        },
+                    );
+                }
+            }
         }
         points
     }
 
-    /// The points to store.
+    /// The points to store: each firing alert's, and one per cluster holding events back
+    /// (see [`RebuildPoints::from_rows`]).
     pub fn rows(&self) -> impl Iterator<Item = PointRow> + '_ {
-        let firing = self.firing.iter().map(|p| (PointKind::Firing, p));
-        let held = self.held_since.iter().map(|p| (PointKind::Held, p));
-        firing
-            .chain(held)
-            .map(|(kind, (key, (partition, offset)))| (kind, key.clone(), *partition, *offset))
+        let firing = self
+            .firing
+            .iter()
+            .map(|(id, (partition, offset))| PointRow {
+                kind: PointKind::Firing,
+                key: id.clone(),
+                partition: *partition,
+                offset: *offset,
+                version: None,
+            });
+        let held = self.held.iter().filter_map(|(cluster, held)| {
+            Some(PointRow {
+                kind: PointKind::Held,
+                key: cluster.clone(),
+                partition: held.partition,
+                offset: held.offsets.values().min().copied()?,
+                version: held.offsets.keys().next_back().copied(),
+            })
+        });
+        firing.chain(held)
     }
 
-    /// `alert` was raised while `last` (`cluster`'s partition and the last offset consumed
-    /// in it) was the newest message: a firing alert keeps the earliest point its firing
-    /// may rest on; a resolved one needs none.
-    pub fn transition(&mut self, alert: &Alert, last: Position) {
+    /// `alert` was raised by a turn whose earliest message is at `point`: a firing alert
+    /// keeps the earliest point its firing may rest on; a resolved one needs none.
+    pub fn transition(&mut self, alert: &Alert, point: Position) {
         match alert.status {
             AlertStatus::Firing => {
-                let point = match self.held_since.get(&alert.cluster_id) {
-                    Some(&(partition, held)) if partition == last.0 => {
-                        (partition, held.min(last.1))
-                    }
-                    _ => last,
-                };
-                self.firing.entry(alert.alert_id.clone()).or_insert(point);
+                let kept = self.firing.entry(alert.alert_id.clone()).or_insert(point);
+                if kept.0 == point.0 {
+                    kept.1 = kept.1.min(point.1);
+                }
             }
             AlertStatus::Resolved => {
                 self.firing.remove(&alert.alert_id);
@@ -117,31 +163,57 @@ impl RebuildPoints {
         }
     }
 
-    /// After `cluster`'s analysis took a turn (a message analysed, or a tick) with `last`
-    /// the newest message of its partition: the points of the alerts it raised
-    /// (`outputs`), and whether it now holds events back (`holds`; the earliest of them is
-    /// at `last` when it held none before).
-    pub fn turned(&mut self, cluster: &str, last: Position, outputs: &[Output], holds: bool) {
-        for output in outputs {
-            if let Output::Alert(alert) = output {
-                self.transition(alert, last);
+    /// After `cluster`'s analysis took a turn, with `last` the newest message of its
+    /// partition: `consumed` is the resourceVersion of that message's event when the turn
+    /// analysed one (a tick analyses none), `lowest_held` the lowest version the reorder
+    /// buffer holds after it. The messages whose events it released rest the alerts it
+    /// raised (`outputs`) on the earliest of them; an alert of a turn that released none
+    /// (a grace period's) rests on `last`.
+    pub fn turned(
+        &mut self,
+        cluster: &str,
+        last: Position,
+        consumed: Option<i64>,
+        lowest_held: Option<i64>,
+        outputs: &[Output],
+    ) {
+        let (partition, offset) = last;
+        if let Some(version) = consumed {
+            let held = self.held.entry(cluster.to_owned()).or_insert_with(|| Held {
+                partition,
+                offsets: BTreeMap::new(),
+            });
+            let earliest = held.offsets.entry(version).or_insert(offset);
+            *earliest = (*earliest).min(offset);
+        }
+        // A new epoch releases everything held before it.
+        let new_epoch = outputs.iter().any(|o| matches!(o, Output::NewEpoch(_)));
+        let mut released = None;
+        if let Some(held) = self.held.get_mut(cluster) {
+            let gone = match lowest_held.filter(|_| !new_epoch) {
+                Some(lowest) => {
+                    let still = held.offsets.split_off(&lowest);
+                    std::mem::replace(&mut held.offsets, still)
+                }
+                None => std::mem::take(&mut held.offsets),
+            };
+            released = gone.values().min().copied();
+            if held.offsets.is_empty() {
+                self.held.remove(cluster);
             }
         }
-        match (holds, self.held_since.contains_key(cluster)) {
-            (true, false) => {
-                self.held_since.insert(cluster.to_owned(), last);
+        let point = (partition, released.map_or(offset, |r| r.min(offset)));
+        for output in outputs {
+            if let Output::Alert(alert) = output {
+                self.transition(alert, point);
             }
-            (false, true) => {
-                self.held_since.remove(cluster);
-            }
-            _ => {}
         }
     }
 
     /// Forgets what `partition`'s analyses had: they are dropped, to be rebuilt.
     pub fn forget_partition(&mut self, partition: i32) {
         self.firing.retain(|_, (p, _)| *p != partition);
-        self.held_since.retain(|_, (p, _)| *p != partition);
+        self.held.retain(|_, held| held.partition != partition);
     }
 
     /// The offset a new owner of `partition` must rebuild from, if an alert of it fires.
@@ -201,34 +273,93 @@ mod tests {
     }
 
     #[test]
-    fn an_alert_fired_by_an_event_held_back_rests_on_the_earliest_message_held() {
+    fn an_alert_fired_by_an_event_held_back_rests_on_the_earliest_message_released() {
         let mut points = RebuildPoints::default();
         let fired = |id| vec![Output::Alert(alert(id, AlertStatus::Firing))];
-        // The cluster ("c", of sample alerts) holds its event of offset 12 back, and 13...
-        points.turned("c", (0, 12), &[], true);
-        points.turned("c", (0, 13), &[], true);
-        // ...until the one of offset 14 releases them, and the alert fires.
-        points.turned("c", (0, 14), &fired("a"), false);
+        // The cluster ("c", of sample alerts) holds its events of offsets 12 (version 100)
+        // and 13 (version 101) back...
+        points.turned("c", (0, 12), Some(100), Some(100), &[]);
+        points.turned("c", (0, 13), Some(101), Some(100), &[]);
+        // ...until the message of offset 14 releases them, and the alert fires.
+        points.turned("c", (0, 14), Some(102), None, &fired("a"));
         assert_eq!(points.of_partition(0), Some(12));
         // Once nothing is held, the next alert rests on its own message.
-        points.turned("c", (0, 20), &fired("b"), false);
+        points.turned("c", (0, 20), Some(110), None, &fired("b"));
         points.transition(&alert("a", AlertStatus::Resolved), (0, 20));
         assert_eq!(points.of_partition(0), Some(20));
         // A tick that releases what was held makes an alert that rests on the first held.
-        points.turned("c", (0, 25), &[], true);
-        points.turned("c", (0, 30), &fired("d"), false);
+        points.turned("c", (0, 25), Some(120), Some(120), &[]);
+        points.turned("c", (0, 30), None, None, &fired("d"));
         points.transition(&alert("b", AlertStatus::Resolved), (0, 31));
         assert_eq!(points.of_partition(0), Some(25));
     }
 
     #[test]
+    fn in_a_cluster_that_always_holds_something_an_alert_rests_on_what_its_turn_released() {
+        let mut points = RebuildPoints::default();
+        let fired = |id| vec![Output::Alert(alert(id, AlertStatus::Firing))];
+        // A message every turn, each released two turns later: the buffer is never empty.
+        for offset in 0..1_000 {
+            points.turned(
+                "c",
+                (0, offset),
+                Some(offset + 500),
+                Some(offset + 499),
+                &[],
+            );
+        }
+        points.turned("c", (0, 1_000), Some(1_500), Some(1_499), &fired("a"));
+        assert_eq!(
+            points.of_partition(0),
+            Some(998),
+            "the message whose event this turn released, not the first one ever held"
+        );
+        assert!(
+            points
+                .rows()
+                .any(|r| r.kind == PointKind::Held && r.offset == 999),
+            "what is held now rests on offset 999 on"
+        );
+    }
+
+    #[test]
+    fn a_new_epoch_releases_everything_held() {
+        let mut points = RebuildPoints::default();
+        points.turned("c", (0, 5), Some(900), Some(900), &[]);
+        let epoch_and_alert = [
+            Output::NewEpoch(crate::analysis::reorder::EpochChange {
+                epoch: 1,
+                collector_id: "c1".into(),
+                stream: ipaudit_schemas::Stream::Ip,
+                previous_rv: 900,
+                rv: 3,
+            }),
+            Output::Alert(alert("a", AlertStatus::Firing)),
+        ];
+        // Versions start over: 3 is held, below the 900 released with the epoch.
+        points.turned("c", (0, 6), Some(3), Some(3), &epoch_and_alert);
+        assert_eq!(points.of_partition(0), Some(5));
+    }
+
+    #[test]
     fn the_points_survive_the_store_and_a_dropped_partition_loses_its_own() {
         let mut points = RebuildPoints::default();
-        points.turned("c", (2, 5), &[], true);
+        points.turned("c", (2, 5), Some(50), Some(50), &[]);
+        points.turned("c", (2, 6), Some(60), Some(50), &[]);
         points.transition(&alert("a", AlertStatus::Firing), (2, 8));
         points.transition(&alert("b", AlertStatus::Firing), (3, 9));
-        let again = RebuildPoints::from_rows(points.rows().collect::<Vec<_>>());
-        assert_eq!(again, points);
+        let mut again = RebuildPoints::from_rows(points.rows().collect::<Vec<_>>());
+        assert_eq!(again.of_partition(2), Some(8));
+        assert_eq!(again.of_partition(3), Some(9));
+        // The held messages come back as one, released only when both are.
+        again.turned("c", (2, 7), None, Some(60), &[]);
+        assert_eq!(
+            again
+                .rows()
+                .find(|r| r.kind == PointKind::Held)
+                .map(|r| r.offset),
+            Some(5)
+        );
         points.forget_partition(2);
         assert_eq!(points.of_partition(2), None);
         assert_eq!(points.of_partition(3), Some(9));

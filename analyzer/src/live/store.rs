@@ -21,7 +21,7 @@ use ipaudit_schemas::{Alert, Remediation};
 
 use crate::analysis::alerts::transition_id;
 use crate::live::incidents;
-use crate::live::rebuild_points::{PointKind, RebuildPoints};
+use crate::live::rebuild_points::{PointKind, PointRow, RebuildPoints};
 use rusqlite::{params, Connection};
 
 /// Why the store failed (not retryable: the disk or file is broken).
@@ -86,6 +86,7 @@ CREATE TABLE IF NOT EXISTS rebuild_points (
     key       TEXT NOT NULL,
     partition INTEGER NOT NULL,
     offset    INTEGER NOT NULL,
+    version   INTEGER,
     PRIMARY KEY (topic, kind, key)
 );
 CREATE TABLE IF NOT EXISTS checkpoint_set_aside (
@@ -221,25 +222,33 @@ impl Store {
     pub fn load_rebuild_points(&self, topic: &str) -> Result<RebuildPoints, StoreError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT kind, key, partition, offset FROM rebuild_points WHERE topic = ?1")
+            .prepare(
+                "SELECT kind, key, partition, offset, version FROM rebuild_points WHERE topic = ?1",
+            )
             .map_err(self.err("read rebuild points"))?;
         let rows = stmt
             .query_map([topic], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
+                    PointRow {
+                        kind: PointKind::Firing,
+                        key: r.get(1)?,
+                        partition: r.get(2)?,
+                        offset: r.get(3)?,
+                        version: r.get(4)?,
+                    },
                 ))
             })
             .map_err(self.err("read rebuild points"))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(self.err("read rebuild points"))?;
-        Ok(RebuildPoints::from_rows(rows.into_iter().filter_map(
-            |(kind, key, partition, offset)| {
-                Some((PointKind::parse(&kind)?, key, partition, offset))
-            },
-        )))
+        let rows = rows.into_iter().filter_map(|(kind, row)| {
+            Some(PointRow {
+                kind: PointKind::parse(&kind)?,
+                ..row
+            })
+        });
+        Ok(RebuildPoints::from_rows(rows))
     }
 
     /// Saves every cluster's analysis with the offsets it corresponds to and the
@@ -258,13 +267,20 @@ impl Store {
         {
             let mut insert = tx
                 .prepare_cached(
-                    "INSERT INTO rebuild_points (topic, kind, key, partition, offset)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO rebuild_points (topic, kind, key, partition, offset, version)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )
                 .map_err(err("write rebuild points"))?;
-            for (kind, key, partition, offset) in points.rows() {
+            for row in points.rows() {
                 insert
-                    .execute(params![topic, kind.as_str(), key, partition, offset])
+                    .execute(params![
+                        topic,
+                        row.kind.as_str(),
+                        row.key,
+                        row.partition,
+                        row.offset,
+                        row.version
+                    ])
                     .map_err(err("write rebuild points"))?;
             }
         }
