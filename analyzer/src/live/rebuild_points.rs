@@ -179,25 +179,30 @@ impl RebuildPoints {
     ) {
         let (partition, offset) = last;
         if let Some(version) = consumed {
-            let held = self.held.entry(cluster.to_owned()).or_insert_with(|| Held {
-                partition,
-                offsets: BTreeMap::new(),
-            });
-            let earliest = held.offsets.entry(version).or_insert(offset);
-            *earliest = (*earliest).min(offset);
+            // A lookup, not `entry`: the cluster's name is copied only when it starts holding.
+            if !self.held.contains_key(cluster) {
+                let offsets = BTreeMap::new();
+                self.held
+                    .insert(cluster.to_owned(), Held { partition, offsets });
+            }
+            if let Some(held) = self.held.get_mut(cluster) {
+                let earliest = held.offsets.entry(version).or_insert(offset);
+                *earliest = (*earliest).min(offset);
+            }
         }
         // A new epoch releases everything held before it.
         let new_epoch = outputs.iter().any(|o| matches!(o, Output::NewEpoch(_)));
-        let mut released = None;
+        // Nothing held: everything is released.
+        let bound = lowest_held.filter(|_| !new_epoch);
+        let mut released: Option<i64> = None;
         if let Some(held) = self.held.get_mut(cluster) {
-            let gone = match lowest_held.filter(|_| !new_epoch) {
-                Some(lowest) => {
-                    let still = held.offsets.split_off(&lowest);
-                    std::mem::replace(&mut held.offsets, still)
+            while let Some(entry) = held.offsets.first_entry() {
+                if bound.is_some_and(|lowest| *entry.key() >= lowest) {
+                    break;
                 }
-                None => std::mem::take(&mut held.offsets),
-            };
-            released = gone.values().min().copied();
+                let offset = entry.remove();
+                released = Some(released.map_or(offset, |r| r.min(offset)));
+            }
             if held.offsets.is_empty() {
                 self.held.remove(cluster);
             }
