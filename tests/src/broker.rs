@@ -5,11 +5,11 @@
 //! [`Broker::start`] (or [`Broker::start_cluster`]), which calls the same script on a
 //! directory of their own, so that both are set up alike.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Once;
+use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -113,12 +113,23 @@ fn install() {
     });
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1, never one this process handed out before. The port is
+/// free when picked and bound by the program given it a moment later; the OS may offer a
+/// port it just offered again, and two programs given the same one lose one (a collector of
+/// the group-scale test died so in CI on 28 November: "Address already in use", while the
+/// other answered its readiness probe).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// The run's shared broker (from `scripts/test`): its plaintext addresses.
