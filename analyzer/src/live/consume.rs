@@ -2,7 +2,9 @@
 //! `ipaudit.events`. Offsets are checkpointed in SQLite with the analysis they correspond
 //! to, and a restart resumes from there (the rebalance callback assigns partitions at the
 //! stored offsets, see [`crate::live::group`]); after each checkpoint they are also committed to
-//! Kafka, for lag monitors only. Alert transitions go to the store's outbox as they
+//! Kafka, with each partition's rebuild point ([`crate::live::rebuild_points`]), for lag
+//! monitors and for the member that takes a partition over without state (it rebuilds from
+//! a snapshot at or before them). Alert transitions go to the store's outbox as they
 //! happen, and from there to every sink. `/metrics`, `/healthz` and `/readyz` are served
 //! on `--listen`.
 
@@ -764,8 +766,10 @@ fn report_lag(owned: &HashSet<i32>, shared: &GroupShared, metrics: &Metrics) {
     }
 }
 
-/// Commits the checkpointed offsets of the owned partitions to Kafka, for lag tools (the
-/// store, not Kafka, is where a restart resumes).
+/// Commits the checkpointed offsets of the owned partitions to Kafka, each with its
+/// rebuild point in the metadata when an alert of it fires: for lag tools, and for the
+/// member that takes a partition over without state (this member's own restart resumes
+/// from the store, not from Kafka).
 fn commit_offsets(
     consumer: &StreamConsumer<GroupContext>,
     topic: &str,
