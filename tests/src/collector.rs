@@ -129,7 +129,7 @@ impl CollectorProcess {
     pub fn wait_ready(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
-            if http_get(self.metrics_port, "/readyz").is_some_and(|(code, _)| code == 200) {
+            if self.readyz().is_some_and(|(code, _)| code == 200) {
                 return;
             }
             assert!(
@@ -170,6 +170,12 @@ impl CollectorProcess {
 
     /// `/readyz`: (status, body), `None` while nothing answers.
     pub fn readyz(&self) -> Option<(u16, String)> {
+        // Only once this process says it bound its port: before that, whatever answers
+        // there is another process (one that took the port meanwhile), not this one.
+        let bound = format!("bound=127.0.0.1:{}", self.metrics_port);
+        if !self.log_text().contains(&bound) {
+            return None;
+        }
         http_get(self.metrics_port, "/readyz")
     }
 
