@@ -781,11 +781,10 @@ fn commit_offsets(
     let mut list = TopicPartitionList::new();
     for partition in owned {
         if let Some(offset) = next.get(partition) {
-            let _ = list.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+            let mut element = list.add_partition(topic, *partition);
+            let _ = element.set_offset(Offset::Offset(*offset));
             if let Some(point) = points.of_partition(*partition).filter(|p| p < offset) {
-                if let Some(mut element) = list.find_partition(topic, *partition) {
-                    element.set_metadata(rebuild_points::to_metadata(point));
-                }
+                element.set_metadata(rebuild_points::to_metadata(point));
             }
         }
     }

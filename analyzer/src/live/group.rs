@@ -36,7 +36,7 @@ use rusqlite::{params, Connection};
 use tracing::warn;
 
 use crate::live::metrics::Metrics;
-use crate::live::start_offset::{Committed, Start};
+use crate::live::start_offset::Start;
 use crate::live::telemetry::{
     PartitionsAssigned, PartitionsRevoked, SnapshotChoice, SnapshotRebuildStarted,
 };
@@ -224,26 +224,23 @@ impl GroupContext {
                 &scan.group_id,
                 partition,
             )?;
-            let offset = crate::live::start_offset::snapshot_offset_at_or_before(
+            let (offset, point) = crate::live::start_offset::snapshot_offset_at_or_before(
                 &scan.connection,
                 &self.topic,
                 partition,
                 committed,
             )?;
-            Ok::<_, KafkaError>((offset, committed))
+            Ok::<_, KafkaError>((offset, committed, point))
         });
         match found {
-            Ok((offset, committed)) => {
-                let chosen = match committed {
-                    None => SnapshotChoice::Latest,
-                    Some(Committed {
-                        next,
-                        rebuild_from: Some(point),
-                    }) if point < next => SnapshotChoice::BeforeFiring {
-                        committed: next,
+            Ok((offset, committed, point)) => {
+                let chosen = match (committed, point) {
+                    (None, _) => SnapshotChoice::Latest,
+                    (Some(c), Some(point)) => SnapshotChoice::BeforeFiring {
+                        committed: c.next,
                         rebuild_from: point,
                     },
-                    Some(c) => SnapshotChoice::AtOrBefore(c.next),
+                    (Some(c), None) => SnapshotChoice::AtOrBefore(c.next),
                 };
                 SnapshotRebuildStarted {
                     partition,

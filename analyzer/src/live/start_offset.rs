@@ -122,13 +122,18 @@ pub struct Committed {
 }
 
 impl Committed {
-    /// The offset a rebuild's snapshot must begin at or before: the rebuild point when
-    /// the log still holds it (else what the point rests on is gone, and the committed
-    /// offset is as good as any), the committed offset otherwise.
-    pub fn snapshot_bound(&self, log_start: i64) -> i64 {
+    /// The rebuild point that bounds a rebuild's snapshot: one before the committed offset
+    /// that the log still holds (else what the point rests on is gone, and the committed
+    /// offset is as good as any).
+    pub fn bounding_point(&self, log_start: i64) -> Option<i64> {
         self.rebuild_from
-            .filter(|point| *point >= log_start)
-            .map_or(self.next, |point| point.min(self.next))
+            .filter(|point| (log_start..self.next).contains(point))
+    }
+
+    /// The offset a rebuild's snapshot must begin at or before: the bounding rebuild
+    /// point, else the committed offset.
+    pub fn snapshot_bound(&self, log_start: i64) -> i64 {
+        self.bounding_point(log_start).unwrap_or(self.next)
     }
 }
 
@@ -160,24 +165,25 @@ pub fn committed_offset(
 /// The offset to start partition `partition` of `topic` at: the beginning of the latest
 /// complete snapshot that begins at or before what the group committed
 /// ([`Committed::snapshot_bound`]; any, when it committed nothing), or the start of the
-/// partition when there is none.
+/// partition when there is none; and the rebuild point that bounded it, if one did.
 pub fn snapshot_offset_at_or_before(
     connection: &ipaudit_runtime::kafka::Connection,
     topic: &str,
     partition: i32,
     committed: Option<Committed>,
-) -> Result<i64, KafkaError> {
+) -> Result<(i64, Option<i64>), KafkaError> {
     let (consumer, low, high) = scan_reader(connection, topic, partition)?;
+    let point = committed.and_then(|c| c.bounding_point(low));
     let bound = committed.map_or(high, |c| c.snapshot_bound(low).clamp(low, high));
     let mut window = 10_000i64;
     loop {
         let from = (bound - window).max(low);
         let (frames, collectors) = read_frames(&consumer, topic, partition, from..high, bound)?;
         if let Some(start) = frames.start(&collectors) {
-            return Ok(start);
+            return Ok((start, point));
         }
         if from == low {
-            return Ok(low);
+            return Ok((low, point));
         }
         window *= 4;
     }
@@ -353,6 +359,11 @@ mod tests {
         };
         assert_eq!(firing.snapshot_bound(0), 120);
         assert_eq!(
+            firing.bounding_point(0),
+            Some(120),
+            "what the log line names"
+        );
+        assert_eq!(
             firing.snapshot_bound(200),
             500,
             "retention deleted what the alert rests on"
@@ -366,6 +377,8 @@ mod tests {
             500,
             "never after the committed offset"
         );
+        assert_eq!(ahead.bounding_point(0), None);
+        assert_eq!(firing.bounding_point(200), None);
     }
 
     #[test]

@@ -226,28 +226,24 @@ impl Store {
                 "SELECT kind, key, partition, offset, version FROM rebuild_points WHERE topic = ?1",
             )
             .map_err(self.err("read rebuild points"))?;
-        let rows = stmt
+        let rows: Vec<(String, String, i32, i64, Option<i64>)> = stmt
             .query_map([topic], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    PointRow {
-                        kind: PointKind::Firing,
-                        key: r.get(1)?,
-                        partition: r.get(2)?,
-                        offset: r.get(3)?,
-                        version: r.get(4)?,
-                    },
-                ))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
             })
             .map_err(self.err("read rebuild points"))?
-            .collect::<Result<Vec<_>, _>>()
+            .collect::<Result<_, _>>()
             .map_err(self.err("read rebuild points"))?;
-        let rows = rows.into_iter().filter_map(|(kind, row)| {
-            Some(PointRow {
-                kind: PointKind::parse(&kind)?,
-                ..row
-            })
-        });
+        let rows = rows
+            .into_iter()
+            .filter_map(|(kind, key, partition, offset, version)| {
+                Some(PointRow {
+                    kind: PointKind::parse(&kind)?,
+                    key,
+                    partition,
+                    offset,
+                    version,
+                })
+            });
         Ok(RebuildPoints::from_rows(rows))
     }
 
