@@ -530,6 +530,69 @@ fn a_snapshot_interval_relists_every_stream_periodically() {
     );
 }
 
+#[test]
+fn a_periodic_snapshot_keeps_every_event_its_watch_has_yet_to_deliver() {
+    // The IP watch runs 1.5 s behind the API server, so every snapshot (each second) is
+    // taken while the IP's changes are still on their way in it: a snapshot listed past
+    // them and a new watch from the list's version would record the IP deleted on relist,
+    // its MODIFIED and DELETED never.
+    let world = World::new("snapshot-lag", None);
+    world
+        .sim
+        .delay_watch_events(Kind::Ip, Duration::from_millis(1_500));
+    let collector = CollectorProcess::start(&world.setup(), &["--snapshot-interval", "1s"]);
+    world
+        .sim
+        .create(Kind::Subnet, "", subnet("lag", "10.9.0.0/24"))
+        .unwrap();
+    world
+        .sim
+        .create(
+            Kind::Ip,
+            "",
+            ip("p.ns", "lag", "p", "ns", "10.9.0.5", "pod"),
+        )
+        .unwrap();
+    world.sim.remove_finalizers(Kind::Ip, "", "p.ns").unwrap();
+    world.sim.delete(Kind::Ip, "", "p.ns").unwrap();
+    let journal = world.sim.journal();
+    let deleted_at = journal.last().map(|m| m.rv as i64).unwrap_or_default();
+    // Done once every change came as the watch's own event and a snapshot of IPs was
+    // framed after the deletion.
+    let done = |events: &[WatchEvent]| {
+        all_mutations_in(&journal)(events)
+            && events.iter().any(|e| {
+                e.stream == Stream::Ip
+                    && e.event_type == EventType::SyncEnd
+                    && e.resource_version_num >= Some(deleted_at)
+            })
+    };
+    let events = world.events_until(Duration::from_secs(30), done);
+    assert_eq!(
+        missing(&journal, &events),
+        vec![],
+        "log:\n{}",
+        collector.log_text()
+    );
+    let relist_deletions: Vec<Key> = events
+        .iter()
+        .filter(|e| e.event_type == EventType::DeletedOnRelist)
+        .map(event_key)
+        .collect();
+    assert_eq!(relist_deletions, vec![], "the watch said what happened");
+    assert!(
+        collector.counter("ipaudit_collector_relists_total{stream=\"ip\",reason=\"snapshot\"}")
+            >= 2.0,
+        "{}",
+        collector.metrics()
+    );
+    assert_eq!(
+        collector
+            .counter("ipaudit_collector_relists_total{stream=\"ip\",reason=\"snapshot_fallback\"}"),
+        0.0
+    );
+}
+
 /// The allocation offsets of each IPPool state recorded, in order.
 fn pool_allocations(events: &[WatchEvent]) -> Vec<Vec<String>> {
     events

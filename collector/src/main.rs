@@ -90,8 +90,9 @@ struct WatchArgs {
     /// Id of this collector (default: the host name, i.e. the pod name in a cluster).
     #[arg(long, env = "IPAUDIT_COLLECTOR_ID")]
     collector_id: Option<String>,
-    /// Also relist every stream this often, so that a new analyzer can rebuild from the
-    /// latest snapshot (e.g. 1h). Default: only on start and on 410 Gone.
+    /// Also write a complete snapshot of every stream this often, so that a new analyzer can
+    /// rebuild from the latest one (e.g. 1h). Taken beside the running watch, at the version
+    /// it has reached: no watch event is lost to it. Default: only on start and on 410 Gone.
     #[arg(long, env = "IPAUDIT_SNAPSHOT_INTERVAL", value_parser = parse::duration)]
     snapshot_interval: Option<Duration>,
     /// Attach every object's JSON to its event (malformed objects always carry it).

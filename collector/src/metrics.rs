@@ -82,12 +82,14 @@ pub const QUARANTINE_REASONS: [&str; 6] = [
 
 /// The decisions of `admission_reviews` ([`crate::guard::Decision`]).
 /// Why a stream is listed in full: its first list, an expired resourceVersion (410 Gone),
-/// the periodic snapshot, a failed list retried, the outbox full (events were paused), an
-/// event the collector could not decode.
-pub const RELIST_REASONS: [&str; 6] = [
+/// the periodic snapshot (beside the watch), the periodic snapshot in full because the
+/// watch's version could no longer be listed, a failed list retried, the outbox full (events
+/// were paused), an event the collector could not decode.
+pub const RELIST_REASONS: [&str; 7] = [
     "initial",
     "expired",
     "snapshot",
+    "snapshot_fallback",
     "retry",
     "outbox_full",
     "undecodable_event",

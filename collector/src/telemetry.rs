@@ -105,7 +105,8 @@ impl InternalEvent for ObjectUnreadable<'_> {
 pub struct RelistStarted {
     /// The stream.
     pub stream: Stream,
-    /// Why: `initial`, `expired`, `snapshot`, `retry`, `outbox_full`, `undecodable_event`.
+    /// Why: `initial`, `expired`, `snapshot`, `snapshot_fallback`, `retry`, `outbox_full`,
+    /// `undecodable_event`.
     pub reason: &'static str,
 }
 

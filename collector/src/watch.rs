@@ -5,6 +5,14 @@
 //! emitting `DELETED_ON_RELIST` for what vanished meanwhile, framed by `SYNC_START` and
 //! `SYNC_END`. The driving is modelled on kube-runtime's watcher, without folding events.
 //!
+//! The periodic snapshot (`--snapshot-interval`) is taken beside the running watch: the
+//! collection is listed exactly at the version the watch has delivered up to, and framed
+//! at that version between the watch's events, which then go on. A snapshot never costs the
+//! watch an event it had yet to deliver (a list taken past them would show those objects
+//! changed or gone, and the watch, dropped for a new one from the list's version, would never
+//! say how). Only when the API server no longer has that version does it fall back to a
+//! full relist.
+//!
 //! While the outbox is full the watchers pause: each drops its watch and, once there is
 //! room again, watches on from the last version it recorded (exactly the events missed,
 //! while the API server still has them) or relists when that has expired (410), whose
@@ -24,6 +32,7 @@ use kube::core::{Request, WatchEvent as KubeEvent};
 use kube::Client;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tracing::{debug, debug_span, info, warn, Instrument as _};
 
 use crate::event::{LiveObject, Stamp};
@@ -83,6 +92,16 @@ enum Next {
     Stop,
 }
 
+/// How a framed list ended.
+enum Listed {
+    /// Framed completely, `SYNC_END` emitted.
+    Framed,
+    /// A page could not be read.
+    Failed,
+    /// Shutdown.
+    Stop,
+}
+
 /// Where a watcher reports: the events to store, its counters, its health (which also
 /// says when the outbox is full).
 pub struct WatchOutputs {
@@ -108,6 +127,9 @@ pub struct Watcher {
     health: Health,
     /// True while the outbox is full.
     full: watch::Receiver<bool>,
+    /// When the next periodic snapshot is due (`--snapshot-interval`); it outlives the
+    /// watch requests, which end every `--watch-timeout`.
+    next_snapshot: Option<Instant>,
 }
 
 impl Watcher {
@@ -125,13 +147,22 @@ impl Watcher {
             stream: kind.stream,
             path: kind.collection_path(),
             stamp,
-            config,
             state,
             out: outputs.events,
             metrics: outputs.metrics,
             full: outputs.health.outbox_full(),
             health: outputs.health,
+            next_snapshot: config.snapshot_interval.map(|every| Instant::now() + every),
+            config,
         }
+    }
+
+    /// The next periodic snapshot is due one interval from now.
+    fn schedule_snapshot(&mut self) {
+        self.next_snapshot = self
+            .config
+            .snapshot_interval
+            .map(|every| Instant::now() + every);
     }
 
     /// Runs until `shutdown` turns true.
@@ -315,16 +346,61 @@ impl Watcher {
         }
         .emit(&self.metrics);
         let previous = self.state.resume_from.clone().unwrap_or_else(|| "0".into());
-        let start = self
-            .stamp
-            .marker(self.stream, EventType::SyncStart, &previous, 0);
-        self.emit(start, LiveChange::None, None).await?;
+        let list = PagedList::new(self.client.clone(), &self.path, self.config.page_size);
+        match self.list_framed(list, &previous, shutdown).await? {
+            Listed::Framed => {}
+            Listed::Failed => return Ok(Next::Backoff),
+            Listed::Stop => return Ok(Next::Stop),
+        }
+        self.metrics.set_watching(self.stream, true);
+        self.health.watching(self.stream);
+        Ok(Next::Rewatch)
+    }
+
+    /// The periodic snapshot, beside the running watch: the collection as it was at the
+    /// version the watch has delivered up to, framed there. `None` when that version cannot
+    /// be listed (the API server no longer has it): the caller relists in full.
+    async fn snapshot_beside_watch(
+        &mut self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Option<Listed>, WatchError> {
+        let Some(at) = self
+            .state
+            .resume_from
+            .clone()
+            .filter(|rv| rv.parse::<u64>().is_ok_and(|rv| rv > 0))
+        else {
+            return Ok(None);
+        };
+        RelistStarted {
+            stream: self.stream,
+            reason: "snapshot",
+        }
+        .emit(&self.metrics);
+        let list =
+            PagedList::exactly_at(self.client.clone(), &self.path, self.config.page_size, &at);
+        match self.list_framed(list, &at, shutdown).await? {
+            Listed::Failed => Ok(None),
+            listed => Ok(Some(listed)),
+        }
+    }
+
+    /// Reads `list` page by page as one relist frame: `SYNC_START` at `start_rv` once its
+    /// first page is in (a list refused at once leaves no open frame), every object as
+    /// ADDED, a `DELETED_ON_RELIST` at the list's version for each known object the list
+    /// lacks, and `SYNC_END` at the list's version, where the watch goes on.
+    async fn list_framed(
+        &mut self,
+        mut list: PagedList,
+        start_rv: &str,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Listed, WatchError> {
         let mut seen = HashSet::new();
-        let mut list = PagedList::new(self.client.clone(), &self.path, self.config.page_size);
+        let mut opened = false;
         loop {
             let page = tokio::select! {
                 page = list.next_page() => page,
-                _ = shutdown.changed() => return Ok(Next::Stop),
+                _ = shutdown.changed() => return Ok(Listed::Stop),
             };
             let items = match page {
                 None => break,
@@ -335,9 +411,16 @@ impl Watcher {
                         error: &error,
                     }
                     .emit(&self.metrics);
-                    return Ok(Next::Backoff);
+                    return Ok(Listed::Failed);
                 }
             };
+            if !opened {
+                opened = true;
+                let start = self
+                    .stamp
+                    .marker(self.stream, EventType::SyncStart, start_rv, 0);
+                self.emit(start, LiveChange::None, None).await?;
+            }
             for item in &items {
                 if let Some(uid) = self.emit_object(EventType::Added, item, false).await? {
                     seen.insert(uid);
@@ -366,9 +449,8 @@ impl Watcher {
             .stamp
             .marker(self.stream, EventType::SyncEnd, &list_rv, 0);
         self.emit(end, LiveChange::None, Some(list_rv)).await?;
-        self.metrics.set_watching(self.stream, true);
-        self.health.watching(self.stream);
-        Ok(Next::Rewatch)
+        self.schedule_snapshot();
+        Ok(Listed::Framed)
     }
 
     async fn watch_from(
@@ -410,14 +492,10 @@ impl Watcher {
         self.health.watching(self.stream);
         let mut events = std::pin::pin!(events);
         let mut full = self.full.clone();
-        let snapshot_interval = self.config.snapshot_interval;
-        let snapshot = async move {
-            match snapshot_interval {
-                Some(every) => tokio::time::sleep(every).await,
-                None => std::future::pending().await,
-            }
-        };
-        let mut snapshot = std::pin::pin!(snapshot);
+        // Any deadline when no snapshot is due: the branch below is off then.
+        let far = Instant::now() + Duration::from_secs(86_400);
+        let mut snapshot =
+            std::pin::pin!(tokio::time::sleep_until(self.next_snapshot.unwrap_or(far)));
         loop {
             // Biased: a full outbox or a shutdown stops the watch before the next event,
             // however fast events come.
@@ -425,8 +503,17 @@ impl Watcher {
                 biased;
                 _ = shutdown.changed() => return Ok(Next::Stop),
                 _ = full.wait_for(|full| *full) => return Ok(Next::Pause),
-                _ = &mut snapshot => return Ok(Next::Relist("snapshot")),
-                item = events.next() => item,
+                _ = &mut snapshot, if self.next_snapshot.is_some() => None,
+                item = events.next() => Some(item),
+            };
+            let Some(item) = item else {
+                match self.snapshot_beside_watch(shutdown).await? {
+                    Some(Listed::Stop) => return Ok(Next::Stop),
+                    Some(_) => {}
+                    None => return Ok(Next::Relist("snapshot_fallback")),
+                }
+                snapshot.as_mut().reset(self.next_snapshot.unwrap_or(far));
+                continue;
             };
             match item {
                 None => return Ok(Next::Rewatch),

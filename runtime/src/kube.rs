@@ -1,13 +1,15 @@
 //! Listing a kind from the API server in pages, as the collector's relist and the kubectl
 //! plugin's one-shot snapshot both do: `limit` objects a page, the `continue` token of
 //! each page asks for the next, and the first page's `metadata.resourceVersion` is the
-//! version the whole list was served at (where a watch resumes). Objects stay raw JSON:
+//! version the whole list was served at (where a watch resumes). [`PagedList::exactly_at`]
+//! lists the collection as it was at a given version instead (`resourceVersionMatch=Exact`),
+//! the collector's snapshot beside its running watch. Objects stay raw JSON:
 //! each program decodes them leniently itself (a typed object would lose a whole event
 //! over one mistyped field).
 //!
 //! Behind the cargo feature `kube` (the analyzer does not talk to the API server).
 
-use ::kube::api::ListParams;
+use ::kube::api::{ListParams, VersionMatch};
 use ::kube::core::Request;
 use ::kube::Client;
 use serde_json::Value;
@@ -19,6 +21,8 @@ pub struct PagedList {
     page_size: u32,
     token: Option<String>,
     resource_version: Option<String>,
+    /// The version the first page must be served at exactly, if one was asked for.
+    exact: Option<String>,
     done: bool,
 }
 
@@ -32,7 +36,22 @@ impl PagedList {
             page_size,
             token: None,
             resource_version: None,
+            exact: None,
             done: false,
+        }
+    }
+
+    /// The list of the collection at `path` as it was at `resource_version` exactly. The
+    /// API server refuses a version it no longer has (410 Expired, as for a watch).
+    pub fn exactly_at(
+        client: Client,
+        path: impl Into<String>,
+        page_size: u32,
+        resource_version: &str,
+    ) -> Self {
+        PagedList {
+            exact: Some(resource_version.to_owned()),
+            ..PagedList::new(client, path, page_size)
         }
     }
 
@@ -44,8 +63,11 @@ impl PagedList {
             return None;
         }
         let mut params = ListParams::default().limit(self.page_size);
-        if let Some(token) = &self.token {
-            params = params.continue_token(token);
+        match (&self.token, &self.exact) {
+            // The continue token carries the version; the API server refuses both at once.
+            (Some(token), _) => params = params.continue_token(token),
+            (None, Some(rv)) => params = params.at(rv).matching(VersionMatch::Exact),
+            (None, None) => {}
         }
         let page = match self.request(&params).await {
             Ok(page) => page,
@@ -128,6 +150,46 @@ mod tests {
         assert_eq!(names, ["p0", "p1", "p2", "p3", "p4", "p5", "p6"]);
         assert_eq!(list.resource_version(), Some(listed_at.as_str()));
         assert!(list.next_page().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_list_exactly_at_a_version_shows_every_page_as_it_was_then() {
+        let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+        for i in 0..5 {
+            sim.create(Kind::Pod, "default", pod(&format!("p{i}")))
+                .unwrap();
+        }
+        let then = sim.resource_version().to_string();
+        sim.delete(Kind::Pod, "default", "p0").unwrap();
+        sim.create(Kind::Pod, "default", pod("p9")).unwrap();
+        let client = client(&sim).await;
+        let mut list = PagedList::exactly_at(client, "/api/v1/pods", 2, &then);
+        let mut names = Vec::new();
+        while let Some(page) = list.next_page().await {
+            let page = page.unwrap();
+            names.extend(page.iter().filter_map(|o| {
+                o.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            }));
+        }
+        assert_eq!(names, ["p0", "p1", "p2", "p3", "p4"]);
+        assert_eq!(list.resource_version(), Some(then.as_str()));
+    }
+
+    #[tokio::test]
+    async fn a_list_exactly_at_an_expired_version_is_a_410() {
+        let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+        sim.create(Kind::Pod, "default", pod("p0")).unwrap();
+        let then = sim.resource_version().to_string();
+        sim.create(Kind::Pod, "default", pod("p1")).unwrap();
+        sim.expire_history();
+        let client = client(&sim).await;
+        let mut list = PagedList::exactly_at(client, "/api/v1/pods", 2, &then);
+        match list.next_page().await {
+            Some(Err(::kube::Error::Api(status))) => assert_eq!(status.code, 410),
+            other => panic!("expected a 410, got {other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -226,6 +226,17 @@ impl KubeSim {
             .remove(&kind);
     }
 
+    /// Makes the watches of `kind` send each change `delay` after it was made (zero: at
+    /// once), as a watch that lags behind its API server does: a client then lists objects
+    /// whose changes its watch has not brought yet.
+    pub fn delay_watch_events(&self, kind: Kind, delay: std::time::Duration) {
+        self.shared
+            .watch_delays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(kind, delay);
+    }
+
     /// Forgets the history: watches from any earlier version get 410 Gone.
     pub fn expire_history(&self) {
         self.shared.store().expire_history();

@@ -81,6 +81,9 @@ pub(crate) struct Shared {
     pub(crate) served: Served,
     /// Kinds whose requests answer 404 for now, as while their CRD is being reinstalled.
     pub(crate) withdrawn: Mutex<Vec<Kind>>,
+    /// Kinds whose watches send each change only this long after it was made (a watch
+    /// behind its API server: a busy watch cache, a slow network).
+    pub(crate) watch_delays: Mutex<HashMap<Kind, Duration>>,
     lists: Mutex<HashMap<String, (Vec<Value>, u64)>>,
 }
 
@@ -94,9 +97,20 @@ impl Shared {
             cut,
             served: Served::only(&config.kinds),
             withdrawn: Mutex::new(Vec::new()),
+            watch_delays: Mutex::new(HashMap::new()),
             config,
             lists: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How long watches of `kind` hold each change back.
+    fn watch_delay(&self, kind: Kind) -> Duration {
+        self.watch_delays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&kind)
+            .copied()
+            .unwrap_or_default()
     }
 
     pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
@@ -420,6 +434,7 @@ fn api_group(served: &Served, group: &str) -> Option<Value> {
 struct ListQuery {
     watch: Option<String>,
     resource_version: Option<String>,
+    resource_version_match: Option<String>,
     allow_watch_bookmarks: Option<String>,
     timeout_seconds: Option<u64>,
     limit: Option<usize>,
@@ -472,7 +487,47 @@ fn list_or_watch(
             }),
         };
     }
-    let (mut items, rv) = sim.store().list(kind, namespace.as_deref());
+    let listed = match (
+        q.resource_version.as_deref(),
+        q.resource_version_match.as_deref(),
+    ) {
+        (Some(text), Some("Exact")) => match text.parse::<u64>() {
+            Ok(rv) => sim
+                .store()
+                .list_at(kind, namespace.as_deref(), rv)
+                .map_err(|_| rv),
+            Err(_) => {
+                return error(ApiError::bad_request(format!(
+                    "invalid resourceVersion {text:?}"
+                )))
+            }
+        },
+        (None | Some(""), Some(_)) => {
+            return error(ApiError::bad_request(
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ))
+        }
+        _ => Ok(sim.store().list(kind, namespace.as_deref())),
+    };
+    let (mut items, rv) = match listed {
+        Ok(listed) => listed,
+        Err(rv) if rv > sim.store().resource_version() => {
+            return error(ApiError {
+                details: None,
+                code: 504,
+                reason: "Timeout",
+                message: format!("Too large resource version: {rv}"),
+            })
+        }
+        Err(_) => {
+            return error(ApiError {
+                details: None,
+                code: 410,
+                reason: "Expired",
+                message: "The resourceVersion for the provided list is too old.".into(),
+            })
+        }
+    };
     if kind.group.is_empty() {
         // kube-apiserver leaves kind and apiVersion off the items of built-in lists (not
         // off those of custom resources).
@@ -545,7 +600,8 @@ fn watch_response(
                             .map(|c| line(c.event_type, &c.object))
                             .collect(),
                         rx,
-                        rv,
+                        // Bookmarks never go below an event the watch sent.
+                        backlog.last().map_or(rv, |c| c.rv.max(rv)),
                     )),
                     None => Err(rv),
                 },
@@ -558,6 +614,7 @@ fn watch_response(
         match start {
             Ok((initial, changes, rv)) => {
                 let stream = WatchStream {
+                    sim,
                     kind,
                     namespace,
                     bookmarks,
@@ -587,6 +644,7 @@ fn watch_response(
 }
 
 struct WatchStream {
+    sim: Sim,
     kind: &'static KindSpec,
     namespace: Option<String>,
     bookmarks: bool,
@@ -629,6 +687,14 @@ impl WatchStream {
                             continue;
                         }
                         rv = change.rv;
+                        let delay = self.sim.watch_delay(self.kind.stream);
+                        if !delay.is_zero() {
+                            tokio::select! {
+                                biased;
+                                _ = cut.changed() => return,
+                                _ = tokio::time::sleep_until((change.made_at + delay).into()) => {}
+                            }
+                        }
                         if tx.send(line(change.event_type, &change.object)).await.is_err() {
                             return;
                         }

@@ -22,10 +22,17 @@ pub struct Change {
     pub kind: Kind,
     /// Namespace ("" for cluster-scoped).
     pub namespace: String,
+    /// The object's name.
+    pub name: String,
     /// ADDED, MODIFIED or DELETED.
     pub event_type: &'static str,
     /// The object after the change (for DELETED: its last state, with the deletion's version).
     pub object: Value,
+    /// The object before the change (`None` for ADDED): what a list at an earlier version
+    /// shows.
+    pub previous: Option<Value>,
+    /// When it was made.
+    pub made_at: std::time::Instant,
 }
 
 /// Future changes, as a watch receives them.
@@ -182,6 +189,37 @@ impl Store {
             .map(|(_, v)| v.clone())
             .collect();
         (items, self.rv)
+    }
+
+    /// [`Store::list`] as it was at `rv` (a list with `resourceVersionMatch=Exact`): the
+    /// changes after it undone. `Err(oldest)` when `rv` is older than the history kept, or
+    /// newer than the store (kube-apiserver answers both with an error, 410 and 504).
+    pub fn list_at(
+        &self,
+        kind: &'static KindSpec,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Result<(Vec<Value>, u64), u64> {
+        if rv < self.oldest_servable || rv > self.rv {
+            return Err(self.oldest_servable);
+        }
+        let mut objects: BTreeMap<(&str, &str), &Value> = self
+            .objects
+            .iter()
+            .filter(|((k, ns, _), _)| *k == kind.stream && namespace.is_none_or(|n| n == ns))
+            .map(|((_, ns, name), v)| ((ns.as_str(), name.as_str()), v))
+            .collect();
+        let newer = self.history.iter().rev().take_while(|c| c.rv > rv);
+        for change in
+            newer.filter(|c| c.kind == kind.stream && namespace.is_none_or(|n| n == c.namespace))
+        {
+            let key = (change.namespace.as_str(), change.name.as_str());
+            match &change.previous {
+                Some(previous) => objects.insert(key, previous),
+                None => objects.remove(&key),
+            };
+        }
+        Ok((objects.into_values().cloned().collect(), rv))
     }
 
     /// One object.
@@ -446,8 +484,11 @@ impl Store {
             rv: self.rv,
             kind: key.0,
             namespace: key.1.clone(),
+            name: key.2.clone(),
             event_type,
             object: object.clone(),
+            previous: self.objects.get(&key).cloned(),
+            made_at: std::time::Instant::now(),
         });
         self.journal.push(Mutation {
             kind: key.0,
@@ -578,6 +619,50 @@ mod tests {
         assert_eq!(a["metadata"]["resourceVersion"], "11");
         assert_eq!(b["metadata"]["resourceVersion"], "12");
         assert_eq!(b["kind"], "IP");
+    }
+
+    #[test]
+    fn a_list_at_an_exact_version_shows_the_objects_as_they_were_then() {
+        let mut store = Store::new(100, 10);
+        store.create(ip_kind(), "", ip("kept", &[])).unwrap();
+        store.create(ip_kind(), "", ip("gone", &[])).unwrap();
+        store
+            .create(subnet_kind(), "", json!({"metadata": {"name": "s"}}))
+            .unwrap();
+        let at = store.resource_version();
+        store
+            .update(ip_kind(), "", "kept", |o| o["spec"]["subnet"] = json!("t"))
+            .unwrap();
+        store.delete(ip_kind(), "", "gone").unwrap();
+        store.create(ip_kind(), "", ip("new", &[])).unwrap();
+
+        let (then, rv) = store.list_at(ip_kind(), None, at).unwrap();
+        assert_eq!(rv, at);
+        let shown: Vec<(&str, &str)> = then
+            .iter()
+            .map(|o| {
+                (
+                    o["metadata"]["name"].as_str().unwrap(),
+                    o["spec"]["subnet"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(shown, [("gone", "s"), ("kept", "s")]);
+        let (now, _) = store
+            .list_at(ip_kind(), None, store.resource_version())
+            .unwrap();
+        assert_eq!(now, store.list(ip_kind(), None).0);
+    }
+
+    #[test]
+    fn a_list_at_a_version_older_than_the_history_kept_or_newer_than_the_store_is_refused() {
+        let mut store = Store::new(2, 10);
+        for name in ["a", "b", "c"] {
+            store.create(ip_kind(), "", ip(name, &[])).unwrap();
+        }
+        assert!(store.list_at(ip_kind(), None, 10).is_err());
+        assert!(store.list_at(ip_kind(), None, 11).is_ok());
+        assert!(store.list_at(ip_kind(), None, 14).is_err());
     }
 
     #[test]
