@@ -255,7 +255,7 @@ fn with_remediation_on_the_stuck_ip_loses_its_finalizer_and_disappears() {
     let receiver = Receiver::start(&world.runtime);
     let collector = world.remediating_collector("on", &[]);
     let commands = world.commands_topic();
-    let _analyzer = analyzer_with(
+    let analyzer = analyzer_with(
         &world,
         &receiver,
         "remediate",
@@ -297,6 +297,14 @@ fn with_remediation_on_the_stuck_ip_loses_its_finalizer_and_disappears() {
                 .find(|r| rule(r) == "ip-stuck-terminating" && r.body["status"] == "RESOLVED")
         },
     );
+    // The record of the cleanup carries the IP's version before the patch, below the IP's
+    // MODIFIED and DELETED that the patch caused: not versions going backwards.
+    wait_for(
+        "the analyzer consumes the cleanup record",
+        Duration::from_secs(15),
+        || (analyzer.events_consumed("REMEDIATION") >= 1.0).then_some(()),
+    );
+    analyzer.assert_no_new_epoch();
 }
 
 /// An IP that is terminating while its subnet never existed: eligible for cleanup.

@@ -357,9 +357,13 @@ impl Outbox {
                 let event = &observed.event;
                 let stream = event.stream.as_str();
                 insert.execute([encode(event)?]).map_err(err("insert"))?;
-                state
-                    .execute(params![stream, observed.resume_from, event.sequence])
-                    .map_err(err("update stream state"))?;
+                // A record outside the stream's own sequence (a remediation's, sequence 0)
+                // moves neither its sequence nor its resume point.
+                if event.sequence > 0 {
+                    state
+                        .execute(params![stream, observed.resume_from, event.sequence])
+                        .map_err(err("update stream state"))?;
+                }
                 match &observed.live {
                     LiveChange::None => {}
                     LiveChange::Upsert(o) => {
@@ -601,6 +605,33 @@ mod tests {
         let left = outbox.read_after(0, 10).unwrap();
         assert_eq!(outbox.size().unwrap().rows, 1);
         assert_eq!(outbox.size().unwrap().bytes, left[0].payload.len() as i64);
+    }
+
+    #[test]
+    fn a_remediation_record_leaves_the_streams_sequence_and_resume_point_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("outbox.db");
+        let stamp = stamp();
+        let mut outbox = Outbox::open(&path, "c").unwrap();
+        outbox
+            .append(&[
+                observed(&stamp, "a", "230", 7),
+                observed(&stamp, "b", "231", 8),
+            ])
+            .unwrap();
+        let record = stamp.marker(Stream::Ip, EventType::Remediation, "230", 0);
+        outbox
+            .append(&[Observed {
+                event: record,
+                live: LiveChange::None,
+                resume_from: None,
+            }])
+            .unwrap();
+        drop(outbox);
+        let states = Outbox::open(&path, "c").unwrap().load().unwrap();
+        let ip = &states[&Stream::Ip];
+        assert_eq!(ip.sequence, 8, "the IP watch's sequence goes on from 8");
+        assert_eq!(ip.resume_from.as_deref(), Some("231"));
     }
 
     #[test]

@@ -92,6 +92,28 @@ impl AnalyzerProcess {
             .unwrap_or_default()
     }
 
+    /// Events of `event_type` (`REMEDIATION`, ...) consumed, over every stream.
+    pub fn events_consumed(&self, event_type: &str) -> f64 {
+        let label = format!("type=\"{event_type}\"");
+        self.metrics()
+            .lines()
+            .filter(|l| l.starts_with("ipaudit_analyzer_events_total{") && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Asserts that versions never went backwards in the input: no new epoch was counted
+    /// or logged.
+    pub fn assert_no_new_epoch(&self) {
+        let log = self.log_text();
+        assert_eq!(
+            self.value("ipaudit_analyzer_input_problems_total{kind=\"new_epoch\"}"),
+            0.0,
+            "log:\n{log}"
+        );
+        assert!(!log.contains("went backwards"), "log:\n{log}");
+    }
+
     /// A series' value from /metrics (0 when absent).
     pub fn value(&self, name_and_labels: &str) -> f64 {
         self.metrics()

@@ -22,6 +22,13 @@
 //! pending is released, the watermarks start over, and the change is reported. Versions
 //! inside a relist (`SYNC_START`..`SYNC_END`) are a snapshot in no order and never count
 //! as going backwards.
+//!
+//! Two kinds of record sit outside a version's plain order. A `DELETED_ON_RELIST` at version
+//! V says that its object went at or before V, not at V: released ahead of the events that
+//! happened at V (two objects never change at one version, so the deletion was earlier).
+//! A `REMEDIATION` record is the collector's account of its own action, carrying the
+//! version its target had when it acted: it is handed on at once and moves no clock, so
+//! that it is never taken for versions going backwards.
 
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
@@ -78,9 +85,21 @@ struct Pending {
     event: Box<WatchEvent>,
 }
 
+/// Where an event goes among those of its version: a relist's deletion, which happened at
+/// or before the version, ahead of what happened at it.
+fn rank(event: &WatchEvent) -> u8 {
+    u8::from(event.event_type != EventType::DeletedOnRelist)
+}
+
+impl Pending {
+    fn key(&self) -> (i64, u8, u64) {
+        (self.rv, rank(&self.event), self.seq)
+    }
+}
+
 impl PartialEq for Pending {
     fn eq(&self, other: &Self) -> bool {
-        (self.rv, self.seq) == (other.rv, other.seq)
+        self.key() == other.key()
     }
 }
 impl Eq for Pending {}
@@ -91,7 +110,7 @@ impl PartialOrd for Pending {
 }
 impl Ord for Pending {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.rv, self.seq).cmp(&(other.rv, other.seq))
+        self.key().cmp(&other.key())
     }
 }
 
@@ -145,22 +164,30 @@ impl Held {
         self.in_order.is_empty() && self.out_of_order.is_empty()
     }
 
-    /// (version, arrival) of the next event to release, and whether it is in the queue.
-    fn peek(&self) -> Option<(i64, u64, bool)> {
-        let queued = self.in_order.front().map(|(rv, seq, _)| (*rv, *seq, true));
-        let heaped = self.out_of_order.peek().map(|p| (p.0.rv, p.0.seq, false));
+    /// (version, rank, arrival) of the next event to release, and whether it is in the
+    /// queue.
+    fn peek(&self) -> Option<((i64, u8, u64), bool)> {
+        let queued = self
+            .in_order
+            .front()
+            .map(|(rv, seq, event)| ((*rv, rank(event), *seq), true));
+        let heaped = self.out_of_order.peek().map(|p| (p.0.key(), false));
         match (queued, heaped) {
-            (Some(q), Some(h)) => Some(if (h.0, h.1) < (q.0, q.1) { h } else { q }),
+            (Some(q), Some(h)) => Some(if h.0 < q.0 { h } else { q }),
             (q, h) => q.or(h),
         }
     }
 
     fn lowest_rv(&self) -> Option<i64> {
-        self.peek().map(|(rv, _, _)| rv)
+        self.peek().map(|((rv, _, _), _)| rv)
     }
 
     fn push(&mut self, rv: i64, seq: u64, event: Box<WatchEvent>) {
-        if self.in_order.back().is_none_or(|(last, _, _)| rv >= *last) {
+        let in_order = self
+            .in_order
+            .back()
+            .is_none_or(|(last, _, held)| (rv, rank(&event)) >= (*last, rank(held)));
+        if in_order {
             self.in_order.push_back((rv, seq, event));
         } else {
             self.out_of_order.push(Reverse(Pending { rv, seq, event }));
@@ -169,7 +196,7 @@ impl Held {
 
     /// The next event if its version is at most `bound`.
     fn pop_up_to(&mut self, bound: i64) -> Option<(i64, Box<WatchEvent>)> {
-        let (rv, _, queued) = self.peek().filter(|(rv, _, _)| *rv <= bound)?;
+        let ((rv, _, _), queued) = self.peek().filter(|((rv, _, _), _)| *rv <= bound)?;
         if queued {
             self.in_order.pop_front().map(|(_, _, event)| (rv, event))
         } else {
@@ -316,6 +343,10 @@ impl ReorderBuffer {
     /// Takes one event; returns what can be released now, in order.
     pub fn push(&mut self, event: impl Into<Box<WatchEvent>>, out: &mut Vec<Released>) {
         let event: Box<WatchEvent> = event.into();
+        if event.event_type == EventType::Remediation {
+            out.push(Released::Event(event));
+            return;
+        }
         if let Some(t) = event.event_time_ms() {
             self.now_ms = Some(self.now_ms.map_or(t, |now| now.max(t)));
         }
@@ -744,6 +775,72 @@ mod tests {
         );
         assert_eq!(buffer.epoch(), 0);
         assert_eq!(buffer.stats().late, 0);
+    }
+
+    #[test]
+    fn a_remediation_record_at_an_older_version_passes_at_once_and_is_not_a_new_epoch() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        buffer.push(pods_bookmark(1_000), &mut out);
+        buffer.push(EventBuilder::bookmark(Stream::Subnet, 1_000), &mut out);
+        let mut modified = ip(230);
+        modified.sequence = 1;
+        let mut deleted = EventBuilder::ip("ip-230", "s").rv(231).deleted();
+        deleted.sequence = 2;
+        buffer.push(modified, &mut out);
+        buffer.push(deleted, &mut out);
+        assert_eq!(versions(&out), [230, 231]);
+        // The collector's record of the cleanup it applied: the version read before its
+        // patch, outside the IP watch's sequence.
+        let record = EventBuilder::marker(Stream::Ip, EventType::Remediation, 230);
+        buffer.push(record, &mut out);
+        assert_eq!(versions(&out), [230, 231, 230], "handed on at once");
+        buffer.push(EventBuilder::ip("ip-232", "s").rv(232).added(), &mut out);
+        buffer.flush(&mut out);
+        assert_eq!(buffer.epoch(), 0);
+        assert_eq!(buffer.stats(), ReorderStats::default());
+        assert!(!out.iter().any(|r| matches!(r, Released::NewEpoch(_))));
+    }
+
+    #[test]
+    fn a_relist_deletion_goes_ahead_of_a_real_event_at_its_version() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        buffer.push(pods_bookmark(1_000), &mut out);
+        // The subnet's real deletion at 1524 comes first; the IP stream's relist, listed
+        // at 1524, finds the IP gone: it went at or before 1524, so before the subnet.
+        buffer.push(EventBuilder::subnet("s").rv(1_524).deleted(), &mut out);
+        buffer.push(
+            EventBuilder::marker(Stream::Ip, EventType::SyncStart, 1_500),
+            &mut out,
+        );
+        buffer.push(
+            EventBuilder::ip("gone", "s")
+                .rv(1_524)
+                .build(EventType::DeletedOnRelist),
+            &mut out,
+        );
+        buffer.push(
+            EventBuilder::marker(Stream::Ip, EventType::SyncEnd, 1_524),
+            &mut out,
+        );
+        buffer.flush(&mut out);
+        let order: Vec<(Stream, EventType)> = out
+            .iter()
+            .filter_map(|r| match r {
+                Released::Event(e) => Some((e.stream, e.event_type)),
+                Released::NewEpoch(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (Stream::Ip, EventType::SyncStart),
+                (Stream::Ip, EventType::DeletedOnRelist),
+                (Stream::Subnet, EventType::Deleted),
+                (Stream::Ip, EventType::SyncEnd),
+            ]
+        );
     }
 
     #[test]
