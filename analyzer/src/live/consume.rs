@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ipaudit_runtime::kafka::NoOffset;
 use ipaudit_runtime::telemetry::InternalEvent as _;
@@ -35,9 +35,10 @@ use crate::live::start_offset::Start;
 use crate::live::store::{Store, StoreError};
 use crate::live::telemetry::{
     CheckpointWritten, EventConsumed, MessageUndecodable, OffsetOutOfRange, SnapshotChoice,
-    SnapshotRebuildStarted, WriterSchemaLookedUp,
+    SnapshotRebuildStarted, UndecodableSummed, WriterSchemaLookedUp,
 };
 use crate::live::ui::UiConfig;
+use crate::live::undecodable_log::UndecodableLog;
 use crate::live::writer_schemas::SchemaTopic;
 use crate::live::CLIENT_ID;
 
@@ -203,6 +204,7 @@ pub async fn run(
     // Each message is decoded into the event analysed before (its strings reused), of the
     // fields the analysis reads.
     let mut spare: Option<Box<WatchEvent>> = None;
+    let mut undecodable = UndecodableLog::default();
     // Newer collectors' schemas, learnt from the schemas topic when a message names one.
     let mut learnt = WriterSchemas::new();
     let mut schema_topic =
@@ -313,10 +315,15 @@ pub async fn run(
                     }
                     Some(Err(error)) => {
                         spare = Some(event);
+                        let fingerprint = message
+                            .payload()
+                            .and_then(fingerprint_of)
+                            .map(u64::from_le_bytes);
                         MessageUndecodable {
                             partition,
                             offset,
                             error: &error,
+                            line: undecodable.see((partition, fingerprint), offset, Instant::now()),
                         }
                         .emit(&metrics);
                         store.dead_letter(
@@ -333,6 +340,7 @@ pub async fn run(
                             partition,
                             offset,
                             error: &"empty message",
+                            line: undecodable.see((partition, None), offset, Instant::now()),
                         }
                         .emit(&metrics);
                         store.dead_letter(
@@ -423,6 +431,9 @@ pub async fn run(
                     }
                 }
                 report_lag(&owned, &shared, &metrics);
+                for summary in undecodable.due(Instant::now()) {
+                    UndecodableSummed(summary).log();
+                }
             }
             Turn::Checkpoint => {
                 // A checkpoint costs time in proportion to the state: never spend more than

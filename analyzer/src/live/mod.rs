@@ -13,6 +13,7 @@ pub mod start_offset;
 pub mod store;
 pub mod telemetry;
 pub mod ui;
+pub mod undecodable_log;
 pub mod writer_schemas;
 
 /// The analyzer's Kafka client id (broker logs and quotas name it).

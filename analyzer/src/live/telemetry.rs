@@ -13,6 +13,7 @@ use tracing::{debug, info, trace, warn};
 
 use crate::live::metrics::{KindLabels, Metrics, SinkFailureLabels};
 use crate::live::start_offset::Start;
+use crate::live::undecodable_log::{Line, Summary};
 use crate::live::writer_schemas::{Lookup, SchemaTopicError};
 
 /// A watch event was read from the events topic and handed to its cluster's analysis.
@@ -49,13 +50,24 @@ pub struct MessageUndecodable<'a> {
     pub offset: i64,
     /// Why it does not decode.
     pub error: &'a dyn Display,
+    /// What to log of it ([`crate::live::undecodable_log`]).
+    pub line: Line,
 }
 
 impl InternalEvent for MessageUndecodable<'_> {
     type Metrics = Metrics;
     fn emit(self, metrics: &Metrics) {
-        warn!(error = %self.error, partition = self.partition, offset = self.offset,
-            "undecodable message kept as a dead letter");
+        match self.line {
+            Line::First => {
+                warn!(error = %self.error, partition = self.partition, offset = self.offset,
+                "undecodable message kept as a dead letter (more like it, of this partition and schema, are summed up every 10 s)")
+            }
+            Line::Summary(summary) => UndecodableSummed(summary).log(),
+            Line::Counted => {
+                debug!(error = %self.error, partition = self.partition, offset = self.offset,
+                "undecodable message kept as a dead letter")
+            }
+        }
         dead_letter(metrics, "message");
         metrics
             .input_problems
@@ -63,6 +75,25 @@ impl InternalEvent for MessageUndecodable<'_> {
                 kind: "undecodable".into(),
             })
             .inc();
+    }
+}
+
+/// Undecodable messages of one partition and schema that were not logged one by one.
+pub struct UndecodableSummed(pub Summary);
+
+impl UndecodableSummed {
+    /// Logs the summary (its messages were counted as they came).
+    pub fn log(self) {
+        let s = self.0;
+        let fingerprint = s.fingerprint.map(|f| format!("{f:016x}"));
+        warn!(
+            partition = s.partition,
+            fingerprint = fingerprint.as_deref().unwrap_or("none"),
+            count = s.count,
+            first_offset = s.first_offset,
+            last_offset = s.last_offset,
+            "more undecodable messages kept as dead letters"
+        );
     }
 }
 
@@ -321,6 +352,7 @@ mod tests {
             partition: 0,
             offset: 9,
             error: &"not avro",
+            line: crate::live::undecodable_log::Line::First,
         }
         .emit(&metrics);
         OffsetOutOfRange {
