@@ -262,28 +262,12 @@ fn healthy_teardown(relisted: bool) -> Vec<WatchEvent> {
         w.write(ip.clone().deleting(at).finalizers(&[]).deleted());
     }
     let at = w.write(subnet.clone().deleting(w.next_ms()).modified());
-    let deleted_at = w.write(subnet.deleting(at).finalizers(&[]).deleted());
+    w.write(subnet.deleting(at).finalizers(&[]).deleted());
     if relisted {
-        let list_rv = w.rv;
-        let at_list = |mut event: WatchEvent| {
-            event.resource_version = list_rv.to_string();
-            event.resource_version_num = Some(list_rv);
-            event.observed_at_ms = Some(deleted_at);
-            event
-        };
-        w.events.push(at_list(EventBuilder::marker(
+        w.relist(
             Stream::Ip,
-            EventType::SyncStart,
-            list_rv,
-        )));
-        w.events.push(at_list(
-            ip.finalizers(&[]).build(EventType::DeletedOnRelist),
-        ));
-        w.events.push(at_list(EventBuilder::marker(
-            Stream::Ip,
-            EventType::SyncEnd,
-            list_rv,
-        )));
+            vec![ip.finalizers(&[]).build(EventType::DeletedOnRelist)],
+        );
     }
     w.events
 }

@@ -366,6 +366,29 @@ impl Writer {
         self.t += writes * self.step_ms;
     }
 
+    /// Writes a relist of `stream` at the current version and time: `SYNC_START`, `items`,
+    /// `SYNC_END`, each at the list's version, as a collector writes a relist after 410.
+    pub fn relist(&mut self, stream: Stream, items: Vec<WatchEvent>) {
+        let (list_rv, t) = (self.rv, self.t);
+        let at_list = |mut event: WatchEvent| {
+            event.resource_version = list_rv.to_string();
+            event.resource_version_num = Some(list_rv);
+            event.observed_at_ms = Some(t);
+            event
+        };
+        self.events.push(at_list(EventBuilder::marker(
+            stream,
+            EventType::SyncStart,
+            list_rv,
+        )));
+        self.events.extend(items.into_iter().map(at_list));
+        self.events.push(at_list(EventBuilder::marker(
+            stream,
+            EventType::SyncEnd,
+            list_rv,
+        )));
+    }
+
     /// The time of the next write.
     pub fn next_ms(&self) -> i64 {
         self.t + self.step_ms
@@ -424,34 +447,20 @@ pub fn kube_ovn_history(teardowns: &[Teardown], step_ms: i64) -> Vec<WatchEvent>
         // The IP watch comes back with 410 Gone: a relist at the current version, in
         // which the IPs deleted meanwhile are missing.
         w.unseen(1);
-        let (list_rv, t) = (w.rv, w.t);
-        let at_list = |mut event: WatchEvent| {
-            event.resource_version = list_rv.to_string();
-            event.resource_version_num = Some(list_rv);
-            event.observed_at_ms = Some(t);
-            event
-        };
-        w.events.push(at_list(EventBuilder::marker(
-            Stream::Ip,
-            EventType::SyncStart,
-            list_rv,
-        )));
-        for (i, teardown) in teardowns.iter().enumerate() {
-            let listed = match teardown {
+        let t = w.t;
+        let listed = teardowns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, teardown)| match teardown {
                 Teardown::IpGoneInWatchGap => {
-                    ip(i).finalizers(&[]).build(EventType::DeletedOnRelist)
+                    Some(ip(i).finalizers(&[]).build(EventType::DeletedOnRelist))
                 }
-                Teardown::SubnetFirst => ip(i).deleting(t).added(),
-                Teardown::Kept => ip(i).added(),
-                Teardown::InOrder => continue,
-            };
-            w.events.push(at_list(listed));
-        }
-        w.events.push(at_list(EventBuilder::marker(
-            Stream::Ip,
-            EventType::SyncEnd,
-            list_rv,
-        )));
+                Teardown::SubnetFirst => Some(ip(i).deleting(t).added()),
+                Teardown::Kept => Some(ip(i).added()),
+                Teardown::InOrder => None,
+            })
+            .collect();
+        w.relist(Stream::Ip, listed);
     }
     w.events
 }
