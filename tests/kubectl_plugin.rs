@@ -478,6 +478,61 @@ fn release_removes_a_whereabouts_allocation_whose_pod_is_gone_and_keeps_the_live
 }
 
 #[test]
+fn a_dry_run_of_a_whereabouts_allocation_and_its_reservation_shows_the_plan_the_apply_carries_out()
+{
+    let cluster = Cluster::start("cluster-wr");
+    let sim = &cluster.sim;
+    // The reservation first in the cluster, so that the report lists it first too.
+    sim.create(
+        Kind::OverlappingRangeIpReservation,
+        "kube-system",
+        json!({"metadata": {"name": "10.128.40.5"},
+            "spec": {"podref": "default/gone-pod", "containerid": "c-5", "ifname": "net1"}}),
+    )
+    .unwrap();
+    sim.create(
+        Kind::IpPool,
+        "kube-system",
+        json!({"metadata": {"name": "10.128.40.0-24"},
+            "spec": {"range": "10.128.40.0/24", "allocations": {
+                "5": {"id": "c-5", "podref": "default/gone-pod", "ifname": "net1"}}}}),
+    )
+    .unwrap();
+    let (report, run) = check_without_grace(&cluster);
+    assert_eq!(run.alerts().len(), 2, "{run}");
+
+    let dry = release(&cluster, &report, &[]);
+    assert_eq!(dry.code, Some(0), "the apply would succeed: {dry}");
+    let planned: Vec<&str> = dry
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("dry-run"))
+        .collect();
+    assert_eq!(planned.len(), 2, "{dry}");
+    assert!(
+        planned[0].contains("remove-allocation") && planned[1].contains("delete"),
+        "the allocation goes first, then its reservation: {dry}"
+    );
+    assert!(sim
+        .get(
+            Kind::OverlappingRangeIpReservation,
+            "kube-system",
+            "10.128.40.5"
+        )
+        .is_ok());
+
+    let applied = release(&cluster, &report, &["--apply"]);
+    assert_eq!(applied.code, Some(0), "{applied}");
+    assert!(sim
+        .get(
+            Kind::OverlappingRangeIpReservation,
+            "kube-system",
+            "10.128.40.5"
+        )
+        .is_err());
+}
+
+#[test]
 fn release_removes_a_spiderpool_entry_and_releases_a_stuck_endpoint_of_a_gone_pod_through_the_collectors_cleanups(
 ) {
     let cluster = Cluster::start("cluster-s");

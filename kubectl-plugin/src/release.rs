@@ -218,12 +218,17 @@ pub async fn release(
     };
     let mut last: Option<Instant> = None;
     let mut actions = Vec::new();
-    for finding in &report.findings {
+    let mut planned = cleanup::Planned::default();
+    // In the order the apply must take: a whereabouts reservation after the pool
+    // allocations that back it (the sort is stable: the report's order otherwise).
+    let mut steps: Vec<(&ReportFinding, Plan)> =
+        report.findings.iter().map(|f| (f, plan(f))).collect();
+    steps.sort_by_key(|(_, plan)| plan.after_allocations());
+    for (finding, plan) in &steps {
         let span = info_span!("release", cluster = %live.cluster_id(), rule = %finding.alert.rule,
             object = %finding.alert.subject_name,
             resource_version = %finding.target.as_ref().map_or("", |t| t.resource_version.as_str()));
         let _entered = span.enter();
-        let plan = plan(finding);
         if plan.touches_cluster() {
             if let Some(previous) = last {
                 let wait = options.rate.interval().saturating_sub(previous.elapsed());
@@ -231,7 +236,7 @@ pub async fn release(
             }
             last = Some(Instant::now());
         }
-        let (verdict, reason) = run(client, mode, &plan).await;
+        let (verdict, reason) = run(client, mode, plan, &mut planned).await;
         let action = Action {
             rule: finding.alert.rule.clone(),
             alert_id: finding.alert.alert_id.clone(),
@@ -298,6 +303,12 @@ impl Plan {
     fn touches_cluster(&self) -> bool {
         !matches!(self, Plan::Report(_))
     }
+
+    /// Whether it must come after the removal of pool allocations (a reservation's delete
+    /// is refused while an allocation backs it).
+    fn after_allocations(&self) -> bool {
+        matches!(self, Plan::Clean(Cleanup::DeleteReservation { .. }))
+    }
 }
 
 /// The cleanup's view of a report's target.
@@ -336,11 +347,19 @@ fn plan(finding: &ReportFinding) -> Plan {
     }
 }
 
-async fn run(client: &Client, mode: Mode, plan: &Plan) -> (Verdict, String) {
+/// Runs one step of the plan, after those `planned` has noted (a dry run checks the
+/// cluster as the apply would find it).
+async fn run(
+    client: &Client,
+    mode: Mode,
+    plan: &Plan,
+    planned: &mut cleanup::Planned,
+) -> (Verdict, String) {
     match plan {
         Plan::Report(why) => (Verdict::ReportOnly, why.clone()),
         Plan::Clean(cleanup) => {
-            let outcome = cleanup::apply(client, mode, cleanup).await;
+            let outcome = cleanup::apply_after(client, mode, cleanup, planned).await;
+            planned.note(cleanup, &outcome);
             (Verdict::of(outcome.outcome), outcome.reason)
         }
     }

@@ -215,9 +215,56 @@ impl Outcome {
     }
 }
 
+/// What the dry runs earlier in one plan would have changed, so that a later dry run
+/// checks the cluster as the apply would find it: a whereabouts reservation is backed by
+/// its pool's allocation until that allocation's own cleanup, earlier in the plan, has
+/// removed it (`kubectl ipaudit release` without `--apply`).
+#[derive(Debug, Default)]
+pub struct Planned {
+    /// (namespace, pool, address) of the IPPool allocations a dry run would have removed.
+    removed_allocations: std::collections::HashSet<(String, String, String)>,
+}
+
+impl Planned {
+    /// Takes the outcome of `cleanup`: a dry run that passed counts as done for the
+    /// cleanups after it.
+    pub fn note(&mut self, cleanup: &Cleanup, outcome: &Outcome) {
+        if outcome.outcome != RemediationOutcome::DryRun {
+            return;
+        }
+        if let Cleanup::RemovePoolAllocation { target, address } = cleanup {
+            self.removed_allocations.insert((
+                target.namespace.clone().unwrap_or_default(),
+                target.name.clone(),
+                address.clone(),
+            ));
+        }
+    }
+
+    /// Whether a dry run earlier in the plan would have removed the allocation of
+    /// `address` from the IPPool `namespace/pool`.
+    fn allocation_removed(&self, namespace: &str, pool: &str, address: &str) -> bool {
+        self.removed_allocations.contains(&(
+            namespace.to_owned(),
+            pool.to_owned(),
+            address.to_owned(),
+        ))
+    }
+}
+
 /// Checks `cleanup`'s preconditions against the live objects and, in [`Mode::Apply`],
 /// makes its change.
 pub async fn apply(client: &Client, mode: Mode, cleanup: &Cleanup) -> Outcome {
+    apply_after(client, mode, cleanup, &Planned::default()).await
+}
+
+/// [`apply`], as the step of a plan after the cleanups `earlier` has noted.
+pub async fn apply_after(
+    client: &Client,
+    mode: Mode,
+    cleanup: &Cleanup,
+    earlier: &Planned,
+) -> Outcome {
     match cleanup {
         Cleanup::ReleaseStuckIp { target, subnet } => {
             kube_ovn::release_stuck_ip(client, mode, target, subnet).await
@@ -232,7 +279,7 @@ pub async fn apply(client: &Client, mode: Mode, cleanup: &Cleanup) -> Outcome {
             whereabouts::remove_pool_allocation(client, mode, target, address).await
         }
         Cleanup::DeleteReservation { target } => {
-            whereabouts::delete_reservation(client, mode, target).await
+            whereabouts::delete_reservation(client, mode, target, earlier).await
         }
         Cleanup::RemoveSpiderPoolEntry { target, address } => {
             spiderpool::remove_pool_entry(client, mode, target, address).await

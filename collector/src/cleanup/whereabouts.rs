@@ -11,7 +11,7 @@ use serde_json::json;
 use super::api::{
     delete_with_preconditions, get, json_patch, require_absent, reread, Lookup, WriteError,
 };
-use super::{Mode, Outcome, Target};
+use super::{Mode, Outcome, Planned, Target};
 
 /// Removes the allocation of `address` from the IPPool `target` (still exactly the
 /// target), while the allocation's pod is absent: a JSON patch that tests the pool's
@@ -88,8 +88,14 @@ pub(super) async fn remove_pool_allocation(
 /// Deletes the OverlappingRangeIPReservation `target` (uid and resourceVersion
 /// preconditions) while its pod is absent and no IPPool of its namespace allocates its
 /// address: a reservation that an allocation still backs is whereabouts' to settle (the
-/// pool's own cleanup removes a gone pod's allocation first).
-pub(super) async fn delete_reservation(client: &Client, mode: Mode, target: &Target) -> Outcome {
+/// pool's own cleanup removes a gone pod's allocation first; in a dry run, an allocation
+/// that an earlier step of the plan would remove no longer backs it).
+pub(super) async fn delete_reservation(
+    client: &Client,
+    mode: Mode,
+    target: &Target,
+    earlier: &Planned,
+) -> Outcome {
     let rv = target.resource_version.as_str();
     let (path, live) = match reread(client, target).await {
         Ok(found) => found,
@@ -125,7 +131,8 @@ pub(super) async fn delete_reservation(client: &Client, mode: Mode, target: &Tar
     {
         return outcome;
     }
-    if let Err(outcome) = no_pool_allocates(client, target, &reservation.address, rv).await {
+    if let Err(outcome) = no_pool_allocates(client, target, &reservation.address, earlier, rv).await
+    {
         return outcome;
     }
     if mode == Mode::DryRun {
@@ -155,12 +162,14 @@ pub(super) async fn delete_reservation(client: &Client, mode: Mode, target: &Tar
     }
 }
 
-/// Ok when no IPPool in the reservation's namespace allocates `address`; a backed
-/// reservation is a failure to retry, not a skip.
+/// Ok when no IPPool in the reservation's namespace allocates `address` (but for an
+/// allocation `earlier` steps of the plan remove); a backed reservation is a failure to
+/// retry, not a skip.
 async fn no_pool_allocates(
     client: &Client,
     target: &Target,
     address: &str,
+    earlier: &Planned,
     rv: &str,
 ) -> Result<(), Outcome> {
     let Some(namespace) = target.namespace.as_deref() else {
@@ -193,13 +202,16 @@ async fn no_pool_allocates(
     for pool in items {
         if let Ok(converted) = from_object_of(Stream::IpPool, EventType::Modified, pool) {
             if let Some(KindPart::IpPool(info)) = converted.event.part {
+                let pool_name = super::api::metadata(pool, "name");
+                if earlier.allocation_removed(namespace, pool_name, address) {
+                    continue;
+                }
                 if let Some(backing) = info.allocations.iter().find(|a| a.address == address) {
                     // Retried: the allocation may be a gone pod's whose own cleanup is
                     // about to remove it.
                     return Err(Outcome::failed(
                         format!(
-                            "IPPool {} allocates {address} (to {}): the reservation is backed",
-                            super::api::metadata(pool, "name"),
+                            "IPPool {pool_name} allocates {address} (to {}): the reservation is backed",
                             backing.podref
                         ),
                         rv,
