@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
-use ipaudit_tests::broker::{read_topic, Broker};
+use ipaudit_tests::broker::{read_topic, topic_setting, Broker};
 use ipaudit_tests::collector::{collector_command, CollectorProcess, CollectorSetup};
 use ipaudit_tests::scenario::{ip, subnet};
 use ipaudit_tests::world::World;
@@ -421,4 +421,62 @@ fn a_missing_topic_is_not_created_by_default_and_create_topic_creates_it() {
         "delivered to the created topic; log:\n{}",
         created.log_text()
     );
+}
+
+#[test]
+fn a_remediating_collector_names_a_missing_commands_topic_and_create_topic_creates_it() {
+    let world = World::new("commands-topic", None);
+    let commands = format!("ipaudit.commands.not-there.{}", std::process::id());
+    let group = format!("remediator-{commands}");
+    let remediating = [
+        "--remediate",
+        "on",
+        "--commands-topic",
+        &commands,
+        "--remediate-group",
+        &group,
+    ];
+    let collector = CollectorProcess::start_unready(&world.setup(), &remediating);
+    wait_until(
+        "readyz names the missing commands topic",
+        Duration::from_secs(30),
+        || {
+            collector
+                .readyz()
+                .is_some_and(|(code, body)| code == 503 && body.contains(&commands))
+        },
+    );
+    assert!(
+        collector
+            .log_text()
+            .contains("the commands topic does not exist"),
+        "{}",
+        collector.log_text()
+    );
+    collector.kill();
+
+    let flags: Vec<&str> = remediating
+        .iter()
+        .copied()
+        .chain(["--create-topic", "--create-topic-partitions", "1"])
+        .collect();
+    let created = CollectorProcess::start(&world.setup(), &flags);
+    let retention = || {
+        world
+            .runtime
+            .block_on(topic_setting(&world.brokers, &commands, "retention.ms"))
+    };
+    wait_until(
+        "the commands topic is created",
+        Duration::from_secs(30),
+        || retention().is_some(),
+    );
+    assert_eq!(
+        retention().as_deref(),
+        Some("86400000"),
+        "created with a day's retention, as the chart's topics Job does"
+    );
+    wait_until("ready", Duration::from_secs(30), || {
+        created.readyz().is_some_and(|(code, _)| code == 200)
+    });
 }

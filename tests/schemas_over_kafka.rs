@@ -102,6 +102,7 @@ fn ship_as_the_next_collector(world: &World, state: &Path, payloads: &[Vec<u8>],
         schemas_topic: schemas_topic.clone(),
         cluster_id: CLUSTER.into(),
         create_topic: None,
+        commands_topic: None,
     };
     let (_stop, stopping) = tokio::sync::watch::channel(true);
     let task = ProducerTask {

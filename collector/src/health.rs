@@ -9,7 +9,7 @@
 //! nothing delivered, the outbox is not full, the events topic exists, and no task that
 //! should run (remediation when it is on) has stopped. The answer names every reason.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -41,7 +41,8 @@ struct Inner {
     delivery: Mutex<Delivery>,
     outbox: Mutex<Bound>,
     full: watch::Sender<bool>,
-    topic_missing: Mutex<Option<String>>,
+    /// Topics found missing (and not to be created), until found again.
+    topics_missing: Mutex<BTreeSet<String>>,
     tasks: Mutex<BTreeMap<&'static str, TaskState>>,
     busy: Mutex<BTreeMap<&'static str, Instant>>,
 }
@@ -91,7 +92,7 @@ impl Health {
                 size: OutboxSize::default(),
             }),
             full,
-            topic_missing: Mutex::new(None),
+            topics_missing: Mutex::new(BTreeSet::new()),
             tasks: Mutex::new(BTreeMap::new()),
             busy: Mutex::new(BTreeMap::new()),
         }))
@@ -136,12 +137,21 @@ impl Health {
     /// Kafka acknowledged rows (or refused them for good): the producer is delivering.
     pub fn delivered(&self) {
         lock(&self.0.delivery).stalled_since = None;
-        *lock(&self.0.topic_missing) = None;
     }
 
-    /// The events topic does not exist (and the collector may not create it).
+    /// A topic the collector needs does not exist (and it may not create it).
     pub fn topic_missing(&self, topic: &str) {
-        *lock(&self.0.topic_missing) = Some(topic.to_owned());
+        lock(&self.0.topics_missing).insert(topic.to_owned());
+    }
+
+    /// The topic exists (again).
+    pub fn topic_present(&self, topic: &str) {
+        lock(&self.0.topics_missing).remove(topic);
+    }
+
+    /// Whether some topic the collector needs was found missing.
+    pub fn any_topic_missing(&self) -> bool {
+        !lock(&self.0.topics_missing).is_empty()
     }
 
     /// The outbox's size after a change; returns true when it has just become full.
@@ -241,7 +251,7 @@ impl Health {
                 ));
             }
         }
-        if let Some(topic) = lock(&self.0.topic_missing).as_deref() {
+        for topic in lock(&self.0.topics_missing).iter() {
             problems.push(format!(
                 "topic {topic} does not exist: create it, or pass --create-topic"
             ));

@@ -177,9 +177,10 @@ struct RunArgs {
     /// every analyzer is as new as the collector.
     #[arg(long, env = "IPAUDIT_SCHEMAS_TOPIC", default_value = ipaudit_schemas::writer_schemas::DEFAULT_TOPIC)]
     schemas_topic: String,
-    /// Create the events and the schemas topic when they are missing. Without it a missing
-    /// topic is logged as an error and /readyz answers 503; events wait in the outbox until
-    /// it exists.
+    /// Create the events and the schemas topic when they are missing, and the commands
+    /// topic when remediation is on or a dry run (a day's retention). Without it a missing
+    /// topic is logged as an error and /readyz answers 503, naming it; events wait in the
+    /// outbox until it exists.
     #[arg(long, env = "IPAUDIT_CREATE_TOPIC")]
     create_topic: bool,
     /// Partitions of a topic created by --create-topic (-1: the broker's num.partitions).
@@ -265,7 +266,7 @@ struct RecordArgs {
     listen: Option<SocketAddr>,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Remediate {
     /// Do not read commands.
     Off,
@@ -457,6 +458,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
                     partitions: args.create_topic_partitions,
                     replication: args.create_topic_replication,
                 }),
+                commands_topic: (args.remediate != Remediate::Off)
+                    .then(|| args.commands_topic.clone()),
             };
             let remediate = RemediateConfig {
                 mode: match args.remediate {

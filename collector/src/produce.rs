@@ -46,6 +46,10 @@ pub struct KafkaConfig {
     pub cluster_id: String,
     /// Create the topic when it is missing (`--create-topic`); `None`: never.
     pub create_topic: Option<TopicCreation>,
+    /// The cleanup-commands topic this collector reads, when remediation is not off: it is
+    /// checked (and created) with the others, so that a missing one makes the collector
+    /// unready, naming it, instead of leaving the remediator subscribed to nothing.
+    pub commands_topic: Option<String>,
 }
 
 /// How a missing events topic is created.
@@ -122,7 +126,16 @@ pub enum TopicRole {
     Events,
     /// The schemas topic: one partition, compacted (one record per fingerprint is kept).
     Schemas,
+    /// The cleanup-commands topic: `--create-topic-partitions` partitions, a day's
+    /// retention (commands expire after `--remediate-max-age`), as the chart creates it.
+    Commands,
 }
+
+/// How often topics found missing are looked up again while rows are delivered.
+const TOPIC_RECHECK: Duration = Duration::from_secs(10);
+
+/// Retention of a commands topic the collector creates, as the chart's topics Job sets it.
+const COMMANDS_RETENTION_MS: &str = "86400000";
 
 /// Creates `topic` unless it exists.
 pub async fn ensure_topic(
@@ -137,7 +150,7 @@ pub async fn ensure_topic(
         .create()
         .map_err(ProduceError::Config)?;
     let partitions = match role {
-        TopicRole::Events => creation.partitions,
+        TopicRole::Events | TopicRole::Commands => creation.partitions,
         TopicRole::Schemas => 1,
     };
     let mut new_topic = NewTopic::new(
@@ -145,8 +158,10 @@ pub async fn ensure_topic(
         partitions,
         TopicReplication::Fixed(creation.replication),
     );
-    if role == TopicRole::Schemas {
-        new_topic = new_topic.set("cleanup.policy", "compact");
+    match role {
+        TopicRole::Schemas => new_topic = new_topic.set("cleanup.policy", "compact"),
+        TopicRole::Commands => new_topic = new_topic.set("retention.ms", COMMANDS_RETENTION_MS),
+        TopicRole::Events => {}
     }
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = admin
@@ -293,6 +308,7 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
     } = task;
     let outbox = Arc::new(Mutex::new(Outbox::connect(&outbox_path)?));
     check_or_create_topics(&producer, &config, &schemas, &health).await?;
+    let mut last_topic_check = Instant::now();
     // After a failed batch: 200 ms doubling to 5 s (rows wait safely in the outbox).
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let mut draining_since: Option<Instant> = None;
@@ -395,6 +411,13 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
             drop(busy);
             settled_through = through;
             health.delivered();
+            health.topic_present(&config.topic);
+            // A topic found missing that deliveries do not prove (the commands topic) is
+            // looked up again now and then, so that readiness follows its creation.
+            if health.any_topic_missing() && last_topic_check.elapsed() > TOPIC_RECHECK {
+                last_topic_check = Instant::now();
+                check_or_create_topics(&producer, &config, &schemas, &health).await?;
+            }
         }
         batch.in_scope(|| KafkaBatchSent { delivered, failed }.emit(&metrics));
         if failed > 0 {
@@ -428,8 +451,8 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
     }
 }
 
-/// Looks the events topic and the schemas topic up; creates a missing one when that is
-/// allowed, else marks the collector unready. A broker that cannot be reached now is not
+/// Looks the events topic, the schemas topic and (with remediation) the commands topic up;
+/// creates a missing one when that is allowed, else marks the collector unready. A broker that cannot be reached now is not
 /// an error: the rows wait; a principal that may not see a topic is
 /// ([`ProduceError::Denied`]).
 async fn check_or_create_topics(
@@ -439,16 +462,23 @@ async fn check_or_create_topics(
     health: &Health,
 ) -> Result<(), ProduceError> {
     let topics = std::iter::once((config.topic.as_str(), TopicRole::Events))
-        .chain(schemas.topic().map(|t| (t, TopicRole::Schemas)));
+        .chain(schemas.topic().map(|t| (t, TopicRole::Schemas)))
+        .chain(
+            config
+                .commands_topic
+                .as_deref()
+                .map(|t| (t, TopicRole::Commands)),
+        );
     for (topic, role) in topics {
         match topic_exists(producer, topic).await {
-            Ok(true) => {}
+            Ok(true) => health.topic_present(topic),
             Ok(false) => match config.create_topic {
-                Some(creation) => {
-                    if let Err(e) = ensure_topic(config, topic, role, creation).await {
-                        warn!(error = %e, %topic, "cannot create the topic now; events wait in the outbox");
+                Some(creation) => match ensure_topic(config, topic, role, creation).await {
+                    Ok(()) => health.topic_present(topic),
+                    Err(e) => {
+                        warn!(error = %e, %topic, "cannot create the topic now; events wait in the outbox")
                     }
-                }
+                },
                 None => {
                     match role {
                         TopicRole::Events => error!(
@@ -458,6 +488,10 @@ async fn check_or_create_topics(
                         TopicRole::Schemas => error!(
                             %topic,
                             "the schemas topic does not exist: create it (the Helm chart's topics Job, deploy/topics.yaml), pass --create-topic, or --schemas-topic \"\" if every analyzer is as new as this collector; events wait in the outbox"
+                        ),
+                        TopicRole::Commands => error!(
+                            %topic,
+                            "the commands topic does not exist: create it (the Helm chart's topics Job, deploy/topics.yaml), or pass --create-topic; no cleanup command can reach this collector"
                         ),
                     }
                     health.topic_missing(topic);

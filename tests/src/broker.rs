@@ -436,6 +436,19 @@ pub fn partitions_of_keys(
     found
 }
 
+/// The value of the setting `key` of `topic` (its own, or the broker's default), or `None`
+/// when the topic does not exist.
+pub async fn topic_setting(brokers: &str, topic: &str, key: &str) -> Option<String> {
+    let admin: AdminClient<DefaultClientContext> = plain(brokers).create().expect("admin");
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let results = admin
+        .describe_configs(&[rdkafka::admin::ResourceSpecifier::Topic(topic)], &options)
+        .await
+        .expect("describe configs");
+    let resource = results.into_iter().next()?.ok()?;
+    resource.get(key).and_then(|entry| entry.value.clone())
+}
+
 /// The low and high watermarks of partition `partition` of `topic`: its first offset and
 /// the offset after its last message.
 pub fn watermarks(brokers: &str, topic: &str, partition: i32) -> (i64, i64) {
