@@ -1,13 +1,15 @@
 //! Operating `analyzer run`, end to end on the real broker with a real HTTP receiver: a
 //! receiver that refuses one transition for good (413) does not hold back the next, the
 //! refused one is a counted dead letter that `analyzer dead-letters replay` re-drives, and
-//! `/metrics` shows the consumer lag and the firing alerts.
+//! `/metrics` shows the consumer lag and the firing alerts; a topic it writes that does not
+//! exist makes `/readyz` name it, and `--create-topic` creates it.
 
 use std::process::Command;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use ipaudit_tests::analyzer::AnalyzerProcess;
+use ipaudit_tests::broker::topic_setting;
 use ipaudit_tests::collector::{http_get, workspace_binary};
 use ipaudit_tests::receiver::Receiver;
 use ipaudit_tests::scenario::{play_subnet_deleted_under_live_ip, subnet_leak_alert};
@@ -149,4 +151,51 @@ fn metrics_show_the_consumer_lag_and_the_firing_alerts_and_readyz_answers() {
         http_get(analyzer.metrics_port, "/healthz").map(|(code, _)| code),
         Some(200)
     );
+}
+
+#[test]
+fn a_missing_commands_topic_makes_readyz_name_it_and_create_topic_creates_it() {
+    let world = World::new("output-topics", None);
+    let commands = format!("ipaudit.commands.absent.{}", std::process::id());
+    let flags = ["--cleanup-commands", "--commands-topic", commands.as_str()];
+    let readyz = |analyzer: &AnalyzerProcess| http_get(analyzer.metrics_port, "/readyz");
+    let first = AnalyzerProcess::start(
+        &world.brokers,
+        &world.topic,
+        &format!("group-{commands}"),
+        &world.dir.path().join("first"),
+        &flags,
+    );
+    wait_for(
+        "readyz names the missing topic",
+        Duration::from_secs(30),
+        || {
+            readyz(&first)
+                .filter(|(code, body)| *code == 503 && body.contains(&commands))
+                .map(|_| ())
+        },
+    );
+    assert!(
+        first.log_text().contains("topic does not exist"),
+        "{}",
+        first.log_text()
+    );
+    first.kill();
+
+    let created_flags: Vec<&str> = flags.iter().copied().chain(["--create-topic"]).collect();
+    let second = AnalyzerProcess::start(
+        &world.brokers,
+        &world.topic,
+        &format!("group-{commands}"),
+        &world.dir.path().join("second"),
+        &created_flags,
+    );
+    wait_for("ready", Duration::from_secs(30), || {
+        readyz(&second).filter(|(code, _)| *code == 200).map(|_| ())
+    });
+    let retention =
+        world
+            .runtime
+            .block_on(topic_setting(&world.brokers, &commands, "retention.ms"));
+    assert_eq!(retention.as_deref(), Some("86400000"));
 }

@@ -105,6 +105,8 @@ enum StartFrom {
 struct RunArgs {
     #[command(flatten)]
     kafka: ipaudit_runtime::kafka::KafkaArgs,
+    #[command(flatten)]
+    topics: ipaudit_runtime::kafka::TopicCreationArgs,
     /// Topic of watch events.
     #[arg(long, env = "IPAUDIT_TOPIC", default_value = "ipaudit.events")]
     topic: String,
@@ -469,7 +471,14 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
             .context("cannot create the commands producer")?;
         sinks.push(AlertSink::Commands(sink));
     }
+    let output_topics = ipaudit_analyzer::live::output_topics::OutputTopics::of(
+        args.alerts_topic.as_deref().filter(|t| !t.is_empty()),
+        args.cleanup_commands
+            .then_some(args.commands_topic.as_str()),
+        args.topics.creation(),
+    );
     let config = ipaudit_analyzer::live::consume::LiveConfig {
+        output_topics,
         connection,
         topic: args.topic,
         schemas_topic: Some(args.schemas_topic).filter(|t| !t.is_empty()),

@@ -12,7 +12,7 @@ use ipaudit_collector::app::{self, CollectorConfig, KubeSource, RecordConfig, Ru
 use ipaudit_collector::event::Stamp;
 use ipaudit_collector::guard::GuardMode;
 use ipaudit_collector::outbox::Outbox;
-use ipaudit_collector::produce::{KafkaConfig, TopicCreation};
+use ipaudit_collector::produce::KafkaConfig;
 use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
 use ipaudit_collector::watch::WatchConfig;
 use ipaudit_runtime::generate::{self, GenerateArgs};
@@ -177,19 +177,8 @@ struct RunArgs {
     /// every analyzer is as new as the collector.
     #[arg(long, env = "IPAUDIT_SCHEMAS_TOPIC", default_value = ipaudit_schemas::writer_schemas::DEFAULT_TOPIC)]
     schemas_topic: String,
-    /// Create the events and the schemas topic when they are missing, and the commands
-    /// topic when remediation is on or a dry run (a day's retention). Without it a missing
-    /// topic is logged as an error and /readyz answers 503, naming it; events wait in the
-    /// outbox until it exists.
-    #[arg(long, env = "IPAUDIT_CREATE_TOPIC")]
-    create_topic: bool,
-    /// Partitions of a topic created by --create-topic (-1: the broker's num.partitions).
-    #[arg(long, env = "IPAUDIT_CREATE_TOPIC_PARTITIONS", default_value_t = 1, value_parser = topic_count)]
-    create_topic_partitions: i32,
-    /// Replication factor of a topic created by --create-topic (-1: the broker's
-    /// default.replication.factor).
-    #[arg(long, env = "IPAUDIT_CREATE_TOPIC_REPLICATION", default_value_t = -1, value_parser = topic_count)]
-    create_topic_replication: i32,
+    #[command(flatten)]
+    topics: ipaudit_runtime::kafka::TopicCreationArgs,
     /// Bound of the outbox (payload bytes): when Kafka is away this long, the watches
     /// pause, and resume (from where they stopped, or with a relist) once the producer
     /// has freed a tenth of it. The bound is soft: events already observed are stored.
@@ -276,17 +265,6 @@ enum Remediate {
     On,
 }
 
-/// A partition count or replication factor: at least 1, or -1 for the broker's default.
-fn topic_count(text: &str) -> Result<i32, String> {
-    match text.trim().parse::<i32>() {
-        Ok(n) if n == -1 || n >= 1 => Ok(n),
-        _ => Err(format!(
-            "expected a number of at least 1, or -1 for the broker's default; got {text:?}"
-        )),
-    }
-}
-
-/// `900KiB`, `1GiB`, `2MB`, `1000000`.
 /// A kind of the table as `--kinds` names it: plural, plural.group, kind or label.
 fn kind_name(text: &str) -> Result<KindArg, String> {
     if text.trim().is_empty() {
@@ -454,10 +432,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 topic: args.topic,
                 schemas_topic: Some(args.schemas_topic).filter(|t| !t.is_empty()),
                 cluster_id: args.watch.cluster_id.clone(),
-                create_topic: args.create_topic.then_some(TopicCreation {
-                    partitions: args.create_topic_partitions,
-                    replication: args.create_topic_replication,
-                }),
+                create_topic: args.topics.creation(),
                 commands_topic: (args.remediate != Remediate::Off)
                     .then(|| args.commands_topic.clone()),
             };

@@ -16,11 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ipaudit_runtime::backoff::Backoff;
-use ipaudit_runtime::kafka::Delivery;
+use ipaudit_runtime::kafka::topics::{self, is_denial, is_missing_topic, Lookup};
+use ipaudit_runtime::kafka::{Delivery, TopicSpec};
 use ipaudit_runtime::telemetry::InternalEvent as _;
 use ipaudit_schemas::{decode, WatchEvent};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::{watch, Notify};
@@ -52,14 +51,7 @@ pub struct KafkaConfig {
     pub commands_topic: Option<String>,
 }
 
-/// How a missing events topic is created.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TopicCreation {
-    /// Partitions; -1: the broker's default (`num.partitions`).
-    pub partitions: i32,
-    /// Replication factor; -1: the broker's default (`default.replication.factor`).
-    pub replication: i32,
-}
+pub use ipaudit_runtime::kafka::TopicCreation;
 
 /// Why the producer stopped.
 #[derive(Debug, thiserror::Error)]
@@ -134,9 +126,6 @@ pub enum TopicRole {
 /// How often topics found missing are looked up again while rows are delivered.
 const TOPIC_RECHECK: Duration = Duration::from_secs(10);
 
-/// Retention of a commands topic the collector creates, as the chart's topics Job sets it.
-const COMMANDS_RETENTION_MS: &str = "86400000";
-
 /// Creates `topic` unless it exists.
 pub async fn ensure_topic(
     config: &KafkaConfig,
@@ -144,50 +133,29 @@ pub async fn ensure_topic(
     role: TopicRole,
     creation: TopicCreation,
 ) -> Result<(), ProduceError> {
-    let admin: AdminClient<DefaultClientContext> = config
-        .connection
-        .admin(CLIENT_ID)
-        .create()
-        .map_err(ProduceError::Config)?;
-    let partitions = match role {
-        TopicRole::Events | TopicRole::Commands => creation.partitions,
-        TopicRole::Schemas => 1,
+    let spec = match role {
+        TopicRole::Events => TopicSpec::plain(topic, creation),
+        TopicRole::Schemas => TopicSpec {
+            partitions: 1,
+            settings: vec![("cleanup.policy", "compact")],
+            ..TopicSpec::plain(topic, creation)
+        },
+        TopicRole::Commands => TopicSpec::commands(topic, creation),
     };
-    let mut new_topic = NewTopic::new(
-        topic,
-        partitions,
-        TopicReplication::Fixed(creation.replication),
-    );
-    match role {
-        TopicRole::Schemas => new_topic = new_topic.set("cleanup.policy", "compact"),
-        TopicRole::Commands => new_topic = new_topic.set("retention.ms", COMMANDS_RETENTION_MS),
-        TopicRole::Events => {}
-    }
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let results = admin
-        .create_topics([&new_topic], &options)
+    let created = topics::create(&config.connection, CLIENT_ID, &spec)
         .await
         .map_err(|source| ProduceError::CreateTopic {
             topic: topic.to_owned(),
             source,
         })?;
-    for result in results {
-        match result {
-            Ok(_) => info!(
-                %topic,
-                partitions,
-                replication = creation.replication,
-                ?role,
-                "created topic (-1: the broker's default)"
-            ),
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => {
-                return Err(ProduceError::CreateTopic {
-                    topic,
-                    source: KafkaError::AdminOp(code),
-                });
-            }
-        }
+    if created {
+        info!(
+            %topic,
+            partitions = spec.partitions,
+            replication = spec.replication,
+            ?role,
+            "created topic (-1: the broker's default)"
+        );
     }
     Ok(())
 }
@@ -197,10 +165,8 @@ pub async fn ensure_topic(
 pub async fn topic_exists(producer: &FutureProducer, topic: &str) -> Result<bool, ProduceError> {
     let client = producer.clone();
     let name = topic.to_owned();
-    let metadata = tokio::task::spawn_blocking(move || {
-        client
-            .client()
-            .fetch_metadata(Some(&name), Duration::from_secs(10))
+    let lookup = tokio::task::spawn_blocking(move || {
+        topics::lookup(client.client(), &name, Duration::from_secs(10))
     })
     .await
     .map_err(|e| ProduceError::Task(e.to_string()))?
@@ -208,30 +174,11 @@ pub async fn topic_exists(producer: &FutureProducer, topic: &str) -> Result<bool
         topic: topic.to_owned(),
         source,
     })?;
-    let denied = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .filter_map(|t| t.error().map(RDKafkaErrorCode::from))
-        .find(|code| denial(*code));
-    if let Some(code) = denied {
-        return Err(denied_write(topic, code));
+    match lookup {
+        Lookup::Exists => Ok(true),
+        Lookup::Missing => Ok(false),
+        Lookup::Denied(code) => Err(denied_write(topic, code)),
     }
-    Ok(metadata
-        .topics()
-        .iter()
-        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
-}
-
-/// Whether Kafka's authorizer refused: the topic, or the cluster (the idempotent
-/// producer's id, which Kafka grants to a principal with WRITE on some topic).
-fn denial(code: RDKafkaErrorCode) -> bool {
-    matches!(
-        code,
-        RDKafkaErrorCode::TopicAuthorizationFailed
-            | RDKafkaErrorCode::ClusterAuthorizationFailed
-            | RDKafkaErrorCode::TransactionalIdAuthorizationFailed
-    )
 }
 
 fn denied_write(topic: &str, code: RDKafkaErrorCode) -> ProduceError {
@@ -257,13 +204,6 @@ pub fn permanent_reason(code: RDKafkaErrorCode) -> Option<&'static str> {
         RDKafkaErrorCode::InvalidTimestamp => "invalid_timestamp",
         _ => return None,
     })
-}
-
-fn topic_missing_code(code: RDKafkaErrorCode) -> bool {
-    matches!(
-        code,
-        RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic
-    )
 }
 
 /// Rows read from the outbox per round.
@@ -356,10 +296,10 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
         );
         if let Err(e) = schemas.publish_for(&producer, &rows).await {
             match e.code() {
-                Some(code) if denial(code) => {
+                Some(code) if is_denial(code) => {
                     return Err(denied_write(schemas.topic().unwrap_or_default(), code))
                 }
-                Some(code) if topic_missing_code(code) => {
+                Some(code) if is_missing_topic(code) => {
                     check_or_create_topics(&producer, &config, &schemas, &health).await?;
                 }
                 _ => {}
@@ -422,19 +362,19 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
         batch.in_scope(|| KafkaBatchSent { delivered, failed }.emit(&metrics));
         if failed > 0 {
             if let Some(code) = outcomes.iter().find_map(|o| match o {
-                Outcome::Failed(Some(code)) if denial(*code) => Some(*code),
+                Outcome::Failed(Some(code)) if is_denial(*code) => Some(*code),
                 _ => None,
             }) {
                 return Err(denied_write(&config.topic, code));
             }
             if outcomes
                 .iter()
-                .any(|o| matches!(o, Outcome::Failed(Some(code)) if topic_missing_code(*code)))
+                .any(|o| matches!(o, Outcome::Failed(Some(code)) if is_missing_topic(*code)))
             {
                 check_or_create_topics(&producer, &config, &schemas, &health).await?;
             }
             if let Some((code, reason)) = producer.client().fatal_error() {
-                if denial(code) {
+                if is_denial(code) {
                     error!(?code, %reason, "Kafka refuses this producer");
                     return Err(denied_write(&config.topic, code));
                 }

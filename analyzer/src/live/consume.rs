@@ -29,6 +29,7 @@ use crate::analysis::engine::{Analyzer, AnalyzerConfig, Output};
 use crate::analysis::ANALYSIS_FIELDS;
 use crate::live::group::{GroupContext, GroupEvent, GroupShared, PartitionMap, SnapshotScan};
 use crate::live::metrics::Metrics;
+use crate::live::output_topics::{watch_output_topics, OutputTopics};
 use crate::live::rebuild_points::{self, RebuildPoints};
 use crate::live::sinks::{run_delivery, AlertSink, DeliveryConfig};
 use crate::live::start_offset::Start;
@@ -81,6 +82,8 @@ pub struct LiveConfig {
     pub incident_retention: Duration,
     /// The pages' external address: delivered alerts link to their incident there.
     pub ui_url: Option<String>,
+    /// The topics the analyzer writes (alerts, commands), looked up for `/readyz`.
+    pub output_topics: OutputTopics,
 }
 
 /// Why the live analyzer stopped.
@@ -147,6 +150,12 @@ pub async fn run(
             .map_err(|source| LiveError::Listen { addr, source })?;
         info!(%bound, "serving /metrics, /healthz and /readyz");
     }
+    tokio::spawn(watch_output_topics(
+        config.connection.clone(),
+        config.output_topics.clone(),
+        metrics.clone(),
+        stop_rx.clone(),
+    ));
     let store_path = config.state_dir.join("analyzer.db");
     let (mut store, _) = Store::open_or_set_aside(&store_path)?;
     if let Some(ui) = &config.ui {

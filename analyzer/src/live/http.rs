@@ -1,6 +1,6 @@
 //! The analyzer's window (served by [`ipaudit_runtime::http`]): `/metrics`, `/healthz`
-//! (the process serves) and `/readyz` (the instance has joined its consumer group; one
-//! given no partition is a ready standby).
+//! (the process serves) and `/readyz` (the instance has joined its consumer group, one
+//! given no partition being a ready standby, and every topic it writes exists).
 
 use std::net::SocketAddr;
 
@@ -20,11 +20,16 @@ impl Window for Endpoints {
         Vec::new()
     }
     fn readiness_problems(&self) -> Vec<String> {
-        if self.0.is_ready() {
-            Vec::new()
-        } else {
-            vec!["not in the consumer group yet".to_owned()]
+        let mut problems = Vec::new();
+        if !self.0.is_ready() {
+            problems.push("not in the consumer group yet".to_owned());
         }
+        for topic in self.0.missing_topics() {
+            problems.push(format!(
+                "topic {topic} does not exist: create it, or pass --create-topic"
+            ));
+        }
+        problems
     }
 }
 

@@ -88,6 +88,8 @@ pub struct Metrics {
     /// when quiet.
     rules_seen: Arc<Mutex<Vec<String>>>,
     ready: Arc<AtomicBool>,
+    /// Topics the analyzer writes that do not exist (for `/readyz`).
+    missing_topics: Arc<Mutex<std::collections::BTreeSet<String>>>,
 }
 
 impl Default for Metrics {
@@ -253,6 +255,7 @@ impl Metrics {
             seen_problems: Arc::default(),
             rules_seen: Arc::new(Mutex::new(rules)),
             ready: Arc::default(),
+            missing_topics: Arc::default(),
         }
     }
 
@@ -380,6 +383,32 @@ impl Metrics {
     /// Whether the instance has joined its consumer group.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
+    }
+
+    /// A topic the analyzer writes does not exist.
+    pub fn topic_missing(&self, topic: &str) {
+        self.missing_topics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(topic.to_owned());
+    }
+
+    /// The topic exists (again).
+    pub fn topic_present(&self, topic: &str) {
+        self.missing_topics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(topic);
+    }
+
+    /// The topics the analyzer writes that do not exist.
+    pub fn missing_topics(&self) -> Vec<String> {
+        self.missing_topics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// The text exposition format.

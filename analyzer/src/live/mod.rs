@@ -7,6 +7,7 @@ pub mod group;
 pub mod http;
 pub mod incidents;
 pub mod metrics;
+pub mod output_topics;
 pub mod rebuild_points;
 pub mod sinks;
 pub mod start_offset;

@@ -10,8 +10,10 @@ mod args;
 mod clients;
 mod connection;
 mod probe;
+pub mod topics;
 
 pub use args::{KafkaArgs, KafkaOption, SaslMechanism, Secret, SecurityProtocol};
 pub use clients::{ClientSettings, Delivery, NoOffset};
 pub use connection::{Connection, ConnectionError};
 pub use probe::ProbeError;
+pub use topics::{TopicCreation, TopicCreationArgs, TopicSpec};
