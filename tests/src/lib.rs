@@ -6,6 +6,7 @@ pub mod book;
 pub mod broker;
 pub mod browser;
 pub mod collector;
+pub mod kube;
 pub mod manifests;
 pub mod measure;
 pub mod receiver;

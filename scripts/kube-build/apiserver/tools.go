@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins what scripts/kube builds: kube-apiserver of k8s.io/kubernetes, at
+// the versions go.mod requires.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+)

@@ -1,0 +1,96 @@
+//! The collector against a real kube-apiserver on etcd (`scripts/kube`), end to end to a
+//! real broker: what the simulated API server only imitates. Objects are written through
+//! the API with kubectl; cluster-scoped names carry the test's own prefix, so that tests
+//! share one server.
+
+use std::time::Duration;
+
+use ipaudit_schemas::{EventType, Stream, WatchEvent};
+use ipaudit_tests::collector::{CollectorProcess, CollectorSetup};
+use ipaudit_tests::kube::{resource_version, KubeServer};
+use ipaudit_tests::world::World;
+use serde_json::json;
+
+fn subnet(name: &str, cidr: &str) -> serde_json::Value {
+    json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+        "metadata": {"name": name},
+        "spec": {"cidrBlock": cidr, "protocol": "IPv4", "provider": "ovn", "vpc": "ovn-cluster"}})
+}
+
+fn ip(name: &str, subnet: &str, address: &str) -> serde_json::Value {
+    json!({"apiVersion": "kubeovn.io/v1", "kind": "IP",
+        "metadata": {"name": name, "labels": {"ovn.kubernetes.io/subnet": subnet}},
+        "spec": {"subnet": subnet, "podName": "p", "namespace": "ns", "ipAddress": address,
+            "v4IpAddress": address, "podType": "", "nodeName": "node-1", "attachSubnets": []}})
+}
+
+#[test]
+fn periodic_snapshots_on_a_real_server_are_listed_at_the_watchs_version_and_cost_no_event() {
+    let kube = KubeServer::shared_or_start();
+    let world = World::new("real-snapshot", None);
+    let prefix = format!("real-snapshot-{}", std::process::id());
+    let setup = CollectorSetup {
+        kubeconfig: &kube.kubeconfig,
+        ..world.setup()
+    };
+    let collector = CollectorProcess::start(&setup, &["--snapshot-interval", "1s"]);
+    let net = format!("{prefix}-net");
+    kube.create(&subnet(&net, "10.77.0.0/24"));
+    let name = format!("{prefix}-p.ns");
+    let added = resource_version(&kube.create(&ip(&name, &net, "10.77.0.5")));
+    let modified = resource_version(&kube.patch(
+        "ips.kubeovn.io",
+        &name,
+        &json!({"metadata": {"labels": {"moved": "yes"}}}),
+    ));
+    kube.delete("ips.kubeovn.io", &name);
+    let ip_events = |events: &[WatchEvent]| -> Vec<(EventType, i64)> {
+        events
+            .iter()
+            .filter(|e| e.stream == Stream::Ip && e.object_key() == name)
+            .map(|e| (e.event_type, e.resource_version_num.unwrap_or(-1)))
+            .collect()
+    };
+    // Done once the IP's deletion came and two snapshots of IPs were framed after it.
+    let done = |events: &[WatchEvent]| {
+        let Some(deleted) = ip_events(events)
+            .iter()
+            .find(|(t, _)| *t == EventType::Deleted)
+            .map(|(_, rv)| *rv)
+        else {
+            return false;
+        };
+        events
+            .iter()
+            .filter(|e| {
+                e.stream == Stream::Ip
+                    && e.event_type == EventType::SyncEnd
+                    && e.resource_version_num >= Some(deleted)
+            })
+            .count()
+            >= 2
+    };
+    let events = world.events_until(Duration::from_secs(60), done);
+    assert!(done(&events), "log:\n{}", collector.log_text());
+    let seen = ip_events(&events);
+    for expected in [(EventType::Added, added), (EventType::Modified, modified)] {
+        assert!(seen.contains(&expected), "{expected:?} in {seen:?}");
+    }
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.event_type == EventType::DeletedOnRelist),
+        "the watch said what happened"
+    );
+    assert!(
+        collector.counter("ipaudit_collector_relists_total{stream=\"ip\",reason=\"snapshot\"}")
+            >= 2.0
+    );
+    assert_eq!(
+        collector
+            .counter("ipaudit_collector_relists_total{stream=\"ip\",reason=\"snapshot_fallback\"}"),
+        0.0,
+        "the real server lists at the watch's version: log:\n{}",
+        collector.log_text()
+    );
+}

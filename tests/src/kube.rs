@@ -1,0 +1,140 @@
+//! The real Kubernetes API server of the tests: kube-apiserver on etcd, built and started by
+//! `scripts/kube`. A test uses the run's shared server (from `scripts/test`, its kubeconfig
+//! in `IPAUDIT_TEST_KUBECONFIG`) or, run alone, starts one of its own. Tests on the shared
+//! server keep out of each other's way by name prefixes for cluster-scoped objects and by
+//! namespaces for the others. Writes go through kubectl, as a user's or a controller's
+//! would go through the API.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+/// A running server: the shared one, or one this test started (stopped when dropped).
+pub struct KubeServer {
+    /// An admin kubeconfig (token, group system:masters).
+    pub kubeconfig: PathBuf,
+    /// The server's directory, when this test started it.
+    own: Option<tempfile::TempDir>,
+}
+
+/// `scripts/kube` of the checkout the tests run from.
+pub fn kube_script() -> PathBuf {
+    crate::manifest_dir().join("../scripts/kube")
+}
+
+impl KubeServer {
+    /// The run's shared server, or a new one of this test's.
+    pub fn shared_or_start() -> KubeServer {
+        match std::env::var("IPAUDIT_TEST_KUBECONFIG") {
+            Ok(path) if !path.is_empty() => KubeServer {
+                kubeconfig: PathBuf::from(path),
+                own: None,
+            },
+            _ => Self::start(),
+        }
+    }
+
+    /// Starts a server of this test's own (`scripts/kube start`).
+    pub fn start() -> KubeServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("kube");
+        let output = Command::new(kube_script())
+            .arg("start")
+            .arg(&path)
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", kube_script().display()));
+        assert!(
+            output.status.success(),
+            "scripts/kube start failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        KubeServer {
+            kubeconfig: path.join("kubeconfig"),
+            own: Some(dir),
+        }
+    }
+
+    /// Runs `kubectl ARGS` against the server with `stdin`; its stdout, or a panic naming
+    /// what it said.
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&Value>) -> String {
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl (scripts/test installs it)");
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().expect("stdin");
+            pipe.write_all(input.to_string().as_bytes())
+                .expect("write to kubectl");
+        }
+        drop(child.stdin.take());
+        let output = child.wait_with_output().expect("kubectl runs");
+        assert!(
+            output.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Creates `object` (its kind and apiVersion say what); returns it as the server stored it.
+    pub fn create(&self, object: &Value) -> Value {
+        let out = self.kubectl(&["create", "-f", "-", "-o", "json"], Some(object));
+        serde_json::from_str(&out).expect("kubectl prints the object")
+    }
+
+    /// Merge-patches the object `resource/name` (`ips.kubeovn.io/a`); returns it.
+    pub fn patch(&self, resource: &str, name: &str, patch: &Value) -> Value {
+        let out = self.kubectl(
+            &[
+                "patch",
+                resource,
+                name,
+                "--type",
+                "merge",
+                "-p",
+                &patch.to_string(),
+                "-o",
+                "json",
+            ],
+            None,
+        );
+        serde_json::from_str(&out).expect("kubectl prints the object")
+    }
+
+    /// Deletes `resource/name` (one with finalizers is only marked), without waiting.
+    pub fn delete(&self, resource: &str, name: &str) {
+        self.kubectl(&["delete", resource, name, "--wait=false"], None);
+    }
+
+    /// The server's directory, when this test started it.
+    pub fn dir(&self) -> Option<&Path> {
+        self.own.as_ref().map(|d| d.path())
+    }
+}
+
+impl Drop for KubeServer {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.own {
+            let _ = Command::new(kube_script())
+                .arg("stop")
+                .arg(dir.path().join("kube"))
+                .output();
+        }
+    }
+}
+
+/// The resourceVersion of an object the server returned.
+pub fn resource_version(object: &Value) -> i64 {
+    object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|rv| rv.parse().ok())
+        .expect("a numeric resourceVersion")
+}
