@@ -94,3 +94,99 @@ fn periodic_snapshots_on_a_real_server_are_listed_at_the_watchs_version_and_cost
         collector.log_text()
     );
 }
+
+#[test]
+fn an_api_server_restart_mid_watch_and_a_collector_restart_lose_no_change() {
+    // A server of this test's own: its API server is restarted.
+    let kube = KubeServer::start();
+    let world = World::new("real-restarts", None);
+    let setup = CollectorSetup {
+        kubeconfig: &kube.kubeconfig,
+        ..world.setup()
+    };
+    let collector = CollectorProcess::start(&setup, &[]);
+    let mut expected: Vec<(EventType, String, i64)> = Vec::new();
+    let mut write = |event_type: EventType, object: serde_json::Value| {
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        expected.push((event_type, name, resource_version(&object)));
+    };
+    kube.create(&subnet("restarts-net", "10.78.0.0/24"));
+    write(
+        EventType::Added,
+        kube.create(&ip("restarts-a.ns", "restarts-net", "10.78.0.2")),
+    );
+    // The API server goes away in the middle of the watches and comes back.
+    kube.restart_apiserver();
+    write(
+        EventType::Added,
+        kube.create(&ip("restarts-b.ns", "restarts-net", "10.78.0.3")),
+    );
+    // The collector goes away; the cluster changes meanwhile.
+    let wait_for_b =
+        |events: &[WatchEvent]| events.iter().any(|e| e.object_key() == "restarts-b.ns");
+    world.events_until(Duration::from_secs(60), wait_for_b);
+    collector.kill();
+    write(
+        EventType::Modified,
+        kube.patch(
+            "ips.kubeovn.io",
+            "restarts-a.ns",
+            &json!({"metadata": {"labels": {"moved": "yes"}}}),
+        ),
+    );
+    write(
+        EventType::Added,
+        kube.create(&ip("restarts-c.ns", "restarts-net", "10.78.0.4")),
+    );
+    kube.delete("ips.kubeovn.io", "restarts-b.ns");
+    let resumed = CollectorProcess::start(&setup, &[]);
+    let watched = |events: &[WatchEvent]| -> Vec<(EventType, String, i64)> {
+        let mut in_list = false;
+        events
+            .iter()
+            .filter(|e| e.stream == Stream::Ip)
+            .filter(|e| match e.event_type {
+                EventType::SyncStart => {
+                    in_list = true;
+                    false
+                }
+                EventType::SyncEnd => {
+                    in_list = false;
+                    false
+                }
+                t => t.carries_object() && !in_list,
+            })
+            .map(|e| {
+                (
+                    e.event_type,
+                    e.object_key(),
+                    e.resource_version_num.unwrap_or(-1),
+                )
+            })
+            .collect()
+    };
+    let done = |events: &[WatchEvent]| {
+        let seen = watched(events);
+        expected.iter().all(|e| seen.contains(e))
+            && seen
+                .iter()
+                .any(|(t, name, _)| *t == EventType::Deleted && name == "restarts-b.ns")
+    };
+    let events = world.events_until(Duration::from_secs(60), done);
+    assert!(
+        done(&events),
+        "expected {expected:?}, watched {:?}; log:\n{}",
+        watched(&events),
+        resumed.log_text()
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.event_type == EventType::DeletedOnRelist),
+        "the watches resumed where they stopped: nothing was relisted"
+    );
+    assert_eq!(
+        resumed.counter("ipaudit_collector_relists_total{stream=\"ip\",reason=\"expired\"}"),
+        0.0
+    );
+}

@@ -6,7 +6,7 @@
 //! would go through the API.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -114,8 +114,26 @@ impl KubeServer {
     }
 
     /// The server's directory, when this test started it.
-    pub fn dir(&self) -> Option<&Path> {
-        self.own.as_ref().map(|d| d.path())
+    pub fn dir(&self) -> Option<PathBuf> {
+        self.own.as_ref().map(|d| d.path().join("kube"))
+    }
+
+    /// Stops kube-apiserver and starts it again on the same port and etcd (a server of this
+    /// test's own only: the shared one serves other tests), and waits until it is ready.
+    pub fn restart_apiserver(&self) {
+        let dir = self
+            .dir()
+            .expect("only a server of this test's own is restarted");
+        let output = Command::new(kube_script())
+            .arg("restart")
+            .arg(&dir)
+            .output()
+            .expect("scripts/kube restart");
+        assert!(
+            output.status.success(),
+            "scripts/kube restart failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 }
 
