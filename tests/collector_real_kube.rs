@@ -190,3 +190,46 @@ fn an_api_server_restart_mid_watch_and_a_collector_restart_lose_no_change() {
         0.0
     );
 }
+
+#[test]
+fn a_watch_resumed_from_a_compacted_version_relists_and_records_what_was_deleted_meanwhile() {
+    // Watches go to etcd, so that compaction expires a version at once (with the watch
+    // cache, only its window does, about 75 s).
+    let kube = KubeServer::start_with(&["--no-watch-cache"]);
+    let world = World::new("real-expired", None);
+    let setup = CollectorSetup {
+        kubeconfig: &kube.kubeconfig,
+        ..world.setup()
+    };
+    let collector = CollectorProcess::start(&setup, &[]);
+    kube.create(&subnet("expired-net", "10.79.0.0/24"));
+    kube.create(&ip("expired-kept.ns", "expired-net", "10.79.0.2"));
+    kube.create(&ip("expired-gone.ns", "expired-net", "10.79.0.3"));
+    world.events_until(Duration::from_secs(60), |events| {
+        events.iter().any(|e| e.object_key() == "expired-gone.ns")
+    });
+    collector.kill();
+    kube.delete("ips.kubeovn.io", "expired-gone.ns");
+    let latest = resource_version(&kube.create(&ip("expired-new.ns", "expired-net", "10.79.0.4")));
+    kube.compact(latest);
+
+    let resumed = CollectorProcess::start(&setup, &[]);
+    let done = |events: &[WatchEvent]| {
+        events.iter().any(|e| {
+            e.event_type == EventType::DeletedOnRelist && e.object_key() == "expired-gone.ns"
+        }) && events.iter().any(|e| e.object_key() == "expired-new.ns")
+    };
+    let events = world.events_until(Duration::from_secs(60), done);
+    assert!(done(&events), "log:\n{}", resumed.log_text());
+    assert!(
+        resumed.counter("ipaudit_collector_relists_total{stream=\"ip\",reason=\"expired\"}") >= 1.0,
+        "{}",
+        resumed.metrics()
+    );
+    assert!(
+        !events.iter().any(|e| {
+            e.event_type == EventType::DeletedOnRelist && e.object_key() == "expired-kept.ns"
+        }),
+        "only what was deleted is"
+    );
+}

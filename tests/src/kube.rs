@@ -38,11 +38,17 @@ impl KubeServer {
 
     /// Starts a server of this test's own (`scripts/kube start`).
     pub fn start() -> KubeServer {
+        Self::start_with(&[])
+    }
+
+    /// [`KubeServer::start`] with `scripts/kube start` options (`--no-watch-cache`).
+    pub fn start_with(options: &[&str]) -> KubeServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("kube");
         let output = Command::new(kube_script())
             .arg("start")
             .arg(&path)
+            .args(options)
             .output()
             .unwrap_or_else(|e| panic!("run {}: {e}", kube_script().display()));
         assert!(
@@ -116,6 +122,33 @@ impl KubeServer {
     /// The server's directory, when this test started it.
     pub fn dir(&self) -> Option<PathBuf> {
         self.own.as_ref().map(|d| d.path().join("kube"))
+    }
+
+    /// Compacts etcd's history up to `revision` (the resourceVersion counter), as the API
+    /// server does every few minutes: a watch from before it then gets 410 Gone at once
+    /// from a server started with `--no-watch-cache`.
+    pub fn compact(&self, revision: i64) {
+        let dir = self
+            .dir()
+            .expect("only a server of this test's own is compacted");
+        let env = std::fs::read_to_string(dir.join("kube.env")).expect("kube.env");
+        let etcd = env
+            .lines()
+            .find_map(|l| l.strip_prefix("IPAUDIT_TEST_KUBE_ETCD="))
+            .expect("etcd's URL in kube.env");
+        let body = serde_json::json!({"revision": revision.to_string(), "physical": true});
+        let output = Command::new("curl")
+            .args(["-sS", "--fail", "-X", "POST"])
+            .arg(format!("{etcd}/v3/kv/compaction"))
+            .args(["-d", &body.to_string()])
+            .output()
+            .expect("curl");
+        assert!(
+            output.status.success(),
+            "etcd compaction failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     /// Stops kube-apiserver and starts it again on the same port and etcd (a server of this
