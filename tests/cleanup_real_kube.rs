@@ -1,13 +1,21 @@
-//! Cleanup against a real kube-apiserver on etcd (`scripts/kube`): `kubectl ipaudit check`
-//! and `release --apply` on a server of the test's own (a check reads the whole cluster),
-//! so that the patches with their `test` operations and the preconditions meet the real
-//! server's validation, not the simulator's.
+//! Cleanup against a real kube-apiserver on etcd (`scripts/kube`), on a server of each
+//! test's own (a check and an analysis read the whole cluster): `kubectl ipaudit check` and
+//! `release --apply`, and the whole pipeline (collector, Kafka, analyzer, cleanup command,
+//! the collector's remediator), so that the patches with their `test` operations and the
+//! preconditions meet the real server's validation, not the simulator's.
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use ipaudit_tests::collector::workspace_binary;
+use ipaudit_schemas::{EventType, RemediationOutcome, WatchEvent};
+use ipaudit_tests::analyzer::AnalyzerProcess;
+use ipaudit_tests::broker::create_topic;
+use ipaudit_tests::collector::{workspace_binary, CollectorProcess, CollectorSetup};
 use ipaudit_tests::kube::KubeServer;
+use ipaudit_tests::receiver::Receiver;
+use ipaudit_tests::wait_for;
+use ipaudit_tests::world::World;
 use serde_json::{json, Value};
 
 const FINALIZER: &str = "kubeovn.io/kube-ovn-controller";
@@ -102,4 +110,78 @@ fn release_on_a_real_server_frees_a_stuck_ip_and_skips_one_changed_since_the_rep
         exists(&kube, "stuck-b.default"),
         "the changed IP is untouched"
     );
+}
+
+#[test]
+fn a_cleanup_command_frees_the_stuck_ip_on_a_real_server_and_its_alert_resolves() {
+    let kube = KubeServer::start();
+    let world = World::new("real-remediate", None);
+    let receiver = Receiver::start(&world.runtime);
+    let commands = world.commands_topic();
+    world
+        .runtime
+        .block_on(create_topic(&world.brokers, &commands));
+    let group = format!("remediator-{commands}");
+    let setup = CollectorSetup {
+        kubeconfig: &kube.kubeconfig,
+        ..world.setup()
+    };
+    let collector = CollectorProcess::start(
+        &setup,
+        &[
+            "--remediate",
+            "on",
+            "--commands-topic",
+            &commands,
+            "--remediate-group",
+            &group,
+        ],
+    );
+    let analyzer = AnalyzerProcess::start(
+        &world.brokers,
+        &world.topic,
+        &format!("analyzer-{commands}"),
+        &world.dir.path().join("analyzer"),
+        &[
+            "--webhook-url",
+            &format!("{}/hook", receiver.url),
+            "--cleanup-commands",
+            "--commands-topic",
+            &commands,
+        ],
+    );
+    analyzer.wait_joined(Duration::from_secs(30));
+    // The seed incident, played through the API: the subnet goes while its IP names it,
+    // then the IP is deleted and stays on kube-ovn's finalizer.
+    kube.create(&json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+        "metadata": {"name": "seed-net"},
+        "spec": {"cidrBlock": "10.19.0.0/24", "protocol": "IPv4", "provider": "ovn"}}));
+    kube.create(&ip("vm-1", "seed-net", "10.19.0.5"));
+    kube.delete("subnets.kubeovn.io", "seed-net");
+    kube.delete("ips.kubeovn.io", "vm-1.default");
+    wait_for("the stuck IP is gone", Duration::from_secs(60), || {
+        (!exists(&kube, "vm-1.default")).then_some(())
+    });
+    wait_for(
+        "the stuck-IP alert resolves",
+        Duration::from_secs(30),
+        || {
+            receiver.received("/hook").into_iter().find(|r| {
+                r.body["rule"] == "ip-stuck-terminating" && r.body["status"] == "RESOLVED"
+            })
+        },
+    );
+    // The collector's record of the cleanup is on the events topic: applied, on that IP.
+    let applied = |events: &[WatchEvent]| {
+        events.iter().any(|e| {
+            e.event_type == EventType::Remediation
+                && e.object_key() == "vm-1.default"
+                && e.remediation
+                    .as_ref()
+                    .is_some_and(|r| r.outcome == RemediationOutcome::Applied)
+        })
+    };
+    let events = world.events_until(Duration::from_secs(30), applied);
+    assert!(applied(&events), "{}", collector.log_text());
+    analyzer.assert_no_new_epoch();
 }
