@@ -458,7 +458,13 @@ fn a_restarted_collector_relists_what_the_guard_reads_and_guards_again() {
     review_until("denied", &world, &client, port, busy, |r| {
         r["allowed"] == false
     });
-    assert!(collector.terminate(Duration::from_secs(30)), "clean stop");
+    let log = collector.log.clone();
+    let stopped = collector.terminate(Duration::from_secs(30));
+    assert!(
+        stopped,
+        "clean stop; log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
     // The outbox holds a resume point for every stream; the guard's index lived in memory
     // and must be rebuilt from a fresh list, not left empty by a resumed watch.
     let (collector, port) = collector_with_guard(&world.setup(), &certs, "deny", true);

@@ -507,10 +507,11 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime
-        .block_on(ipaudit_analyzer::live::consume::run(
-            config,
-            ipaudit_runtime::shutdown::signal(),
-        ))
+        .block_on(async {
+            // Inside the runtime, so that SIGTERM is handled from here on.
+            let stop = ipaudit_runtime::shutdown::signal();
+            ipaudit_analyzer::live::consume::run(config, stop).await
+        })
         .context("live analysis failed")?;
     Ok(ExitCode::SUCCESS)
 }

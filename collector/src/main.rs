@@ -474,13 +474,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 out: args.out,
             };
             let stop_after = args.duration;
+            let signal = ipaudit_runtime::shutdown::signal();
             let shutdown = async move {
                 match stop_after {
                     Some(d) => tokio::select! {
                         _ = tokio::time::sleep(d) => {}
-                        _ = ipaudit_runtime::shutdown::signal() => {}
+                        _ = signal => {}
                     },
-                    None => ipaudit_runtime::shutdown::signal().await,
+                    None => signal.await,
                 }
             };
             let written = app::record(config, shutdown)
