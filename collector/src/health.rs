@@ -9,10 +9,11 @@
 //! nothing delivered, the outbox is not full, the events topic exists, and no task that
 //! should run (remediation when it is on) has stopped. The answer names every reason.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use ipaudit_runtime::http::MissingTopics;
 use ipaudit_schemas::Stream;
 use tokio::sync::watch;
 
@@ -42,7 +43,7 @@ struct Inner {
     outbox: Mutex<Bound>,
     full: watch::Sender<bool>,
     /// Topics found missing (and not to be created), until found again.
-    topics_missing: Mutex<BTreeSet<String>>,
+    topics_missing: MissingTopics,
     tasks: Mutex<BTreeMap<&'static str, TaskState>>,
     busy: Mutex<BTreeMap<&'static str, Instant>>,
 }
@@ -92,7 +93,7 @@ impl Health {
                 size: OutboxSize::default(),
             }),
             full,
-            topics_missing: Mutex::new(BTreeSet::new()),
+            topics_missing: MissingTopics::default(),
             tasks: Mutex::new(BTreeMap::new()),
             busy: Mutex::new(BTreeMap::new()),
         }))
@@ -141,17 +142,17 @@ impl Health {
 
     /// A topic the collector needs does not exist (and it may not create it).
     pub fn topic_missing(&self, topic: &str) {
-        lock(&self.0.topics_missing).insert(topic.to_owned());
+        self.0.topics_missing.missing(topic);
     }
 
     /// The topic exists (again).
     pub fn topic_present(&self, topic: &str) {
-        lock(&self.0.topics_missing).remove(topic);
+        self.0.topics_missing.present(topic);
     }
 
     /// Whether some topic the collector needs was found missing.
     pub fn any_topic_missing(&self) -> bool {
-        !lock(&self.0.topics_missing).is_empty()
+        self.0.topics_missing.any()
     }
 
     /// The outbox's size after a change; returns true when it has just become full.
@@ -251,11 +252,7 @@ impl Health {
                 ));
             }
         }
-        for topic in lock(&self.0.topics_missing).iter() {
-            problems.push(format!(
-                "topic {topic} does not exist: create it, or pass --create-topic"
-            ));
-        }
+        problems.extend(self.0.topics_missing.readiness_problems());
         if *self.0.full.borrow() {
             let bound = lock(&self.0.outbox);
             problems.push(format!(

@@ -392,9 +392,9 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
 }
 
 /// Looks the events topic, the schemas topic and (with remediation) the commands topic up;
-/// creates a missing one when that is allowed, else marks the collector unready. A broker that cannot be reached now is not
-/// an error: the rows wait; a principal that may not see a topic is
-/// ([`ProduceError::Denied`]).
+/// creates a missing one when that is allowed, else marks the collector unready. A broker
+/// that cannot be reached now is not an error: the rows wait; a principal that may not see
+/// a topic is ([`ProduceError::Denied`]).
 async fn check_or_create_topics(
     producer: &FutureProducer,
     config: &KafkaConfig,

@@ -6,7 +6,9 @@
 //! `/healthz` and `/readyz` answer 200 with one line (`ok`, `ready`) when there is no
 //! problem, else 503 with one line per problem, so that `kubectl describe` shows why.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -15,6 +17,42 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// The Kafka topics a program found missing, for its `/readyz` (a missing topic makes a
+/// program unready, naming it): shared by what looks them up and the readiness endpoint,
+/// a cheap clone of one set.
+#[derive(Debug, Clone, Default)]
+pub struct MissingTopics(Arc<Mutex<BTreeSet<String>>>);
+
+impl MissingTopics {
+    fn set(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        // A panic while holding the lock leaves a set that is still usable.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `topic` does not exist (and the program may not create it).
+    pub fn missing(&self, topic: &str) {
+        self.set().insert(topic.to_owned());
+    }
+
+    /// `topic` exists (again).
+    pub fn present(&self, topic: &str) {
+        self.set().remove(topic);
+    }
+
+    /// Whether any topic is missing.
+    pub fn any(&self) -> bool {
+        !self.set().is_empty()
+    }
+
+    /// One readiness problem per missing topic, naming it.
+    pub fn readiness_problems(&self) -> Vec<String> {
+        self.set()
+            .iter()
+            .map(|topic| format!("topic {topic} does not exist: create it, or pass --create-topic"))
+            .collect()
+    }
+}
 
 /// What a program shows through its window.
 pub trait Window: Clone + Send + Sync + 'static {
@@ -87,7 +125,25 @@ async fn readyz<W: Window>(State(window): State<W>) -> impl IntoResponse {
 mod tests {
     use super::*;
     use std::io::{Read, Write};
-    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn each_missing_topic_is_a_readiness_problem_until_it_is_present() {
+        let missing = MissingTopics::default();
+        let seen_by_readyz = missing.clone();
+        missing.missing("ipaudit.commands");
+        missing.missing("ipaudit.alerts");
+        assert!(seen_by_readyz.any());
+        assert_eq!(
+            seen_by_readyz.readiness_problems(),
+            [
+                "topic ipaudit.alerts does not exist: create it, or pass --create-topic",
+                "topic ipaudit.commands does not exist: create it, or pass --create-topic",
+            ]
+        );
+        missing.present("ipaudit.alerts");
+        missing.present("ipaudit.commands");
+        assert!(seen_by_readyz.readiness_problems().is_empty());
+    }
 
     #[derive(Clone, Default)]
     struct Fake {

@@ -24,11 +24,7 @@ impl Window for Endpoints {
         if !self.0.is_ready() {
             problems.push("not in the consumer group yet".to_owned());
         }
-        for topic in self.0.missing_topics() {
-            problems.push(format!(
-                "topic {topic} does not exist: create it, or pass --create-topic"
-            ));
-        }
+        problems.extend(self.0.missing_topics().readiness_problems());
         problems
     }
 }

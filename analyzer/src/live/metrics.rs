@@ -89,7 +89,7 @@ pub struct Metrics {
     rules_seen: Arc<Mutex<Vec<String>>>,
     ready: Arc<AtomicBool>,
     /// Topics the analyzer writes that do not exist (for `/readyz`).
-    missing_topics: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    missing_topics: ipaudit_runtime::http::MissingTopics,
 }
 
 impl Default for Metrics {
@@ -255,7 +255,7 @@ impl Metrics {
             seen_problems: Arc::default(),
             rules_seen: Arc::new(Mutex::new(rules)),
             ready: Arc::default(),
-            missing_topics: Arc::default(),
+            missing_topics: ipaudit_runtime::http::MissingTopics::default(),
         }
     }
 
@@ -385,30 +385,9 @@ impl Metrics {
         self.ready.load(Ordering::Relaxed)
     }
 
-    /// A topic the analyzer writes does not exist.
-    pub fn topic_missing(&self, topic: &str) {
-        self.missing_topics
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(topic.to_owned());
-    }
-
-    /// The topic exists (again).
-    pub fn topic_present(&self, topic: &str) {
-        self.missing_topics
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(topic);
-    }
-
-    /// The topics the analyzer writes that do not exist.
-    pub fn missing_topics(&self) -> Vec<String> {
-        self.missing_topics
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .cloned()
-            .collect()
+    /// The topics the analyzer writes that were found missing (for `/readyz`).
+    pub fn missing_topics(&self) -> &ipaudit_runtime::http::MissingTopics {
+        &self.missing_topics
     }
 
     /// The text exposition format.

@@ -81,13 +81,13 @@ pub async fn watch_output_topics(
             })
             .await;
             match found {
-                Ok(Ok(Lookup::Exists)) => metrics.topic_present(&spec.name),
+                Ok(Ok(Lookup::Exists)) => metrics.missing_topics().present(&spec.name),
                 Ok(Ok(Lookup::Missing)) if wanted.create => {
                     match topics::create(&connection, CLIENT_ID, spec).await {
                         Ok(_) => {
                             info!(topic = %spec.name, partitions = spec.partitions,
                                 replication = spec.replication, "created topic (-1: the broker's default)");
-                            metrics.topic_present(&spec.name);
+                            metrics.missing_topics().present(&spec.name);
                         }
                         Err(e) => {
                             missing += 1;
@@ -97,7 +97,7 @@ pub async fn watch_output_topics(
                 }
                 Ok(Ok(Lookup::Missing)) => {
                     missing += 1;
-                    metrics.topic_missing(&spec.name);
+                    metrics.missing_topics().missing(&spec.name);
                     if reported.insert(spec.name.clone()) {
                         error!(topic = %spec.name,
                             "topic does not exist: create it (the Helm chart's topics Job, deploy/topics.yaml), or pass --create-topic; its transitions wait in the store");
@@ -105,7 +105,7 @@ pub async fn watch_output_topics(
                 }
                 Ok(Ok(Lookup::Denied(code))) => {
                     missing += 1;
-                    metrics.topic_missing(&spec.name);
+                    metrics.missing_topics().missing(&spec.name);
                     if reported.insert(spec.name.clone()) {
                         error!(topic = %spec.name, ?code, "Kafka does not let this principal see the topic: grant it (deploy/kafka-acls.sh)");
                     }

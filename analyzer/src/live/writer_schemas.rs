@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use ipaudit_runtime::kafka::topics::is_missing_topic;
 use ipaudit_schemas::{WatchEvent, WriterSchemas};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -169,7 +170,7 @@ fn read_topic(
     };
     match found.error().map(RDKafkaErrorCode::from) {
         None => {}
-        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+        Some(code) if is_missing_topic(code) => {
             return Err(SchemaTopicError::Missing {
                 topic: topic.to_owned(),
             })
