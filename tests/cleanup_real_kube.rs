@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use ipaudit_schemas::{EventType, RemediationOutcome, WatchEvent};
 use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::broker::create_topic;
-use ipaudit_tests::collector::{workspace_binary, CollectorProcess, CollectorSetup};
+use ipaudit_tests::collector::{workspace_binary, CollectorSetup};
 use ipaudit_tests::kube::KubeServer;
 use ipaudit_tests::receiver::Receiver;
 use ipaudit_tests::wait_for;
@@ -118,25 +117,11 @@ fn a_cleanup_command_frees_the_stuck_ip_on_a_real_server_and_its_alert_resolves(
     let world = World::new("real-remediate", None);
     let receiver = Receiver::start(&world.runtime);
     let commands = world.commands_topic();
-    world
-        .runtime
-        .block_on(create_topic(&world.brokers, &commands));
-    let group = format!("remediator-{commands}");
     let setup = CollectorSetup {
         kubeconfig: &kube.kubeconfig,
         ..world.setup()
     };
-    let collector = CollectorProcess::start(
-        &setup,
-        &[
-            "--remediate",
-            "on",
-            "--commands-topic",
-            &commands,
-            "--remediate-group",
-            &group,
-        ],
-    );
+    let collector = world.remediating_collector_on(&setup, "on", &[]);
     let analyzer = AnalyzerProcess::start(
         &world.brokers,
         &world.topic,

@@ -10,7 +10,9 @@ use std::time::Duration;
 use ipaudit_schemas::{kinds, EventType, KindPart, Stream, WatchEvent};
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::broker::{partition_leader, Broker};
-use ipaudit_tests::collector::{read_recording, CollectorProcess};
+use ipaudit_tests::collector::{
+    event_key, read_recording, watch_event_counts, CollectorProcess, EventKey,
+};
 use ipaudit_tests::poll_until;
 use ipaudit_tests::receiver::Receiver;
 use ipaudit_tests::scenario::{
@@ -30,40 +32,8 @@ fn type_of(name: &str) -> EventType {
     }
 }
 
-/// (stream, object key, type, resourceVersion) of a mutation or an event.
-type Key = (Stream, String, EventType, i64);
-
-fn mutation_key(m: &Mutation) -> Key {
+fn mutation_key(m: &Mutation) -> EventKey {
     (m.kind, m.key.clone(), type_of(m.event_type), m.rv as i64)
-}
-
-fn event_key(e: &WatchEvent) -> Key {
-    (
-        e.stream,
-        e.object_key(),
-        e.event_type,
-        e.resource_version_num.unwrap_or(-1),
-    )
-}
-
-/// Watch events (not markers, not relist items) by key, with how often each came.
-fn watch_event_counts(events: &[WatchEvent]) -> BTreeMap<Key, usize> {
-    let mut in_relist = BTreeSet::new();
-    let mut counts = BTreeMap::new();
-    for e in events {
-        match e.event_type {
-            EventType::SyncStart => {
-                in_relist.insert(e.stream);
-            }
-            EventType::SyncEnd => {
-                in_relist.remove(&e.stream);
-            }
-            EventType::Bookmark | EventType::DeletedOnRelist => {}
-            _ if in_relist.contains(&e.stream) => {}
-            _ => *counts.entry(event_key(e)).or_insert(0) += 1,
-        }
-    }
-    counts
 }
 
 fn all_mutations_in(journal: &[Mutation]) -> impl Fn(&[WatchEvent]) -> bool + '_ {
@@ -75,7 +45,7 @@ fn all_mutations_in(journal: &[Mutation]) -> impl Fn(&[WatchEvent]) -> bool + '_
     }
 }
 
-fn missing(journal: &[Mutation], events: &[WatchEvent]) -> Vec<Key> {
+fn missing(journal: &[Mutation], events: &[WatchEvent]) -> Vec<EventKey> {
     let counts = watch_event_counts(events);
     journal
         .iter()
@@ -95,7 +65,7 @@ fn every_change_arrives(
     let events = world.events_until(timeout, all_mutations_in(&journal));
     assert_eq!(
         missing(&journal, &events),
-        Vec::<Key>::new(),
+        Vec::<EventKey>::new(),
         "log:\n{}",
         collector.log_text()
     );
@@ -129,12 +99,13 @@ fn the_kube_ovn_seed_arrives_exactly_once_in_per_stream_version_order() {
     let events = world.events_until(Duration::from_secs(30), all_mutations_in(&journal));
     assert_eq!(
         missing(&journal, &events),
-        Vec::<Key>::new(),
+        Vec::<EventKey>::new(),
         "log:\n{}",
         collector.log_text()
     );
     let counts = watch_event_counts(&events);
-    let expected: BTreeMap<Key, usize> = journal.iter().map(|m| (mutation_key(m), 1)).collect();
+    let expected: BTreeMap<EventKey, usize> =
+        journal.iter().map(|m| (mutation_key(m), 1)).collect();
     assert_eq!(
         counts, expected,
         "every mutation exactly once, nothing else"
@@ -208,7 +179,7 @@ fn a_collector_killed_mid_stream_and_restarted_loses_nothing() {
         let events = world.events_until(Duration::from_secs(60), all_mutations_in(&journal));
         assert_eq!(
             missing(&journal, &events),
-            Vec::<Key>::new(),
+            Vec::<EventKey>::new(),
             "log:\n{}",
             restarted.log_text()
         );
@@ -389,7 +360,7 @@ fn malformed_objects_are_recorded_with_what_could_be_read_and_counted() {
         .unwrap();
     let journal = world.sim.journal();
     let events = world.events_until(Duration::from_secs(30), all_mutations_in(&journal));
-    assert_eq!(missing(&journal, &events), Vec::<Key>::new());
+    assert_eq!(missing(&journal, &events), Vec::<EventKey>::new());
     let broken = events
         .iter()
         .find(|e| e.object_key() == "broken.ns")
@@ -439,7 +410,7 @@ fn sigterm_drains_the_outbox_and_exits_cleanly() {
     );
     let journal = world.sim.journal();
     let events = world.events_until(Duration::from_secs(20), all_mutations_in(&journal));
-    assert_eq!(missing(&journal, &events), Vec::<Key>::new());
+    assert_eq!(missing(&journal, &events), Vec::<EventKey>::new());
 }
 
 #[test]
@@ -574,7 +545,7 @@ fn a_periodic_snapshot_keeps_every_event_its_watch_has_yet_to_deliver() {
         "log:\n{}",
         collector.log_text()
     );
-    let relist_deletions: Vec<Key> = events
+    let relist_deletions: Vec<EventKey> = events
         .iter()
         .filter(|e| e.event_type == EventType::DeletedOnRelist)
         .map(event_key)
@@ -649,8 +620,13 @@ fn a_collector_on_a_cluster_with_only_whereabouts_records_the_reconciler_race_an
             Stream::OverlappingRangeIpReservation
         ])
     );
-    assert_eq!(missing(&journal, &events), Vec::<Key>::new(), "log:\n{log}");
-    let expected: BTreeMap<Key, usize> = journal.iter().map(|m| (mutation_key(m), 1)).collect();
+    assert_eq!(
+        missing(&journal, &events),
+        Vec::<EventKey>::new(),
+        "log:\n{log}"
+    );
+    let expected: BTreeMap<EventKey, usize> =
+        journal.iter().map(|m| (mutation_key(m), 1)).collect();
     assert_eq!(watch_event_counts(&events), expected);
 
     // The pool: 45, 46, 47 allocated; 47 removed by the reconciler's patch; 47 again.
@@ -856,7 +832,7 @@ fn a_cluster_with_only_spiderpool_is_watched_and_kinds_it_does_not_serve_are_ref
         streams,
         BTreeSet::from([Stream::Pod, Stream::SpiderIpPool, Stream::SpiderEndpoint])
     );
-    assert_eq!(missing(&journal, &events), Vec::<Key>::new());
+    assert_eq!(missing(&journal, &events), Vec::<EventKey>::new());
 
     // No IPAM at all: the error says what was looked for.
     let bare = world

@@ -2,11 +2,12 @@
 //! with SIGKILL or stopped with SIGTERM, its `/metrics` scraped; or as `collector record`
 //! writing an Avro file.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ipaudit_schemas::{ContainerReader, WatchEvent};
+use ipaudit_schemas::{ContainerReader, EventType, Stream, WatchEvent};
 
 /// A built binary of the workspace (`collector`, `analyzer`), next to the test binary.
 pub fn workspace_binary(name: &str) -> PathBuf {
@@ -260,4 +261,38 @@ pub fn http_request(
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     Some((code, body))
+}
+
+/// (stream, object key, type, resourceVersion) of an event, or of a change an API server
+/// made.
+pub type EventKey = (Stream, String, EventType, i64);
+
+/// The key of `e`.
+pub fn event_key(e: &WatchEvent) -> EventKey {
+    (
+        e.stream,
+        e.object_key(),
+        e.event_type,
+        e.resource_version_num.unwrap_or(-1),
+    )
+}
+
+/// Watch events (not markers, not relist items) by key, with how often each came.
+pub fn watch_event_counts(events: &[WatchEvent]) -> BTreeMap<EventKey, usize> {
+    let mut in_relist = BTreeSet::new();
+    let mut counts = BTreeMap::new();
+    for e in events {
+        match e.event_type {
+            EventType::SyncStart => {
+                in_relist.insert(e.stream);
+            }
+            EventType::SyncEnd => {
+                in_relist.remove(&e.stream);
+            }
+            EventType::Bookmark | EventType::DeletedOnRelist => {}
+            _ if in_relist.contains(&e.stream) => {}
+            _ => *counts.entry(event_key(e)).or_insert(0) += 1,
+        }
+    }
+    counts
 }

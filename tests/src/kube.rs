@@ -6,7 +6,7 @@
 //! would go through the API.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -45,17 +45,7 @@ impl KubeServer {
     pub fn start_with(options: &[&str]) -> KubeServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("kube");
-        let output = Command::new(kube_script())
-            .arg("start")
-            .arg(&path)
-            .args(options)
-            .output()
-            .unwrap_or_else(|e| panic!("run {}: {e}", kube_script().display()));
-        assert!(
-            output.status.success(),
-            "scripts/kube start failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        script("start", &path, options);
         KubeServer {
             kubeconfig: path.join("kubeconfig"),
             own: Some(dir),
@@ -157,28 +147,31 @@ impl KubeServer {
         let dir = self
             .dir()
             .expect("only a server of this test's own is restarted");
-        let output = Command::new(kube_script())
-            .arg("restart")
-            .arg(&dir)
-            .output()
-            .expect("scripts/kube restart");
-        assert!(
-            output.status.success(),
-            "scripts/kube restart failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        script("restart", &dir, &[]);
     }
 }
 
 impl Drop for KubeServer {
     fn drop(&mut self) {
-        if let Some(dir) = &self.own {
-            let _ = Command::new(kube_script())
-                .arg("stop")
-                .arg(dir.path().join("kube"))
-                .output();
+        if let Some(dir) = self.dir() {
+            let _ = Command::new(kube_script()).arg("stop").arg(dir).output();
         }
     }
+}
+
+/// Runs `scripts/kube COMMAND DIR OPTIONS` to its end, or panics with what it said.
+fn script(command: &str, dir: &Path, options: &[&str]) {
+    let output = Command::new(kube_script())
+        .arg(command)
+        .arg(dir)
+        .args(options)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", kube_script().display()));
+    assert!(
+        output.status.success(),
+        "scripts/kube {command} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// The resourceVersion of an object the server returned.

@@ -128,6 +128,16 @@ impl World {
     /// `--remediate mode` (`on` or `dry-run`), in a consumer group of its own (tests run
     /// side by side on one broker with the same cluster id), plus `extra` flags.
     pub fn remediating_collector(&self, mode: &str, extra: &[&str]) -> CollectorProcess {
+        self.remediating_collector_on(&self.setup(), mode, extra)
+    }
+
+    /// [`World::remediating_collector`] started as `setup` says (another API server).
+    pub fn remediating_collector_on(
+        &self,
+        setup: &CollectorSetup<'_>,
+        mode: &str,
+        extra: &[&str],
+    ) -> CollectorProcess {
         let commands = self.commands_topic();
         self.runtime
             .block_on(crate::broker::create_topic(&self.brokers, &commands));
@@ -143,7 +153,7 @@ impl World {
         .into_iter()
         .chain(extra.iter().copied())
         .collect();
-        CollectorProcess::start(&self.setup(), &flags)
+        CollectorProcess::start(setup, &flags)
     }
 
     /// Reads the topic until `done` holds for the events read (or the timeout).
