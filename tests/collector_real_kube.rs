@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use ipaudit_schemas::{EventType, Stream, WatchEvent};
-use ipaudit_tests::collector::{CollectorProcess, CollectorSetup};
+use ipaudit_tests::collector::{
+    event_key, watch_event_counts, CollectorProcess, CollectorSetup, EventKey,
+};
 use ipaudit_tests::kube::{resource_version, KubeServer};
 use ipaudit_tests::world::World;
 use serde_json::json;
@@ -105,78 +107,47 @@ fn an_api_server_restart_mid_watch_and_a_collector_restart_lose_no_change() {
         ..world.setup()
     };
     let collector = CollectorProcess::start(&setup, &[]);
-    let mut expected: Vec<(EventType, String, i64)> = Vec::new();
-    let mut write = |event_type: EventType, object: serde_json::Value| {
+    let key = |event_type: EventType, object: &serde_json::Value| -> EventKey {
         let name = object["metadata"]["name"].as_str().unwrap().to_owned();
-        expected.push((event_type, name, resource_version(&object)));
+        (Stream::Ip, name, event_type, resource_version(object))
     };
     kube.create(&subnet("restarts-net", "10.78.0.0/24"));
-    write(
-        EventType::Added,
-        kube.create(&ip("restarts-a.ns", "restarts-net", "10.78.0.2")),
-    );
-    // The API server goes away in the middle of the watches and comes back.
+    let a = kube.create(&ip("restarts-a.ns", "restarts-net", "10.78.0.2"));
+    // The API server goes away in the middle of the watches and comes back. Its new watch
+    // cache may no longer serve the version a watch resumes from (410): the collector then
+    // relists, and what changed meanwhile arrives listed at its version.
     kube.restart_apiserver();
-    write(
-        EventType::Added,
-        kube.create(&ip("restarts-b.ns", "restarts-net", "10.78.0.3")),
-    );
+    let b = kube.create(&ip("restarts-b.ns", "restarts-net", "10.78.0.3"));
+    let across_restart = [key(EventType::Added, &a), key(EventType::Added, &b)];
     // The collector goes away; the cluster changes meanwhile.
     let wait_for_b =
         |events: &[WatchEvent]| events.iter().any(|e| e.object_key() == "restarts-b.ns");
     world.events_until(Duration::from_secs(60), wait_for_b);
     collector.kill();
-    write(
-        EventType::Modified,
-        kube.patch(
-            "ips.kubeovn.io",
-            "restarts-a.ns",
-            &json!({"metadata": {"labels": {"moved": "yes"}}}),
-        ),
+    let moved = kube.patch(
+        "ips.kubeovn.io",
+        "restarts-a.ns",
+        &json!({"metadata": {"labels": {"moved": "yes"}}}),
     );
-    write(
-        EventType::Added,
-        kube.create(&ip("restarts-c.ns", "restarts-net", "10.78.0.4")),
-    );
+    let c = kube.create(&ip("restarts-c.ns", "restarts-net", "10.78.0.4"));
     kube.delete("ips.kubeovn.io", "restarts-b.ns");
+    // Resumed from the stored versions, which the server still has: watch events.
+    let while_down = [key(EventType::Modified, &moved), key(EventType::Added, &c)];
     let resumed = CollectorProcess::start(&setup, &[]);
-    let watched = |events: &[WatchEvent]| -> Vec<(EventType, String, i64)> {
-        let mut in_list = false;
-        events
-            .iter()
-            .filter(|e| e.stream == Stream::Ip)
-            .filter(|e| match e.event_type {
-                EventType::SyncStart => {
-                    in_list = true;
-                    false
-                }
-                EventType::SyncEnd => {
-                    in_list = false;
-                    false
-                }
-                t => t.carries_object() && !in_list,
-            })
-            .map(|e| {
-                (
-                    e.event_type,
-                    e.object_key(),
-                    e.resource_version_num.unwrap_or(-1),
-                )
-            })
-            .collect()
-    };
     let done = |events: &[WatchEvent]| {
-        let seen = watched(events);
-        expected.iter().all(|e| seen.contains(e))
-            && seen
-                .iter()
-                .any(|(t, name, _)| *t == EventType::Deleted && name == "restarts-b.ns")
+        let recorded: Vec<EventKey> = events.iter().map(event_key).collect();
+        let watched = watch_event_counts(events);
+        across_restart.iter().all(|e| recorded.contains(e))
+            && while_down.iter().all(|e| watched.contains_key(e))
+            && watched.keys().any(|(stream, name, t, _)| {
+                *stream == Stream::Ip && *t == EventType::Deleted && name == "restarts-b.ns"
+            })
     };
     let events = world.events_until(Duration::from_secs(60), done);
     assert!(
         done(&events),
-        "expected {expected:?}, watched {:?}; log:\n{}",
-        watched(&events),
+        "recorded {across_restart:?}, watched {while_down:?} and the DELETED of restarts-b.ns; watched {:?}; log:\n{}",
+        watch_event_counts(&events),
         resumed.log_text()
     );
     assert!(
