@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ipaudit_tests::collector::workspace_binary;
+use ipaudit_tests::plugin::{Plugin, Run};
 use kube_sim::{Kind, KubeSim, SimConfig};
 use serde_json::{json, Value};
 
@@ -67,67 +68,15 @@ impl Cluster {
 
     /// Runs `kubectl-ipaudit ARGS` with this cluster's kubeconfig.
     fn plugin(&self, args: &[&str]) -> Run {
-        let mut command = Command::new(workspace_binary("kubectl-ipaudit"));
-        command.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
-        Run::of(command)
+        self.runner().run(args)
+    }
+
+    fn runner(&self) -> Plugin {
+        Plugin::new(&self.kubeconfig, self.dir.path())
     }
 
     fn exists(&self, name: &str) -> bool {
         self.sim.get(Kind::Ip, "", name).is_ok()
-    }
-}
-
-/// What a run printed and how it ended.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn of(mut command: Command) -> Run {
-        let out = command.output().expect("the binary runs");
-        Run {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    /// (rule, subject) of every alert line of `--format jsonl`, sorted.
-    fn alerts(&self) -> Vec<(String, String)> {
-        let mut alerts: Vec<(String, String)> = self
-            .stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["record"] == "alert")
-            .map(|v| {
-                (
-                    v["rule"].as_str().unwrap_or_default().to_owned(),
-                    v["subject_name"].as_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .collect();
-        alerts.sort();
-        alerts
-    }
-
-    /// The printed line about `target`.
-    fn line_about(&self, target: &str) -> &str {
-        self.stdout
-            .lines()
-            .find(|l| l.contains(target))
-            .unwrap_or_else(|| panic!("no line about {target} in:\n{}", self.stdout))
-    }
-}
-
-impl std::fmt::Display for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
     }
 }
 
@@ -165,36 +114,12 @@ fn report_of(cluster: &Cluster) -> PathBuf {
     report
 }
 
-/// `check` in JSON lines with no owner grace (a record of a pod absent from the list is a
-/// leak at once), its report written: the report's path and the run, which found leaks.
 fn check_without_grace(cluster: &Cluster) -> (PathBuf, Run) {
-    let report = cluster.path("report.json");
-    let run = cluster.plugin(&[
-        "check",
-        "--format",
-        "jsonl",
-        "--owner-grace",
-        "0s",
-        "-o",
-        report.to_str().unwrap(),
-    ]);
-    assert_eq!(run.code, Some(1), "{run}");
-    (report, run)
+    cluster.runner().check_without_grace()
 }
 
 fn release(cluster: &Cluster, report: &Path, extra: &[&str]) -> Run {
-    let log = cluster.path("release.log");
-    let mut args = vec![
-        "release",
-        "--from-report",
-        report.to_str().unwrap(),
-        "--log-file",
-        log.to_str().unwrap(),
-        "--rate",
-        "50/s",
-    ];
-    args.extend_from_slice(extra);
-    cluster.plugin(&args)
+    cluster.runner().release(report, extra)
 }
 
 #[test]

@@ -104,6 +104,46 @@ impl KubeServer {
         serde_json::from_str(&out).expect("kubectl prints the object")
     }
 
+    /// Merge-patches the status subresource of `resource/name`, the way a controller writes
+    /// status (a create ignores `status` where the CRD has that subresource); returns it.
+    pub fn patch_status(&self, resource: &str, name: &str, patch: &Value) -> Value {
+        let out = self.kubectl(
+            &[
+                "patch",
+                resource,
+                name,
+                "--subresource",
+                "status",
+                "--type",
+                "merge",
+                "-p",
+                &patch.to_string(),
+                "-o",
+                "json",
+            ],
+            None,
+        );
+        serde_json::from_str(&out).expect("kubectl prints the object")
+    }
+
+    /// Whether `kubectl get RESOURCE NAME ARGS` finds the object.
+    pub fn exists(&self, resource: &str, name: &str, args: &[&str]) -> bool {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["get", resource, name])
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    /// `kubectl get RESOURCE NAME ARGS -o json`.
+    pub fn get(&self, resource: &str, name: &str, args: &[&str]) -> Value {
+        let mut all = vec!["get", resource, name, "-o", "json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&self.kubectl(&all, None)).expect("kubectl prints the object")
+    }
+
     /// Deletes `resource/name` (one with finalizers is only marked), without waiting.
     pub fn delete(&self, resource: &str, name: &str) {
         self.kubectl(&["delete", resource, name, "--wait=false"], None);
@@ -112,6 +152,39 @@ impl KubeServer {
     /// The server's directory, when this test started it.
     pub fn dir(&self) -> Option<PathBuf> {
         self.own.as_ref().map(|d| d.path().join("kube"))
+    }
+
+    /// The server's directory: this test's own, or the shared one's
+    /// (`IPAUDIT_TEST_KUBE_DIR`).
+    fn any_dir(&self) -> PathBuf {
+        self.dir().unwrap_or_else(|| {
+            PathBuf::from(
+                std::env::var("IPAUDIT_TEST_KUBE_DIR")
+                    .expect("IPAUDIT_TEST_KUBE_DIR beside IPAUDIT_TEST_KUBECONFIG"),
+            )
+        })
+    }
+
+    /// The server's `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        let env = std::fs::read_to_string(self.any_dir().join("kube.env")).expect("kube.env");
+        env.lines()
+            .find_map(|l| l.strip_prefix("IPAUDIT_TEST_KUBE_URL="))
+            .expect("the URL in kube.env")
+            .to_owned()
+    }
+
+    /// The CA of the server's certificate (PEM).
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.any_dir().join("pki/ca.pem")).expect("pki/ca.pem")
+    }
+
+    /// The admin's bearer token.
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.any_dir().join("pki/admin.token"))
+            .expect("pki/admin.token")
+            .trim()
+            .to_owned()
     }
 
     /// Compacts etcd's history up to `revision` (the resourceVersion counter), as the API

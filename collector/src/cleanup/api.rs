@@ -215,10 +215,15 @@ async fn send(
     let plural = target.stream.spec().map_or("", |s| s.plural);
     match client.request::<Value>(request).await {
         Ok(answer) => Ok(answer),
+        // A real kube-apiserver answers a failed JSON-patch `test` with a bare 422 ("the
+        // server rejected our request due to an error in our request", no causes): say
+        // what it means here.
+        Err(kube::Error::Api(status)) if status.code == 422 => Err(WriteError::Changed(format!(
+            "422: a test of the patch no longer holds; the server said: {}",
+            status.message
+        ))),
         Err(kube::Error::Api(status))
-            if status.code == 409
-                || status.code == 422
-                || names_missing(&status, plural, &target.name) =>
+            if status.code == 409 || names_missing(&status, plural, &target.name) =>
         {
             Err(WriteError::Changed(format!(
                 "{}: {}",
