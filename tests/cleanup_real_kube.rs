@@ -339,13 +339,17 @@ fn release_on_a_real_server_frees_a_stuck_ip_and_skips_one_changed_since_the_rep
 }
 
 #[test]
-fn a_cleanup_command_frees_the_stuck_ip_on_a_real_server_and_its_alert_resolves() {
+fn a_cleanup_command_frees_the_stuck_ip_on_a_real_server_with_the_charts_roles_and_its_alert_resolves(
+) {
     let kube = KubeServer::start();
     let world = World::new("real-remediate", None);
     let receiver = Receiver::start(&world.runtime);
     let commands = world.commands_topic();
+    // The collector runs as the chart's ServiceAccount with remediation on: its cleanup
+    // writes pass the server's RBAC with the chart's roles, not an admin's.
+    let kubeconfig = kube.chart_collector_kubeconfig(true, world.dir.path());
     let setup = CollectorSetup {
-        kubeconfig: &kube.kubeconfig,
+        kubeconfig: &kubeconfig,
         ..world.setup()
     };
     let collector = world.remediating_collector_on(&setup, "on", &[]);

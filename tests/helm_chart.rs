@@ -5,6 +5,7 @@
 
 use std::process::Command;
 
+use ipaudit_collector::cleanup::WRITES;
 use ipaudit_schemas::KINDS;
 use ipaudit_tests::manifests::{self, find, get, repo, strings, yaml_documents_of};
 use serde_yaml_ng::Value;
@@ -100,18 +101,20 @@ const IPAMS: [(&str, &str); 3] = [
 
 /// The writes the cleanups make (collector/src/cleanup), per API group.
 fn remediation_writes(group: &str) -> Vec<Rule> {
-    match group {
-        "kubeovn.io" => vec![rule(group, &["ips"], &["patch"])],
-        "whereabouts.cni.cncf.io" => vec![
-            rule(group, &["ippools"], &["patch"]),
-            rule(group, &["overlappingrangeipreservations"], &["delete"]),
-        ],
-        "spiderpool.spidernet.io" => vec![
-            rule(group, &["spiderendpoints"], &["patch"]),
-            rule(group, &["spiderippools/status"], &["patch"]),
-        ],
-        other => panic!("no IPAM has group {other}"),
-    }
+    // The collector's own table of its cleanup writes: the chart grants exactly those.
+    let rules: Vec<Rule> = WRITES
+        .iter()
+        .filter_map(|write| {
+            let kind = KINDS.iter().find(|k| k.stream == write.stream)?;
+            let resource = match write.subresource {
+                Some(sub) => format!("{}/{sub}", kind.plural),
+                None => kind.plural.to_owned(),
+            };
+            (kind.group == group).then(|| rule(group, &[&resource], &[write.verb]))
+        })
+        .collect();
+    assert!(!rules.is_empty(), "no cleanup writes in group {group}");
+    rules
 }
 
 /// The pool kind the admission guard reviews, per API group.

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
+use crate::access::{self, AccessDenied};
 use crate::admission::{AdmissionConfig, AdmissionError};
 use crate::discovery::{self, DiscoveryError};
 use crate::event::Stamp;
@@ -101,6 +102,9 @@ pub enum AppError {
     /// The API server does not serve the kinds to watch, or could not say.
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
+    /// The credentials lack permissions the collector needs.
+    #[error(transparent)]
+    Access(#[from] AccessDenied),
     /// The outbox failed.
     #[error(transparent)]
     Outbox(#[from] OutboxError),
@@ -194,6 +198,15 @@ async fn start(
     let client = client(&config.kube).await?;
     let watch_client = watch_client(&config.kube).await?;
     let kinds = discovery::discover(&client, config.kinds.as_deref()).await?;
+    let mode = remediate
+        .as_ref()
+        .map_or(RemediationMode::Off, |(r, _)| r.mode);
+    access::require(
+        &client,
+        &access::needed(&kinds, mode),
+        mode != RemediationMode::Off,
+    )
+    .await?;
     let watched: Vec<Stream> = kinds.iter().map(|k| k.stream).collect();
     let names: Vec<String> = kinds.iter().map(|k| discovery::served_name(k)).collect();
     info!(kinds = %names.join(", "), "watching");

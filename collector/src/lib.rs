@@ -17,6 +17,8 @@
 //! `record`, `remediate`, the binary) is behind the cargo feature `service`, on by
 //! default; `kubectl ipaudit` and the fuzz targets build the rest without it.
 
+#[cfg(feature = "service")]
+pub mod access;
 pub mod admission;
 #[cfg(feature = "service")]
 pub mod app;

@@ -55,6 +55,12 @@ impl KubeServer {
     /// Runs `kubectl ARGS` against the server with `stdin`; its stdout, or a panic naming
     /// what it said.
     pub fn kubectl(&self, args: &[&str], stdin: Option<&Value>) -> String {
+        let input = stdin.map(Value::to_string).unwrap_or_default();
+        self.kubectl_with_input(args, input.as_bytes())
+    }
+
+    /// [`KubeServer::kubectl`] with raw bytes (YAML) on stdin.
+    pub fn kubectl_with_input(&self, args: &[&str], input: &[u8]) -> String {
         let mut child = Command::new("kubectl")
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -64,10 +70,9 @@ impl KubeServer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("kubectl (scripts/test installs it)");
-        if let Some(input) = stdin {
+        if !input.is_empty() {
             let mut pipe = child.stdin.take().expect("stdin");
-            pipe.write_all(input.to_string().as_bytes())
-                .expect("write to kubectl");
+            pipe.write_all(input).expect("write to kubectl");
         }
         drop(child.stdin.take());
         let output = child.wait_with_output().expect("kubectl runs");
@@ -154,9 +159,9 @@ impl KubeServer {
         self.own.as_ref().map(|d| d.path().join("kube"))
     }
 
-    /// The server's directory: this test's own, or the shared one's
+    /// The server's directory: this test's own, or the run's shared one's
     /// (`IPAUDIT_TEST_KUBE_DIR`).
-    fn any_dir(&self) -> PathBuf {
+    pub fn any_dir(&self) -> PathBuf {
         self.dir().unwrap_or_else(|| {
             PathBuf::from(
                 std::env::var("IPAUDIT_TEST_KUBE_DIR")
@@ -228,6 +233,91 @@ impl Drop for KubeServer {
     fn drop(&mut self) {
         if let Some(dir) = self.dir() {
             let _ = Command::new(kube_script()).arg("stop").arg(dir).output();
+        }
+    }
+}
+
+/// The namespace the chart's ServiceAccounts are applied to.
+pub const CHART_NAMESPACE: &str = "ipaudit";
+
+impl KubeServer {
+    /// Applies the collector's ServiceAccount, ClusterRoles and bindings as the chart
+    /// renders them (`helm template`, release `ipaudit` in [`CHART_NAMESPACE`]; with
+    /// `remediation`, of `ci/remediation-on.yaml`, which adds the cleanup writes), and
+    /// returns a kubeconfig of that ServiceAccount, its token from the TokenRequest API.
+    pub fn chart_collector_kubeconfig(&self, remediation: bool, dir: &Path) -> PathBuf {
+        let chart = crate::manifest_dir().join("../charts/ipaudit");
+        let mut helm = Command::new(std::env::var("IPAUDIT_HELM").unwrap_or("helm".into()));
+        helm.args(["template", "ipaudit"])
+            .arg(&chart)
+            .args(["--namespace", CHART_NAMESPACE, "--kube-version", "1.34.4"])
+            .args(["--show-only", "templates/rbac.yaml"]);
+        if remediation {
+            helm.arg("-f")
+                .arg(chart.join("ci/remediation-on.yaml"))
+                .args(["--show-only", "templates/rbac-remediate.yaml"]);
+        }
+        let rendered = helm
+            .output()
+            .expect("helm (scripts/tools install; scripts/test puts it on PATH)");
+        assert!(
+            rendered.status.success(),
+            "helm template: {}",
+            String::from_utf8_lossy(&rendered.stderr)
+        );
+        if !self.exists("namespace", CHART_NAMESPACE, &[]) {
+            self.kubectl(&["create", "namespace", CHART_NAMESPACE], None);
+        }
+        self.kubectl_with_input(&["apply", "-f", "-"], &rendered.stdout);
+        self.service_account_kubeconfig(CHART_NAMESPACE, "ipaudit-collector", dir)
+    }
+
+    /// A kubeconfig (written under `dir`) of the ServiceAccount `namespace/name`, with a
+    /// token from the TokenRequest API (`kubectl create token`), as a pod would get it.
+    pub fn service_account_kubeconfig(&self, namespace: &str, name: &str, dir: &Path) -> PathBuf {
+        let token = self.kubectl(&["create", "token", name, "-n", namespace], None);
+        let path = dir.join(format!("kubeconfig-{namespace}-{name}"));
+        let config = serde_json::json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "test", "cluster": {"server": self.url(),
+                "certificate-authority": self.any_dir().join("pki/ca.pem")}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": name}}],
+            "current-context": "test",
+            "users": [{"name": name, "user": {"token": token.trim()}}],
+        });
+        std::fs::write(&path, config.to_string()).expect("write kubeconfig");
+        path
+    }
+
+    /// Whether the credentials of `kubeconfig` may `verb` the `resource` (`ips.kubeovn.io`),
+    /// or its `subresource`, in every namespace: the server's own answer (`kubectl auth
+    /// can-i`, a SelfSubjectAccessReview).
+    pub fn can(
+        &self,
+        kubeconfig: &Path,
+        verb: &str,
+        resource: &str,
+        subresource: Option<&str>,
+    ) -> bool {
+        let mut command = Command::new("kubectl");
+        command.arg("--kubeconfig").arg(kubeconfig).args([
+            "auth",
+            "can-i",
+            verb,
+            resource,
+            "--all-namespaces",
+        ]);
+        if let Some(sub) = subresource {
+            command.arg(format!("--subresource={sub}"));
+        }
+        let output = command.output().expect("kubectl");
+        match String::from_utf8_lossy(&output.stdout).trim() {
+            "yes" => true,
+            "no" => false,
+            other => panic!(
+                "kubectl auth can-i {verb} {resource}: {other} {}",
+                String::from_utf8_lossy(&output.stderr)
+            ),
         }
     }
 }

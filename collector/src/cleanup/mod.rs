@@ -42,6 +42,54 @@ mod whereabouts;
 use ipaudit_schemas::{CleanupAction, RemediationOutcome, Stream};
 use kube::Client;
 
+/// A write the cleanups of the remediation table make: the chart's remediation ClusterRole
+/// grants exactly these (tests/helm_chart.rs compares), and the collector asks for them
+/// before it starts with remediation on ([`crate::access`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Write {
+    /// The kind written.
+    pub stream: Stream,
+    /// `status` for a write to the status subresource.
+    pub subresource: Option<&'static str>,
+    /// The verb (`patch`, `delete`).
+    pub verb: &'static str,
+}
+
+/// Every write of the remediation table, per IPAM in the order of the kind table (the
+/// chart's role lists them so).
+pub const WRITES: [Write; 5] = [
+    // kube-ovn's finalizer off a stuck IP.
+    Write {
+        stream: Stream::Ip,
+        subresource: None,
+        verb: "patch",
+    },
+    // One allocation out of a whereabouts IPPool.
+    Write {
+        stream: Stream::IpPool,
+        subresource: None,
+        verb: "patch",
+    },
+    // A whereabouts reservation of a gone pod.
+    Write {
+        stream: Stream::OverlappingRangeIpReservation,
+        subresource: None,
+        verb: "delete",
+    },
+    // spiderpool's finalizer off a stuck SpiderEndpoint.
+    Write {
+        stream: Stream::SpiderEndpoint,
+        subresource: None,
+        verb: "patch",
+    },
+    // One entry out of a SpiderIPPool's status.
+    Write {
+        stream: Stream::SpiderIpPool,
+        subresource: Some("status"),
+        verb: "patch",
+    },
+];
+
 /// One object a cleanup acts on, as the finding saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
