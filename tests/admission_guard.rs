@@ -7,8 +7,7 @@
 
 use std::time::Duration;
 
-use ipaudit_tests::broker::{free_port, wait_for_port};
-use ipaudit_tests::collector::{CollectorProcess, CollectorSetup};
+use ipaudit_tests::collector::CollectorProcess;
 use ipaudit_tests::scenario::{ip, subnet};
 use ipaudit_tests::tls::Certs;
 use ipaudit_tests::wait_for;
@@ -66,36 +65,6 @@ fn populate(sim: &KubeSim) {
                 "allocatedIPs": "{\"172.18.40.10\":{\"pod\":\"default/cache-0\",\"podUid\":\"9f1c\"}}"}}),
     )
     .unwrap();
-}
-
-/// A collector with the webhook on a free port; waits until the port accepts.
-fn collector_with_guard(
-    setup: &CollectorSetup<'_>,
-    certs: &Certs,
-    mode: &str,
-    ready: bool,
-) -> (CollectorProcess, u16) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let cert = certs.server_cert.display().to_string();
-    let key = certs.server_key.display().to_string();
-    let args = [
-        "--admission-listen",
-        listen.as_str(),
-        "--admission-cert",
-        cert.as_str(),
-        "--admission-key",
-        key.as_str(),
-        "--guard",
-        mode,
-    ];
-    let collector = if ready {
-        CollectorProcess::start(setup, &args)
-    } else {
-        CollectorProcess::start_unready(setup, &args)
-    };
-    wait_for_port(port, Duration::from_secs(30));
-    (collector, port)
 }
 
 /// The AdmissionReview the API server sends for `kubectl delete` of `object` (as the API
@@ -211,7 +180,8 @@ fn deny_refuses_deleting_a_subnet_or_pool_that_live_allocations_name_listing_the
     let world = World::new("guard-deny", None);
     populate(&world.sim);
     let certs = Certs::generate();
-    let (collector, port) = collector_with_guard(&world.setup(), &certs, "deny", true);
+    let (collector, port) =
+        CollectorProcess::start_with_guard(&world.setup(), &certs, "deny", true);
     let client = client(&certs.ca);
 
     let busy = review_until(
@@ -324,7 +294,8 @@ fn deny_refuses_deleting_a_subnet_or_pool_that_live_allocations_name_listing_the
 fn warn_allows_deleting_a_subnet_that_live_ips_name_with_warnings_naming_them() {
     let world = World::new("guard-warn", None);
     let certs = Certs::generate();
-    let (collector, port) = collector_with_guard(&world.setup(), &certs, "warn", true);
+    let (collector, port) =
+        CollectorProcess::start_with_guard(&world.setup(), &certs, "warn", true);
     let client = client(&certs.ca);
     // Created while the collector watches: the index follows the watch events.
     populate(&world.sim);
@@ -381,7 +352,8 @@ fn every_deletion_is_allowed_until_the_watches_are_synced_and_while_one_fails() 
         world.sim.fail_kind(kind);
     }
     let certs = Certs::generate();
-    let (mut collector, port) = collector_with_guard(&world.setup(), &certs, "deny", false);
+    let (mut collector, port) =
+        CollectorProcess::start_with_guard(&world.setup(), &certs, "deny", false);
     let client = client(&certs.ca);
     for (kind, namespace, name) in [
         (Kind::Subnet, "", "busy-net"),
@@ -454,7 +426,8 @@ fn a_restarted_collector_relists_what_the_guard_reads_and_guards_again() {
     let certs = Certs::generate();
     let client = client(&certs.ca);
     let busy = (Kind::Subnet, "", "busy-net");
-    let (collector, port) = collector_with_guard(&world.setup(), &certs, "deny", true);
+    let (collector, port) =
+        CollectorProcess::start_with_guard(&world.setup(), &certs, "deny", true);
     review_until("denied", &world, &client, port, busy, |r| {
         r["allowed"] == false
     });
@@ -467,7 +440,8 @@ fn a_restarted_collector_relists_what_the_guard_reads_and_guards_again() {
     );
     // The outbox holds a resume point for every stream; the guard's index lived in memory
     // and must be rebuilt from a fresh list, not left empty by a resumed watch.
-    let (collector, port) = collector_with_guard(&world.setup(), &certs, "deny", true);
+    let (collector, port) =
+        CollectorProcess::start_with_guard(&world.setup(), &certs, "deny", true);
     let response = review_until(
         "denied after the restart",
         &world,

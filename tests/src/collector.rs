@@ -93,6 +93,38 @@ impl CollectorProcess {
         Self::spawn(command, metrics_port, log)
     }
 
+    /// Starts `collector run` with the admission webhook on a free port of 127.0.0.1
+    /// (`--guard mode`, the server certificate of `certs`), waiting until /readyz says
+    /// every stream is watching when `ready`, and in any case until the port accepts.
+    pub fn start_with_guard(
+        setup: &CollectorSetup<'_>,
+        certs: &crate::tls::Certs,
+        mode: &str,
+        ready: bool,
+    ) -> (CollectorProcess, u16) {
+        let port = crate::broker::free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let cert = certs.server_cert.display().to_string();
+        let key = certs.server_key.display().to_string();
+        let args = [
+            "--admission-listen",
+            listen.as_str(),
+            "--admission-cert",
+            cert.as_str(),
+            "--admission-key",
+            key.as_str(),
+            "--guard",
+            mode,
+        ];
+        let collector = if ready {
+            Self::start(setup, &args)
+        } else {
+            Self::start_unready(setup, &args)
+        };
+        crate::broker::wait_for_port(port, Duration::from_secs(30));
+        (collector, port)
+    }
+
     /// Starts `collector record --out <out>` (cluster `lab`) against `kubeconfig`, logging
     /// next to `out`, and waits until /readyz says every stream it watches is watching;
     /// [`CollectorProcess::terminate`] then finishes the file.
