@@ -7,12 +7,10 @@ use std::process::Command;
 
 use ipaudit_collector::cleanup::WRITES;
 use ipaudit_schemas::KINDS;
-use ipaudit_tests::manifests::{self, find, get, repo, strings, yaml_documents_of};
+use ipaudit_tests::manifests::{
+    self, chart_ci_values_files, find, get, helm, repo, strings, yaml_documents_of,
+};
 use serde_yaml_ng::Value;
-
-fn helm() -> String {
-    std::env::var("IPAUDIT_HELM").unwrap_or_else(|_| "helm".to_owned())
-}
 
 fn helm_template(args: &[&str]) -> std::process::Output {
     let chart = repo("charts/ipaudit");
@@ -49,16 +47,12 @@ fn refusal(args: &[&str]) -> String {
 
 /// `[]` (the defaults) and `-f` of every values file in charts/ipaudit/ci/.
 fn every_values_file() -> Vec<Vec<String>> {
-    let mut files: Vec<String> = std::fs::read_dir(repo("charts/ipaudit/ci"))
-        .expect("charts/ipaudit/ci")
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().to_string_lossy().into_owned())
-        .filter(|p| p.ends_with(".yaml"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 5, "the values files: {files:?}");
     std::iter::once(Vec::new())
-        .chain(files.into_iter().map(|f| vec!["-f".to_owned(), f]))
+        .chain(
+            chart_ci_values_files()
+                .into_iter()
+                .map(|f| vec!["-f".to_owned(), f.to_string_lossy().into_owned()]),
+        )
         .collect()
 }
 

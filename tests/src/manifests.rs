@@ -1,5 +1,6 @@
 //! Readers of the deployment files for the tests that check them (`tests/deployment.rs` on
-//! deploy/ and docker-compose.yml, `tests/helm_chart.rs` on the chart's renderings).
+//! deploy/ and docker-compose.yml, `tests/helm_chart.rs` on the chart's renderings,
+//! `tests/chart_real_kube.rs` on its installs).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,6 +12,24 @@ use crate::collector::workspace_binary;
 /// A path of the repository.
 pub fn repo(path: &str) -> PathBuf {
     crate::manifest_dir().join("..").join(path)
+}
+
+/// The helm of the tests: `$IPAUDIT_HELM`, or `helm` on PATH (scripts/tools install).
+pub fn helm() -> String {
+    std::env::var("IPAUDIT_HELM").unwrap_or_else(|_| "helm".to_owned())
+}
+
+/// The values files of charts/ipaudit/ci/ (the choices the chart is checked with), sorted.
+pub fn chart_ci_values_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo("charts/ipaudit/ci"))
+        .expect("charts/ipaudit/ci")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "the values files: {files:?}");
+    files
 }
 
 /// Every YAML document of `text` (`what` names it in a failure).
