@@ -22,7 +22,7 @@ fn charts_webhook(certs: &Certs, port: u16) -> Value {
     let ca = std::fs::read(&certs.ca).expect("CA");
     let ca = base64_of(&ca);
     let chart = ipaudit_tests::manifest_dir().join("../charts/ipaudit");
-    let out = Command::new(std::env::var("IPAUDIT_HELM").unwrap_or("helm".into()))
+    let out = Command::new(ipaudit_tests::manifests::helm())
         .args(["template", "ipaudit"])
         .arg(&chart)
         .args(["--namespace", "ipaudit", "--kube-version", "1.34.4"])

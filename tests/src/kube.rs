@@ -247,7 +247,7 @@ impl KubeServer {
     /// returns a kubeconfig of that ServiceAccount, its token from the TokenRequest API.
     pub fn chart_collector_kubeconfig(&self, remediation: bool, dir: &Path) -> PathBuf {
         let chart = crate::manifest_dir().join("../charts/ipaudit");
-        let mut helm = Command::new(std::env::var("IPAUDIT_HELM").unwrap_or("helm".into()));
+        let mut helm = Command::new(crate::manifests::helm());
         helm.args(["template", "ipaudit"])
             .arg(&chart)
             .args(["--namespace", CHART_NAMESPACE, "--kube-version", "1.34.4"])
