@@ -7,13 +7,11 @@
 //! `test` operations and the preconditions meet the real server's validation, not the
 //! simulator's.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use ipaudit_schemas::{EventType, RemediationOutcome, WatchEvent};
 use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::collector::{workspace_binary, CollectorSetup};
+use ipaudit_tests::collector::CollectorSetup;
 use ipaudit_tests::interloper::Interloper;
 use ipaudit_tests::kube::KubeServer;
 use ipaudit_tests::plugin::{Plugin, Run};
@@ -31,47 +29,6 @@ fn ip(pod: &str, subnet: &str, address: &str) -> Value {
             "labels": {"ovn.kubernetes.io/subnet": subnet}},
         "spec": {"podName": pod, "namespace": "default", "subnet": subnet,
             "ipAddress": address, "v4IpAddress": address, "podType": ""}})
-}
-
-/// `kubectl-ipaudit ARGS` against the server: exit code and stdout.
-fn plugin(kube: &KubeServer, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(workspace_binary("kubectl-ipaudit"))
-        .arg("--kubeconfig")
-        .arg(&kube.kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl-ipaudit runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn exists(kube: &KubeServer, name: &str) -> bool {
-    Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kube.kubeconfig)
-        .args(["get", "ips.kubeovn.io", name])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn release(kube: &KubeServer, dir: &Path, report: &Path) -> (Option<i32>, String, String) {
-    let log = dir.join("release.log");
-    plugin(
-        kube,
-        &[
-            "release",
-            "--from-report",
-            report.to_str().unwrap(),
-            "--log-file",
-            log.to_str().unwrap(),
-            "--rate",
-            "50/s",
-            "--apply",
-        ],
-    )
 }
 
 /// A pod that exists (Pending for ever: there is no kubelet); its uid.
@@ -297,7 +254,8 @@ fn every_cleanup_whose_object_changes_between_reread_and_write_is_refused_by_the
 }
 
 #[test]
-fn release_on_a_real_server_frees_a_stuck_ip_and_skips_one_changed_since_the_report() {
+fn kubectl_ipaudit_through_plugin_discovery_frees_a_stuck_ip_on_a_real_server_and_skips_one_changed_since_the_report(
+) {
     let kube = KubeServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     // Two IPs terminating on kube-ovn's finalizer, their subnets absent: stuck for good.
@@ -305,35 +263,41 @@ fn release_on_a_real_server_frees_a_stuck_ip_and_skips_one_changed_since_the_rep
         kube.create(&ip(pod, &format!("gone-{pod}"), address));
         kube.delete("ips.kubeovn.io", &format!("{pod}.default"));
     }
+    let plugin = Plugin::new(&kube.kubeconfig, dir.path());
     let report = dir.path().join("report.json");
-    let (code, out, err) = plugin(&kube, &["check", "-o", report.to_str().unwrap()]);
-    assert_eq!(code, Some(1), "leaks found:\n{out}{err}");
+    let check = plugin.run_through_kubectl(&["check", "-o", report.to_str().unwrap()]);
+    assert_eq!(check.code, Some(1), "leaks found: {check}");
     // stuck-b changes after the report: its release must not act on the old version.
     kube.patch(
         "ips.kubeovn.io",
         "stuck-b.default",
         &json!({"metadata": {"labels": {"touched": "yes"}}}),
     );
-    let (code, out, err) = release(&kube, dir.path(), &report);
-    assert_eq!(code, Some(0), "{out}{err}");
-    let line = |name: &str| {
-        out.lines()
-            .find(|l| l.contains(name))
-            .unwrap_or_else(|| panic!("no line about {name}:\n{out}"))
-            .to_owned()
-    };
-    assert!(line("stuck-a.default").starts_with("applied"), "{out}");
-    let skipped = line("stuck-b.default");
+    let log = dir.path().join("release.log");
+    let run = plugin.run_through_kubectl(&[
+        "release",
+        "--from-report",
+        report.to_str().unwrap(),
+        "--log-file",
+        log.to_str().unwrap(),
+        "--apply",
+    ]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.line_about("stuck-a.default").starts_with("applied"),
+        "{run}"
+    );
+    let skipped = run.line_about("stuck-b.default");
     assert!(
         skipped.starts_with("skipped") && skipped.contains("resourceVersion changed"),
-        "{out}"
+        "{run}"
     );
     assert!(
-        !exists(&kube, "stuck-a.default"),
+        !kube.exists("ips.kubeovn.io", "stuck-a.default", &[]),
         "the real server deleted the IP once its finalizer was removed"
     );
     assert!(
-        exists(&kube, "stuck-b.default"),
+        kube.exists("ips.kubeovn.io", "stuck-b.default", &[]),
         "the changed IP is untouched"
     );
 }
@@ -376,7 +340,7 @@ fn a_cleanup_command_frees_the_stuck_ip_on_a_real_server_with_the_charts_roles_a
     kube.delete("subnets.kubeovn.io", "seed-net");
     kube.delete("ips.kubeovn.io", "vm-1.default");
     wait_for("the stuck IP is gone", Duration::from_secs(60), || {
-        (!exists(&kube, "vm-1.default")).then_some(())
+        (!kube.exists("ips.kubeovn.io", "vm-1.default", &[])).then_some(())
     });
     wait_for(
         "the stuck-IP alert resolves",

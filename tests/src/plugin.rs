@@ -32,6 +32,26 @@ impl Plugin {
         Run::of(command)
     }
 
+    /// `kubectl ipaudit --kubeconfig K ARGS`: found by kubectl's plugin discovery on a
+    /// PATH that starts with the workspace's binaries, as an operator runs it.
+    pub fn run_through_kubectl(&self, args: &[&str]) -> Run {
+        let binary = workspace_binary("kubectl-ipaudit");
+        let bin_dir = binary.parent().expect("the binaries' directory");
+        let path = std::env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(
+            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+        ))
+        .expect("PATH");
+        let mut command = Command::new("kubectl");
+        command
+            .env("PATH", path)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .arg("ipaudit")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args);
+        Run::of(command)
+    }
+
     /// `check` in JSON lines with no owner grace (a record of a pod absent from the list is a
     /// leak at once), its report written to `report.json`: the report's path and the run,
     /// which must have found leaks.
