@@ -10,7 +10,9 @@
 //! without an object. A collector's streams are the ones it has shown, and with each the
 //! other kinds of the same IPAM and Pods (read from the kind table): those that have not
 //! shown up yet hold everything back (for at most the idle delay), so that the first
-//! events of one stream are not released ahead of another that is still connecting.
+//! events of one stream are not released ahead of another that is still connecting. Pods
+//! shown first wait so for some IPAM's stream (every collector watches one), whichever
+//! comes.
 //!
 //! Events without any time (a kubectl recording of objects without timestamps, before the
 //! first timestamp) count as arriving when the first time is seen, so they wait their idle
@@ -548,16 +550,33 @@ impl ReorderBuffer {
     }
 }
 
+/// The clock of an IPAM stream expected but not yet shown, when a collector's Pods come
+/// first (no event of this kind ever reaches the buffer: the analysis skips them before).
+const AN_IPAM_STREAM: Stream = Stream::Unknown;
+
 /// A collector showed `stream` for the first time: adds its clock, and clocks for the
 /// streams expected with it (the other kinds of its IPAM, and Pods, which every IPAM
-/// reads); returns the index of `stream`'s clock.
+/// reads; for Pods, some IPAM's stream); returns the index of `stream`'s clock.
 fn expect_streams_with(streams: &mut Vec<(Stream, StreamClock)>, stream: Stream) -> usize {
     let ipam = stream.spec().and_then(|k| k.ipam);
+    if ipam.is_some() {
+        // The IPAM stream the Pods were waiting for: its own kinds are expected now.
+        streams.retain(|(s, _)| *s != AN_IPAM_STREAM);
+    }
+    // Pods shown first: every collector also watches some IPAM's kinds, not yet shown
+    // (a placeholder clock until one is), so the Pods' versions, a relist's above all,
+    // are not released ahead of an IPAM stream still connecting.
+    let an_ipam_stream = (ipam.is_none()
+        && !streams
+            .iter()
+            .any(|(s, _)| s.spec().and_then(|k| k.ipam).is_some()))
+    .then_some(AN_IPAM_STREAM);
     let expected = KINDS
         .iter()
         .filter(|k| ipam.is_some() && (k.ipam == ipam || k.ipam.is_none()))
         .map(|k| k.stream)
-        .chain(std::iter::once(stream));
+        .chain(std::iter::once(stream))
+        .chain(an_ipam_stream);
     for expected in expected {
         if !streams.iter().any(|(s, _)| *s == expected) {
             streams.push((expected, StreamClock::default()));
@@ -616,6 +635,32 @@ mod tests {
         assert_eq!(versions(&out), [10, 12, 13]);
         buffer.push(EventBuilder::bookmark(Stream::Subnet, 20), &mut out);
         assert_eq!(versions(&out), [10, 12, 13, 14], "a bookmark passes it");
+    }
+
+    #[test]
+    fn pods_shown_first_wait_for_an_ipam_stream_even_through_a_pod_relist() {
+        let mut buffer = ReorderBuffer::new(ReorderConfig::default());
+        let mut out = Vec::new();
+        buffer.push(EventBuilder::pod("ns", "p").rv(2).at(0).added(), &mut out);
+        buffer.push(
+            EventBuilder::marker(Stream::Pod, EventType::SyncStart, 8),
+            &mut out,
+        );
+        buffer.push(
+            EventBuilder::marker(Stream::Pod, EventType::SyncEnd, 8),
+            &mut out,
+        );
+        assert!(out.is_empty(), "no IPAM stream has shown up yet: {out:?}");
+        buffer.push(subnet(1), &mut out);
+        buffer.push(subnet(8), &mut out);
+        assert!(
+            out.is_empty(),
+            "the IP stream has not shown up yet: {out:?}"
+        );
+        buffer.push(ip(3), &mut out);
+        assert_eq!(versions(&out), [1, 2, 3], "8 waits for the IP stream");
+        buffer.push(EventBuilder::bookmark(Stream::Ip, 9), &mut out);
+        assert_eq!(versions(&out), [1, 2, 3, 8, 8, 8]);
     }
 
     #[test]

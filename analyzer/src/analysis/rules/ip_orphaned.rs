@@ -54,11 +54,19 @@ impl Rule for IpOrphaned {
             return;
         }
         if change.is_list_end() {
-            // A complete list of pools: every record naming one it lacks is orphaned.
+            // A complete list of pools: every record naming one it lacks is orphaned, if
+            // the record is no newer than the list. A list at version V says nothing of a
+            // pool created after V, so a record last seen after V (which may name such a
+            // pool, its ADDED not yet here) is judged by a later list or its own next
+            // change, never by this one.
+            let listed_at = change.event.rv;
             for pool in ctx.state.named_pools() {
                 if pool.stream == stream && ctx.state.pool(&pool).is_none() {
                     for record in ctx.state.naming(&pool) {
-                        check(ctx, &record, change.event);
+                        let seen_at = ctx.state.get(record.0, &record.1).map(|r| r.last.rv);
+                        if seen_at.is_some_and(|rv| rv <= listed_at) {
+                            check(ctx, &record, change.event);
+                        }
                     }
                 }
             }
