@@ -5,6 +5,7 @@
 //! privilege.
 
 use ipaudit_schemas::KINDS;
+use ipaudit_tests::collector::workspace_binary;
 use ipaudit_tests::manifests::{get, help, repo, strings, yaml_documents_of};
 use serde_yaml_ng::Value;
 
@@ -424,4 +425,28 @@ fn docker_compose_publishes_kafka_metrics_and_the_pages_on_localhost_only() {
         published, 3,
         "Kafka, the collector's metrics and the analyzer's incident pages"
     );
+}
+
+#[test]
+fn each_programs_about_text_names_every_ipam_of_the_kind_table() {
+    let mut ipams: Vec<&str> = KINDS
+        .iter()
+        .filter_map(|k| k.ipam.map(|i| i.as_str()))
+        .collect();
+    ipams.dedup();
+    assert!(ipams.len() >= 3, "{ipams:?}");
+    for program in ["analyzer", "collector", "kubectl-ipaudit"] {
+        let out = std::process::Command::new(workspace_binary(program))
+            .arg("--help")
+            .output()
+            .expect("runs");
+        let help = String::from_utf8_lossy(&out.stdout);
+        let about = help.lines().next().unwrap_or_default();
+        for ipam in &ipams {
+            assert!(
+                about.contains(ipam),
+                "`{program} --help` names {ipam} in its first line: {about}"
+            );
+        }
+    }
 }

@@ -14,11 +14,13 @@ use ipaudit_analyzer::offline::report::{render_text, skipped_text, write_jsonl, 
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_runtime::generate::{self, GenerateArgs};
 use ipaudit_runtime::parse::{self, millis};
+use ipaudit_runtime::secret;
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 
 ipaudit_analyzer::global_allocator!();
 
-/// Finds IP address leaks in kube-ovn clusters from their watch-event history.
+/// Finds IP address leaks of the IPAMs ipaudit watches from their clusters' watch-event
+/// history: live from Kafka, or offline from recordings (`about`: the crate's description).
 #[derive(Debug, Parser)]
 #[command(name = "analyzer", version, about, long_about = None)]
 struct Cli {
@@ -262,17 +264,6 @@ struct RunArgs {
     rules: RuleArgs,
 }
 
-/// A secret given as a value or as a file (see [`ipaudit_runtime::secret::value_or_file`]); the
-/// value never appears in an error.
-fn secret(
-    value: Option<String>,
-    file: Option<PathBuf>,
-    what: &str,
-) -> anyhow::Result<Option<String>> {
-    ipaudit_runtime::secret::value_or_file(value, file.as_deref())
-        .with_context(|| format!("cannot read the {what}"))
-}
-
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Format {
     /// A report for an incident review.
@@ -365,20 +356,13 @@ fn main() -> ExitCode {
 /// How long the start-up check waits for a broker before going on without one.
 const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Checks the Kafka options and the connection: a TLS or authentication failure stops the
-/// analyzer with that error; an unreachable broker is an outage the consumer waits out.
+/// The Kafka options checked and the connection probed: a TLS or authentication failure
+/// stops the analyzer with that error; an unreachable broker is an outage the consumer
+/// waits out.
 fn kafka_connection(
     args: &ipaudit_runtime::kafka::KafkaArgs,
-) -> anyhow::Result<ipaudit_runtime::kafka::Connection> {
-    let connection = args.connection().context("invalid Kafka options")?;
-    match connection.probe(KAFKA_PROBE_TIMEOUT) {
-        Ok(()) => {}
-        Err(error) if error.is_retryable() => {
-            tracing::warn!(%error, "Kafka is not reachable yet; waiting for it")
-        }
-        Err(error) => return Err(error).context("cannot use Kafka"),
-    }
-    Ok(connection)
+) -> Result<ipaudit_runtime::kafka::Connection, ipaudit_runtime::kafka::StartError> {
+    args.probed_connection(KAFKA_PROBE_TIMEOUT, "waiting for it")
 }
 
 fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -395,21 +379,25 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         sinks.push(AlertSink::Log(LogSink));
     }
     // An empty value (e.g. an unset variable in docker compose) means "not configured".
-    let bearer = secret(
+    let bearer = secret::named(
         args.webhook_bearer_token,
-        args.webhook_bearer_token_file,
+        args.webhook_bearer_token_file.as_deref(),
         "webhook bearer token",
     )?;
-    let hmac = secret(
+    let hmac = secret::named(
         args.webhook_hmac_secret,
-        args.webhook_hmac_secret_file,
+        args.webhook_hmac_secret_file.as_deref(),
         "webhook HMAC secret",
     )?;
     let commands_key = if args.cleanup_commands {
-        secret(args.commands_key, args.commands_key_file, "commands key")?
-            .map(|text| ipaudit_schemas::CommandKey::from_secret(&text))
-            .transpose()
-            .context("unusable commands key")?
+        secret::named(
+            args.commands_key,
+            args.commands_key_file.as_deref(),
+            "commands key",
+        )?
+        .map(|text| ipaudit_schemas::CommandKey::from_secret(&text))
+        .transpose()
+        .context("unusable commands key")?
     } else {
         None
     };
@@ -421,7 +409,7 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
                 format!("--ui-listen {:?} is not an address:port", args.ui_listen)
             })?,
             base_path: ipaudit_analyzer::live::ui::normalise_base_path(&args.ui_base_path),
-            api_token: secret(None, args.ui_api_token_file, "UI API token")?,
+            api_token: secret::named(None, args.ui_api_token_file.as_deref(), "UI API token")?,
             peers: args
                 .ui_peers
                 .into_iter()

@@ -308,17 +308,7 @@ fn kinds_long_help() -> String {
     help
 }
 
-/// A secret given as a value or as a file (see [`ipaudit_runtime::secret::value_or_file`]); the
-/// value never appears in an error.
-fn secret(
-    value: Option<String>,
-    file: Option<PathBuf>,
-    what: &str,
-) -> anyhow::Result<Option<String>> {
-    ipaudit_runtime::secret::value_or_file(value, file.as_deref())
-        .with_context(|| format!("cannot read the {what}"))
-}
-
+/// The collector's settings from its command line.
 fn collector_config(
     args: WatchArgs,
     listen: Option<SocketAddr>,
@@ -401,19 +391,16 @@ const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Checks the Kafka options and the connection: a TLS or authentication failure stops the
 /// collector with that error; an unreachable broker is an outage the outbox rides out.
+/// The Kafka options checked and the connection probed, off the runtime's threads: a TLS
+/// or authentication failure stops the collector; an unreachable broker is an outage the
+/// outbox waits out.
 async fn kafka_connection(args: &ipaudit_runtime::kafka::KafkaArgs) -> anyhow::Result<Connection> {
-    let connection = args.connection().context("invalid Kafka options")?;
-    let probed = connection.clone();
-    let probe = tokio::task::spawn_blocking(move || probed.probe(KAFKA_PROBE_TIMEOUT))
-        .await
-        .context("Kafka start-up check")?;
-    match probe {
-        Ok(()) => {}
-        Err(error) if error.is_retryable() => {
-            tracing::warn!(%error, "Kafka is not reachable yet; events wait in the outbox")
-        }
-        Err(error) => return Err(error).context("cannot use Kafka"),
-    }
+    let args = args.clone();
+    let connection = tokio::task::spawn_blocking(move || {
+        args.probed_connection(KAFKA_PROBE_TIMEOUT, "events wait in the outbox")
+    })
+    .await
+    .context("Kafka start-up check")??;
     Ok(connection)
 }
 
@@ -422,10 +409,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Run(args) => {
             let args = *args;
             // Everything local is checked before the broker probe, which may wait for Kafka.
-            let key = secret(args.commands_key, args.commands_key_file, "commands key")?
-                .map(|text| ipaudit_schemas::CommandKey::from_secret(&text))
-                .transpose()
-                .context("unusable commands key")?;
+            let key = ipaudit_runtime::secret::named(
+                args.commands_key,
+                args.commands_key_file.as_deref(),
+                "commands key",
+            )?
+            .map(|text| ipaudit_schemas::CommandKey::from_secret(&text))
+            .transpose()
+            .context("unusable commands key")?;
             let connection = kafka_connection(&args.kafka).await?;
             let kafka = KafkaConfig {
                 connection,

@@ -56,6 +56,28 @@ pub fn value_or_file(
     }
 }
 
+/// A secret of a program ("webhook bearer token") that cannot be read: the name says
+/// which flag to fix.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read the {what}")]
+pub struct NamedSecretError {
+    what: String,
+    #[source]
+    source: SecretFileError,
+}
+
+/// [`value_or_file`] of the secret called `what`, its error naming it.
+pub fn named(
+    value: Option<String>,
+    file: Option<&Path>,
+    what: &str,
+) -> Result<Option<String>, NamedSecretError> {
+    value_or_file(value, file).map_err(|source| NamedSecretError {
+        what: what.to_owned(),
+        source,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,9 +4,12 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use rdkafka::config::ClientConfig;
 
 use crate::kafka::args::{is_secret_key, KafkaArgs, SecurityProtocol};
+use crate::kafka::probe::ProbeError;
 
 /// Bootstrap servers plus every security and operator setting, checked at start. `Debug`
 /// shows secret values as `<redacted>`.
@@ -228,6 +231,38 @@ impl fmt::Debug for Connection {
             .field("brokers", &self.brokers)
             .field("settings", &Settings(&self.settings))
             .finish()
+    }
+}
+
+/// Why a program cannot start on its Kafka flags; retrying does not help.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The flags or their files are wrong.
+    #[error("invalid Kafka options")]
+    Options(#[source] ConnectionError),
+    /// The brokers answer but refuse this connection (TLS verification, authentication).
+    #[error("cannot use Kafka")]
+    Refused(#[source] ProbeError),
+}
+
+impl KafkaArgs {
+    /// The connection of these flags, probed once within `timeout`. Brokers that cannot be
+    /// reached yet are no error (a program starts before Kafka does): that is logged with
+    /// `meanwhile`, what the program does while it waits. Blocks up to `timeout`.
+    pub fn probed_connection(
+        &self,
+        timeout: Duration,
+        meanwhile: &str,
+    ) -> Result<Connection, StartError> {
+        let connection = self.connection().map_err(StartError::Options)?;
+        match connection.probe(timeout) {
+            Ok(()) => {}
+            Err(error) if error.is_retryable() => {
+                tracing::warn!(%error, "Kafka is not reachable yet; {meanwhile}");
+            }
+            Err(error) => return Err(StartError::Refused(error)),
+        }
+        Ok(connection)
     }
 }
 

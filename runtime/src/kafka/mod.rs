@@ -14,6 +14,6 @@ pub mod topics;
 
 pub use args::{KafkaArgs, KafkaOption, SaslMechanism, Secret, SecurityProtocol};
 pub use clients::{ClientSettings, Delivery, NoOffset};
-pub use connection::{Connection, ConnectionError};
+pub use connection::{Connection, ConnectionError, StartError};
 pub use probe::ProbeError;
 pub use topics::{TopicCreation, TopicCreationArgs, TopicSpec};
