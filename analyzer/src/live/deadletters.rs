@@ -33,7 +33,7 @@ pub enum DeadLetterError {
         path: PathBuf,
         /// What SQLite said.
         #[source]
-        source: rusqlite::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The sink ledger failed (not retryable).
     #[error(transparent)]
@@ -85,24 +85,21 @@ pub struct Redriven {
 }
 
 fn open(path: &Path) -> Result<Connection, DeadLetterError> {
-    let err = |source| DeadLetterError::Store {
-        path: path.to_owned(),
-        source,
-    };
-    let conn = ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Full)
-        .map_err(|e| err(e.source))?;
-    // The store's table, created here too so that listing an empty store works.
-    conn.execute_batch(crate::live::store::DEAD_LETTERS_TABLE)
-        .map_err(err)?;
-    Ok(conn)
+    // Every table is created if missing, so that listing an empty store works.
+    crate::live::db::open(path, ipaudit_runtime::sqlite::Durability::Full).map_err(|e| {
+        DeadLetterError::Store {
+            path: path.to_owned(),
+            source: e.into(),
+        }
+    })
 }
 
 /// Lists what the store at `path` set aside; only `sink`'s transitions when given.
 pub fn list(path: &Path, sink: Option<&str>) -> Result<DeadLetters, DeadLetterError> {
     let conn = open(path)?;
-    let err = |source| DeadLetterError::Store {
+    let err = |source: rusqlite::Error| DeadLetterError::Store {
         path: path.to_owned(),
-        source,
+        source: source.into(),
     };
     let mut stmt = conn
         .prepare(
@@ -163,9 +160,9 @@ async fn republish_messages(
     done: &mut Redriven,
 ) -> Result<(), DeadLetterError> {
     let conn = open(path)?;
-    let err = |source| DeadLetterError::Store {
+    let err = |source: rusqlite::Error| DeadLetterError::Store {
         path: path.to_owned(),
-        source,
+        source: source.into(),
     };
     let rows: Vec<(String, i32, i64, Option<Vec<u8>>)> = {
         let mut stmt = conn

@@ -296,27 +296,22 @@ pub struct PartitionMap {
 pub struct PartitionMapError {
     path: PathBuf,
     #[source]
-    source: rusqlite::Error,
+    source: Box<dyn std::error::Error + Send + Sync>,
 }
 
 impl PartitionMap {
     /// Opens the map of `topic` in the store file.
     pub fn open(path: &Path, topic: &str) -> Result<Self, PartitionMapError> {
-        let err = |source| PartitionMapError {
+        let err = |source: rusqlite::Error| PartitionMapError {
             path: path.to_owned(),
-            source,
+            source: source.into(),
         };
-        let conn = ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Full)
-            .map_err(|e| err(e.source))?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS cluster_partitions (
-                topic      TEXT NOT NULL,
-                cluster_id TEXT NOT NULL,
-                partition  INTEGER NOT NULL,
-                PRIMARY KEY (topic, cluster_id)
-            );",
-        )
-        .map_err(err)?;
+        let conn = crate::live::db::open(path, ipaudit_runtime::sqlite::Durability::Full).map_err(
+            |e| PartitionMapError {
+                path: path.to_owned(),
+                source: e.into(),
+            },
+        )?;
         let known = {
             let mut stmt = conn
                 .prepare("SELECT cluster_id, partition FROM cluster_partitions WHERE topic = ?1")
@@ -352,7 +347,7 @@ impl PartitionMap {
             )
             .map_err(|source| PartitionMapError {
                 path: self.path.clone(),
-                source,
+                source: source.into(),
             })?;
         self.known.insert(cluster.to_owned(), partition);
         Ok(())

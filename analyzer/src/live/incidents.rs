@@ -18,37 +18,6 @@ use serde::Serialize;
 
 use crate::incidents_api::IncidentFilter;
 
-/// The incidents' tables (created by [`crate::live::store::Store::open`]; added to store
-/// format 1 without a new format number: a release before them ignores them).
-pub(crate) const INCIDENT_TABLES: &str = "
-CREATE TABLE IF NOT EXISTS incidents (
-    alert_id       TEXT PRIMARY KEY,
-    cluster_id     TEXT NOT NULL,
-    rule           TEXT NOT NULL,
-    severity       TEXT NOT NULL,
-    state          TEXT NOT NULL,
-    subject_kind   TEXT NOT NULL,
-    subject_name   TEXT NOT NULL,
-    namespace      TEXT,
-    pool           TEXT,
-    address        TEXT,
-    summary        TEXT NOT NULL,
-    fired_at_ms    INTEGER NOT NULL,
-    resolved_at_ms INTEGER,
-    changed_at_ms  INTEGER NOT NULL,
-    fired          BLOB NOT NULL,
-    resolved       BLOB
-);
-CREATE INDEX IF NOT EXISTS incidents_by_state ON incidents (state, changed_at_ms);
-CREATE TABLE IF NOT EXISTS incident_log (
-    alert_id TEXT NOT NULL,
-    at_ms    INTEGER NOT NULL,
-    what     TEXT NOT NULL,
-    detail   TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS incident_log_by_alert ON incident_log (alert_id, at_ms);
-";
-
 /// Where an incident is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -638,7 +607,7 @@ mod tests {
 
     fn store() -> Connection {
         let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(INCIDENT_TABLES).unwrap();
+        crate::live::db::ensure_tables(&conn).unwrap();
         conn
     }
 

@@ -2,6 +2,7 @@
 //! fed by a Kafka consumer group, checkpointing to SQLite and delivering alerts to sinks.
 
 pub mod consume;
+pub mod db;
 pub mod deadletters;
 pub mod group;
 pub mod http;

@@ -20,6 +20,7 @@ use std::time::Duration;
 use ipaudit_schemas::{Alert, Remediation};
 
 use crate::analysis::alerts::transition_id;
+use crate::live::db::{self, DbError};
 use crate::live::incidents;
 use crate::live::rebuild_points::{PointKind, PointRow, RebuildPoints};
 use rusqlite::{params, Connection};
@@ -59,57 +60,6 @@ impl StoreError {
     }
 }
 
-/// The store file's format, kept in SQLite's `user_version`. 0 is a store from before
-/// formats existed, with the same tables. A release that changes a table bumps this and
-/// migrates the older formats in [`Store::open`].
-pub const STORE_FORMAT: i32 = 1;
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS checkpoint (
-    cluster_id TEXT PRIMARY KEY,
-    state      BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS offsets (
-    topic       TEXT NOT NULL,
-    partition   INTEGER NOT NULL,
-    next_offset INTEGER NOT NULL,
-    PRIMARY KEY (topic, partition)
-);
-CREATE TABLE IF NOT EXISTS transitions (
-    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
-    transition_id TEXT NOT NULL UNIQUE,
-    alert         BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS rebuild_points (
-    topic     TEXT NOT NULL,
-    kind      TEXT NOT NULL,
-    key       TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    offset    INTEGER NOT NULL,
-    version   INTEGER,
-    PRIMARY KEY (topic, kind, key)
-);
-CREATE TABLE IF NOT EXISTS checkpoint_set_aside (
-    cluster_id    TEXT NOT NULL,
-    state         BLOB NOT NULL,
-    reason        TEXT NOT NULL,
-    set_aside_at  INTEGER NOT NULL
-);
-";
-
-/// The dead letters' table, apart so that `analyzer dead-letters` can create it in a store
-/// file no analyzer has opened yet (listing an empty store works).
-pub(crate) const DEAD_LETTERS_TABLE: &str = "
-CREATE TABLE IF NOT EXISTS dead_letters (
-    topic     TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    offset    INTEGER NOT NULL,
-    error     TEXT NOT NULL,
-    payload   BLOB,
-    PRIMARY KEY (topic, partition, offset)
-);
-";
-
 /// One connection to the store.
 pub struct Store {
     conn: Connection,
@@ -120,34 +70,25 @@ impl Store {
     /// Opens (or creates) the store, checking that SQLite can read the whole file and that
     /// its format is one this build knows.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let err = |context| sqlite_error(path, context);
-        // WAL, synchronous=NORMAL, busy timeout: the runtime's policy for every file.
-        let conn =
-            ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Recoverable)
-                .map_err(|e| sqlite_error(&e.path, e.step)(e.source))?;
+        // WAL, synchronous=NORMAL, busy timeout (the runtime's policy), every table of
+        // analyzer.db, its format checked.
+        let conn = db::open(path, ipaudit_runtime::sqlite::Durability::Recoverable).map_err(
+            |e| match e {
+                DbError::Open(e) => sqlite_error(&e.path, e.step)(e.source),
+                DbError::NewerFormat { .. } => {
+                    unreadable(path, "written by a newer analyzer (store format)")
+                }
+                DbError::Schema {
+                    context, source, ..
+                } => sqlite_error(path, context)(source),
+            },
+        )?;
         let check: String = conn
             .query_row("PRAGMA quick_check", [], |r| r.get(0))
-            .map_err(err("check integrity"))?;
+            .map_err(sqlite_error(path, "check integrity"))?;
         if check != "ok" {
             return Err(unreadable(path, "integrity check failed"));
         }
-        let format: i32 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(err("read format"))?;
-        if format > STORE_FORMAT {
-            return Err(unreadable(
-                path,
-                "written by a newer analyzer (store format)",
-            ));
-        }
-        conn.execute_batch(SCHEMA).map_err(err("create tables"))?;
-        conn.execute_batch(DEAD_LETTERS_TABLE)
-            .map_err(err("create tables"))?;
-        conn.execute_batch(incidents::INCIDENT_TABLES)
-            .map_err(err("create tables"))?;
-        // Format 0 has the same tables: only the number changes.
-        conn.pragma_update(None, "user_version", STORE_FORMAT)
-            .map_err(err("write format"))?;
         Ok(Store {
             conn,
             path: path.to_owned(),
@@ -486,8 +427,7 @@ mod tests {
         let path = dir.path().join("analyzer.db");
         {
             let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(SCHEMA).unwrap();
-            conn.execute_batch(DEAD_LETTERS_TABLE).unwrap();
+            db::ensure_tables(&conn).unwrap();
             conn.execute(
                 "INSERT INTO offsets (topic, partition, next_offset) VALUES ('t', 0, 7)",
                 [],
@@ -503,7 +443,7 @@ mod tests {
         );
         store
             .conn
-            .pragma_update(None, "user_version", STORE_FORMAT + 1)
+            .pragma_update(None, "user_version", db::FORMAT + 1)
             .unwrap();
         drop(store);
         let (store, aside) = Store::open_or_set_aside(&path).unwrap();

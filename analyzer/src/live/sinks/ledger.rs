@@ -19,33 +19,8 @@ pub struct LedgerError {
     path: PathBuf,
     context: &'static str,
     #[source]
-    source: rusqlite::Error,
+    source: Box<dyn std::error::Error + Send + Sync>,
 }
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS transitions (
-    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
-    transition_id TEXT NOT NULL UNIQUE,
-    alert         BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sink_cursor (
-    sink           TEXT PRIMARY KEY,
-    delivered_seq  INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sink_dead_letters (
-    sink          TEXT NOT NULL,
-    seq           INTEGER NOT NULL,
-    transition_id TEXT NOT NULL,
-    error         TEXT NOT NULL,
-    at_ms         INTEGER NOT NULL,
-    PRIMARY KEY (sink, seq)
-);
-CREATE TABLE IF NOT EXISTS sink_redrive (
-    sink TEXT NOT NULL,
-    seq  INTEGER NOT NULL,
-    PRIMARY KEY (sink, seq)
-);
-";
 
 /// A stored transition waiting for one sink.
 #[derive(Debug)]
@@ -78,14 +53,15 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Opens the store file (creating the sink tables).
+    /// Opens the store file ([`crate::live::db`]).
     pub fn open(path: &Path) -> Result<Self, LedgerError> {
-        let err = |context| ledger_error(path, context);
-        let conn = ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Full)
-            .map_err(|e| ledger_error(&e.path, e.step)(e.source))?;
-        conn.execute_batch(SCHEMA).map_err(err("create tables"))?;
-        conn.execute_batch(crate::live::incidents::INCIDENT_TABLES)
-            .map_err(err("create tables"))?;
+        let conn = crate::live::db::open(path, ipaudit_runtime::sqlite::Durability::Full).map_err(
+            |e| LedgerError {
+                path: path.to_owned(),
+                context: "open",
+                source: e.into(),
+            },
+        )?;
         Ok(Ledger {
             conn,
             path: path.to_owned(),
@@ -354,7 +330,7 @@ fn ledger_error<'a>(
     move |source| LedgerError {
         path: path.to_owned(),
         context,
-        source,
+        source: source.into(),
     }
 }
 
