@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ipaudit_tests::collector::workspace_binary;
-use ipaudit_tests::plugin::{Plugin, Run};
+use ipaudit_tests::plugin::{path_with_the_plugin, Plugin, Run};
 use kube_sim::{Kind, KubeSim, SimConfig};
 use serde_json::{json, Value};
 
@@ -205,23 +205,15 @@ fn kubectl_finds_the_plugin_on_path_and_runs_check() {
          (PATH=\"$(scripts/kube path):$PATH\")"
     );
     let cluster = Cluster::with_two_leaks("cluster-a");
-    let binary = workspace_binary("kubectl-ipaudit");
-    let bin_dir = binary.parent().unwrap();
-    let path = std::env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(
-        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-    ))
-    .unwrap();
-    let mut command = Command::new("kubectl");
-    command
-        .env("PATH", &path)
-        .env("KUBECONFIG", &cluster.kubeconfig)
-        .args(["ipaudit", "check", "--format", "jsonl"]);
-    let run = Run::of(command);
+    let run = cluster
+        .runner()
+        .run_through_kubectl(&["check", "--format", "jsonl"]);
     assert_eq!(run.code, Some(1), "{run}");
     assert_eq!(run.alerts(), the_two_leaks(), "{run}");
 
     let mut list = Command::new("kubectl");
-    list.env("PATH", &path).args(["plugin", "list"]);
+    list.env("PATH", path_with_the_plugin())
+        .args(["plugin", "list"]);
     let listed = Run::of(list);
     assert!(listed.stdout.contains("kubectl-ipaudit"), "{listed}");
 }

@@ -139,6 +139,18 @@ pub fn shared_broker() -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// The run's shared broker, or one started here: its plaintext addresses, and the broker
+/// when it is this caller's own (stopped when dropped: keep it alive while it serves).
+pub fn shared_or_start() -> (String, Option<Broker>) {
+    match shared_broker() {
+        Some(addr) => (addr, None),
+        None => {
+            let broker = Broker::start();
+            (broker.addr.clone(), Some(broker))
+        }
+    }
+}
+
 impl Broker {
     /// Starts one node (broker and controller).
     pub fn start() -> Broker {

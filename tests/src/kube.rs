@@ -92,43 +92,22 @@ impl KubeServer {
 
     /// Merge-patches the object `resource/name` (`ips.kubeovn.io/a`); returns it.
     pub fn patch(&self, resource: &str, name: &str, patch: &Value) -> Value {
-        let out = self.kubectl(
-            &[
-                "patch",
-                resource,
-                name,
-                "--type",
-                "merge",
-                "-p",
-                &patch.to_string(),
-                "-o",
-                "json",
-            ],
-            None,
-        );
-        serde_json::from_str(&out).expect("kubectl prints the object")
+        self.merge_patch(resource, name, &[], patch)
     }
 
     /// Merge-patches the status subresource of `resource/name`, the way a controller writes
     /// status (a create ignores `status` where the CRD has that subresource); returns it.
     pub fn patch_status(&self, resource: &str, name: &str, patch: &Value) -> Value {
-        let out = self.kubectl(
-            &[
-                "patch",
-                resource,
-                name,
-                "--subresource",
-                "status",
-                "--type",
-                "merge",
-                "-p",
-                &patch.to_string(),
-                "-o",
-                "json",
-            ],
-            None,
-        );
-        serde_json::from_str(&out).expect("kubectl prints the object")
+        self.merge_patch(resource, name, &["--subresource", "status"], patch)
+    }
+
+    /// `kubectl patch RESOURCE NAME OPTIONS --type merge -p PATCH`; the object it returns.
+    fn merge_patch(&self, resource: &str, name: &str, options: &[&str], patch: &Value) -> Value {
+        let patch = patch.to_string();
+        let mut args = vec!["patch", resource, name];
+        args.extend_from_slice(options);
+        args.extend(["--type", "merge", "-p", &patch, "-o", "json"]);
+        serde_json::from_str(&self.kubectl(&args, None)).expect("kubectl prints the object")
     }
 
     /// Whether `kubectl get RESOURCE NAME ARGS` finds the object.

@@ -35,15 +35,9 @@ impl Plugin {
     /// `kubectl ipaudit --kubeconfig K ARGS`: found by kubectl's plugin discovery on a
     /// PATH that starts with the workspace's binaries, as an operator runs it.
     pub fn run_through_kubectl(&self, args: &[&str]) -> Run {
-        let binary = workspace_binary("kubectl-ipaudit");
-        let bin_dir = binary.parent().expect("the binaries' directory");
-        let path = std::env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(
-            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-        ))
-        .expect("PATH");
         let mut command = Command::new("kubectl");
         command
-            .env("PATH", path)
+            .env("PATH", path_with_the_plugin())
             .env("KUBECONFIG", &self.kubeconfig)
             .arg("ipaudit")
             .arg("--kubeconfig")
@@ -86,6 +80,19 @@ impl Plugin {
         args.extend_from_slice(extra);
         self.run(&args)
     }
+}
+
+/// `PATH` with the workspace's binaries first, where kubectl's plugin discovery finds
+/// `kubectl-ipaudit`.
+pub fn path_with_the_plugin() -> std::ffi::OsString {
+    let binary = workspace_binary("kubectl-ipaudit");
+    let bin_dir = binary.parent().expect("the binaries' directory");
+    std::env::join_paths(
+        std::iter::once(bin_dir.to_path_buf()).chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )),
+    )
+    .expect("PATH")
 }
 
 /// What a run printed and how it ended.

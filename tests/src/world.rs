@@ -9,7 +9,7 @@ use kube_sim::{Kind, KubeSim, SimConfig};
 
 use crate::broker::{
     create_partitioned_topic, create_replicated_topic, create_schemas_topic, read_topic,
-    shared_broker, Broker,
+    shared_or_start, Broker,
 };
 use crate::collector::{CollectorProcess, CollectorSetup};
 
@@ -79,13 +79,9 @@ impl World {
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = dir.path().join("kubeconfig");
         sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-        let (broker, brokers) = match (brokers, shared_broker()) {
-            (Some(addr), _) | (None, Some(addr)) => (None, addr),
-            (None, None) => {
-                let b = Broker::start();
-                let addr = b.addr.clone();
-                (Some(b), addr)
-            }
+        let (brokers, broker) = match brokers {
+            Some(addr) => (addr, None),
+            None => shared_or_start(),
         };
         let topic = format!("ipaudit.events.{name}.{}", std::process::id());
         if partitions > 0 {

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ipaudit_schemas::{ContainerReader, WatchEvent};
-use ipaudit_tests::broker::{create_topic, free_port, shared_broker, Broker};
+use ipaudit_tests::broker::{create_topic, free_port, shared_or_start};
 use ipaudit_tests::collector::{http_get, workspace_binary};
 use ipaudit_tests::scenario::{ip, subnet};
 use kube_sim::{Kind, KubeSim, SimConfig};
@@ -113,16 +113,7 @@ fn main() {
         .expect("runtime");
     let dir = tempfile::tempdir().expect("temp dir");
     let kubeconfig = dir.path().join("kubeconfig");
-    let _broker;
-    let brokers = match shared_broker() {
-        Some(b) => b,
-        None => {
-            let b = Broker::start();
-            let addr = b.addr.clone();
-            _broker = b;
-            addr
-        }
-    };
+    let (brokers, _broker) = shared_or_start();
     for mode in ["record", "kafka"] {
         let config = SimConfig {
             history_window: args.changes + 10,

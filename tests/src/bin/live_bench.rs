@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use ipaudit_schemas::{encode, ContainerReader, WatchEvent};
 use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::broker::{shared_broker, Broker};
+use ipaudit_tests::broker::shared_or_start;
 use ipaudit_tests::receiver::Receiver;
 use ipaudit_tests::scenario::{ip, subnet};
 use ipaudit_tests::world::World;
@@ -128,16 +128,7 @@ fn main() {
             .expect("usage: live-bench HISTORY.avro [INCIDENTS]"),
     );
     let incidents: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(50);
-    let _own;
-    let brokers = match shared_broker() {
-        Some(b) => b,
-        None => {
-            let b = Broker::start();
-            let addr = b.addr.clone();
-            _own = b;
-            addr
-        }
-    };
+    let (brokers, _own) = shared_or_start();
 
     // 1. Throughput.
     let world = World::new("bench", Some(brokers.clone()));

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use ipaudit_schemas::convert::from_object;
 use ipaudit_schemas::{encode, EventType};
-use ipaudit_tests::broker::{create_topic, free_port, shared_broker, Broker};
+use ipaudit_tests::broker::{create_topic, free_port, shared_or_start};
 use ipaudit_tests::collector::{http_get, workspace_binary};
 use ipaudit_tests::scenario::{ip, subnet};
 use kube_sim::{Kind, KubeSim, SimConfig};
@@ -109,16 +109,7 @@ fn main() {
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("temp dir");
-    let _broker;
-    let brokers = match shared_broker() {
-        Some(b) => b,
-        None => {
-            let b = Broker::start();
-            let addr = b.addr.clone();
-            _broker = b;
-            addr
-        }
-    };
+    let (brokers, _broker) = shared_or_start();
     let sim = runtime
         .block_on(KubeSim::start(SimConfig::default()))
         .expect("sim");

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::{StreamExt, TryStreamExt};
 use ipaudit_collector::app::{client as writer_client, watch_client, KubeSource};
 use ipaudit_schemas::{decode, EventType, Stream, WatchEvent};
-use ipaudit_tests::broker::{shared_broker, Broker};
+use ipaudit_tests::broker::shared_or_start;
 use ipaudit_tests::collector::{http_get, CollectorProcess, CollectorSetup};
 use ipaudit_tests::kube::KubeServer;
 use kube::api::{
@@ -884,16 +884,7 @@ fn main() {
         .build()
         .expect("runtime");
     let kube = KubeServer::shared_or_start();
-    let _broker;
-    let brokers = match shared_broker() {
-        Some(b) => b,
-        None => {
-            let b = Broker::start();
-            let addr = b.addr.clone();
-            _broker = b;
-            addr
-        }
-    };
+    let (brokers, _broker) = shared_or_start();
     // The writer's client retries a 429 as kube does by default.
     let client = runtime.block_on(async {
         writer_client(&KubeSource::Kubeconfig(kube.kubeconfig.clone()))
