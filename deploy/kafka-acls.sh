@@ -6,7 +6,7 @@
 #              (--remediate-group)
 #   analyzer   READ (+DESCRIBE) on the events and the schemas topic and READ on its
 #              consumer group (--group); WRITE (+DESCRIBE) on the alerts and the commands
-#              topic
+#              topic; READ and WRITE (+DESCRIBE) on its checkpoints topic (handovers)
 # Neither may create or delete topics (deploy/topics.yaml creates them), and no one else
 # may write the commands topic: a third principal's command is refused by Kafka
 # (TOPIC_AUTHORIZATION_FAILED) before the collector ever checks its signature. Neither
@@ -30,6 +30,8 @@
 #   --schemas-topic TOPIC         --schemas-topic of both      (default ipaudit.schemas)
 #   --alerts-topic TOPIC          the analyzer's --alerts-topic (default ipaudit.alerts)
 #   --commands-topic TOPIC        --commands-topic of both     (default ipaudit.commands)
+#   --checkpoints-topic TOPIC     the analyzer's --checkpoints-topic (default: the events
+#                                 topic's name and .checkpoints)
 #   --remove                      remove these ACLs instead of adding them
 # It runs Kafka's own ACL tool: kafka-acls.sh (Apache Kafka's bin/) or kafka-acls
 # (Confluent) when one is on PATH; else org.apache.kafka.tools.AclCommand with java from
@@ -67,6 +69,7 @@ while [ $# -gt 0 ]; do
     --schemas-topic) schemas=$2 ;;
     --alerts-topic) alerts=$2 ;;
     --commands-topic) commands=$2 ;;
+    --checkpoints-topic) checkpoints=$2 ;;
     *) usage ;;
   esac
   shift 2
@@ -80,7 +83,8 @@ if [ -z "$remediate_group" ]; then
   [ -n "$cluster_id" ] || die "--cluster-id or --remediate-group is required (the collector's remediation group)"
   remediate_group=ipaudit-remediator-$cluster_id
 fi
-for name in "$events" "$schemas" "$alerts" "$commands" "$analyzer_group" "$remediate_group"; do
+checkpoints=${checkpoints-$events.checkpoints}
+for name in "$events" "$schemas" "$alerts" "$commands" "$checkpoints" "$analyzer_group" "$remediate_group"; do
   [ -n "$name" ] || die "a topic or group name is empty"
 done
 
@@ -121,6 +125,7 @@ grant "$collector" --operation Write --operation Describe --topic "$events" --to
 grant "$collector" --operation Read --operation Describe --topic "$commands" --group "$remediate_group"
 grant "$analyzer" --operation Read --operation Describe --topic "$events" --topic "$schemas" --group "$analyzer_group"
 grant "$analyzer" --operation Write --operation Describe --topic "$alerts" --topic "$commands"
+grant "$analyzer" --operation Read --operation Write --operation Describe --topic "$checkpoints"
 
 failed=0
 for n in "${!pids[@]}"; do

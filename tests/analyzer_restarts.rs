@@ -118,7 +118,7 @@ fn a_checkpoint_of_a_newer_format_is_set_aside_and_the_analysis_rebuilt_from_the
         store
             .checkpoint(
                 &world.topic,
-                [("kind-cluster", newer.to_vec())],
+                [("kind-cluster", &newer[..])],
                 &HashMap::from([(0, i64::MAX / 2)]),
                 &Default::default(),
             )

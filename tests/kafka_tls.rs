@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use ipaudit_schemas::{decode, Alert, WatchEvent};
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::broker::{
-    create_schemas_topic_via, create_topic_via, free_port, read_topic_via, schemas_topic_of,
+    create_checkpoints_topic_via, create_schemas_topic_via, create_topic_via, free_port,
+    read_topic_via, schemas_topic_of,
 };
 use ipaudit_tests::collector::{workspace_binary, CollectorProcess, CollectorSetup};
 use ipaudit_tests::receiver::Receiver;
@@ -70,6 +71,12 @@ impl TlsWorld {
         world.runtime.block_on(create_schemas_topic_via(
             world.endpoint.client_config(),
             &world.topic,
+            1,
+        ));
+        world.runtime.block_on(create_checkpoints_topic_via(
+            world.endpoint.client_config(),
+            &world.topic,
+            1,
             1,
         ));
         world

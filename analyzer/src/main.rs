@@ -218,6 +218,17 @@ struct RunArgs {
         default_value = "snapshot"
     )]
     start_from: StartFrom,
+    /// Compacted topic through which the owner of a partition hands its analysis to the
+    /// member that takes the partition over (after a rebalance or the owner's death), so
+    /// that it resumes exactly there instead of rebuilding from a snapshot; give it the
+    /// events topic's partition count. Default: the events topic's name and
+    /// `.checkpoints`; "" hands nothing over.
+    #[arg(long, env = "IPAUDIT_CHECKPOINTS_TOPIC")]
+    checkpoints_topic: Option<String>,
+    /// How often each owned partition's handover is written to the checkpoints topic (only
+    /// when its analysis moved; also when a partition is revoked and at shutdown).
+    #[arg(long, env = "IPAUDIT_HANDOVER_INTERVAL", default_value = "10s", value_parser = parse::duration)]
+    handover_interval: Duration,
     /// This instance's static group membership id (`group.instance.id`): a restarted
     /// instance gets its partitions back at once. Default: the host name (a StatefulSet's
     /// pod name); an empty value means dynamic membership.
@@ -459,10 +470,16 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
             .context("cannot create the commands producer")?;
         sinks.push(AlertSink::Commands(sink));
     }
+    let checkpoints_topic = match args.checkpoints_topic {
+        Some(topic) if topic.is_empty() => None,
+        Some(topic) => Some(topic),
+        None => Some(format!("{}.checkpoints", args.topic)),
+    };
     let output_topics = ipaudit_analyzer::live::output_topics::OutputTopics::of(
         args.alerts_topic.as_deref().filter(|t| !t.is_empty()),
         args.cleanup_commands
             .then_some(args.commands_topic.as_str()),
+        checkpoints_topic.as_deref(),
         args.topics.creation(),
     );
     let config = ipaudit_analyzer::live::consume::LiveConfig {
@@ -482,6 +499,8 @@ fn run_live(args: RunArgs) -> anyhow::Result<ExitCode> {
         checkpoint_interval: args.checkpoint_interval,
         sinks,
         exit_at_end: args.exit_at_end,
+        handover_topic: checkpoints_topic,
+        handover_interval: args.handover_interval,
         start_at_snapshot: matches!(args.start_from, StartFrom::Snapshot),
         instance_id: args
             .instance_id

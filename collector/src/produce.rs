@@ -137,8 +137,7 @@ pub async fn ensure_topic(
         TopicRole::Events => TopicSpec::plain(topic, creation),
         TopicRole::Schemas => TopicSpec {
             partitions: 1,
-            settings: vec![("cleanup.policy", "compact")],
-            ..TopicSpec::plain(topic, creation)
+            ..TopicSpec::compacted(topic, creation)
         },
         TopicRole::Commands => TopicSpec::commands(topic, creation),
     };

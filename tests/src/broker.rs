@@ -277,6 +277,40 @@ pub async fn create_schemas_topic_via(config: ClientConfig, events_topic: &str, 
     .await
 }
 
+/// The analyzer's default checkpoints topic for `events_topic` (`--checkpoints-topic`).
+pub fn checkpoints_topic_of(events_topic: &str) -> String {
+    format!("{events_topic}.checkpoints")
+}
+
+/// Creates the checkpoints topic of `events_topic` (compacted, `partitions` like the
+/// events topic's) through a client configured by `config`.
+pub async fn create_checkpoints_topic_via(
+    config: ClientConfig,
+    events_topic: &str,
+    partitions: i32,
+    replicas: i32,
+) {
+    let topic = checkpoints_topic_of(events_topic);
+    create_topic_with(
+        config,
+        &topic,
+        partitions,
+        replicas,
+        &[("cleanup.policy", "compact")],
+    )
+    .await
+}
+
+/// Creates the checkpoints topic of `events_topic` on `brokers` (plaintext).
+pub async fn create_checkpoints_topic(
+    brokers: &str,
+    events_topic: &str,
+    partitions: i32,
+    replicas: i32,
+) {
+    create_checkpoints_topic_via(plain(brokers), events_topic, partitions, replicas).await
+}
+
 /// Creates the schemas topic of `events_topic` on `brokers` (plaintext).
 pub async fn create_schemas_topic(brokers: &str, events_topic: &str, replicas: i32) {
     create_schemas_topic_via(plain(brokers), events_topic, replicas).await

@@ -8,8 +8,8 @@ use ipaudit_schemas::{decode, WatchEvent};
 use kube_sim::{Kind, KubeSim, SimConfig};
 
 use crate::broker::{
-    create_partitioned_topic, create_replicated_topic, create_schemas_topic, read_topic,
-    shared_or_start, Broker,
+    create_checkpoints_topic, create_partitioned_topic, create_replicated_topic,
+    create_schemas_topic, read_topic, shared_or_start, Broker,
 };
 use crate::collector::{CollectorProcess, CollectorSetup};
 
@@ -59,6 +59,9 @@ impl World {
             .runtime
             .block_on(create_schemas_topic(brokers, &world.topic, replicas));
         world
+            .runtime
+            .block_on(create_checkpoints_topic(brokers, &world.topic, 1, replicas));
+        world
     }
 
     /// `partitions`: of the events topic, created here with its schemas topic; 0: the
@@ -87,6 +90,7 @@ impl World {
         if partitions > 0 {
             runtime.block_on(create_partitioned_topic(&brokers, &topic, partitions));
             runtime.block_on(create_schemas_topic(&brokers, &topic, 1));
+            runtime.block_on(create_checkpoints_topic(&brokers, &topic, partitions, 1));
         }
         World {
             sim,

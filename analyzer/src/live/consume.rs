@@ -28,6 +28,9 @@ use tracing::{info, warn};
 use crate::analysis::engine::{Analyzer, AnalyzerConfig, Output};
 use crate::analysis::ANALYSIS_FIELDS;
 use crate::live::group::{GroupContext, GroupEvent, GroupShared, PartitionMap, SnapshotScan};
+use crate::live::handover::{
+    Checkpointed, HandoverError, HandoverReader, HandoverWriter, Outgoing, PartitionAtCheckpoint,
+};
 use crate::live::metrics::Metrics;
 use crate::live::output_topics::{watch_output_topics, OutputTopics};
 use crate::live::rebuild_points::{self, RebuildPoints};
@@ -82,8 +85,14 @@ pub struct LiveConfig {
     pub incident_retention: Duration,
     /// The pages' external address: delivered alerts link to their incident there.
     pub ui_url: Option<String>,
-    /// The topics the analyzer writes (alerts, commands), looked up for `/readyz`.
+    /// The topics the analyzer writes (alerts, commands, checkpoints), looked up for
+    /// `/readyz`.
     pub output_topics: OutputTopics,
+    /// The compacted topic partitions are handed over through ([`crate::live::handover`]);
+    /// `None`: none, a partition taken over is rebuilt from a snapshot.
+    pub handover_topic: Option<String>,
+    /// How often each owned partition's handover is written (when its analysis moved).
+    pub handover_interval: Duration,
 }
 
 /// Why the live analyzer stopped.
@@ -98,6 +107,9 @@ pub enum LiveError {
     /// The partition map in the store failed.
     #[error(transparent)]
     PartitionMap(#[from] crate::live::group::PartitionMapError),
+    /// The handover producer cannot be created.
+    #[error(transparent)]
+    Handover(#[from] HandoverError),
     /// The incident pages cannot be served.
     #[error(transparent)]
     Ui(#[from] crate::live::ui::UiError),
@@ -181,9 +193,29 @@ pub async fn run(
             connection: config.connection.clone(),
             group_id: config.group_id.clone(),
         }),
+        handover: config
+            .handover_topic
+            .as_deref()
+            .map(|topic| HandoverReader::new(config.connection.clone(), topic)),
+        analyzer: config.analyzer.clone(),
         metrics: metrics.clone(),
     };
     let consumer = consumer(&config, context)?;
+    let mut outgoing = match &config.handover_topic {
+        Some(topic) => {
+            let writer_name = config
+                .instance_id
+                .clone()
+                .unwrap_or_else(|| CLIENT_ID.to_owned());
+            Some(Outgoing::new(
+                HandoverWriter::new(&config.connection, topic, &writer_name)?,
+                config.handover_interval,
+                metrics.clone(),
+            ))
+        }
+        None => None,
+    };
+    let sink_names: Vec<String> = config.sinks.iter().map(|s| s.name()).collect();
 
     let stored = Arc::new(Notify::new());
     let mut deliveries = Vec::new();
@@ -228,10 +260,13 @@ pub async fn run(
                 analyzers: &mut analyzers,
                 parked: &mut parked,
                 owned: &mut owned,
-                partitions: &partitions,
+                partitions: &mut partitions,
                 metrics: &metrics,
                 shared: &shared,
                 points: &mut points,
+                outgoing: outgoing.as_mut(),
+                sinks: &sink_names,
+                stored: &stored,
             }
         };
     }
@@ -393,7 +428,7 @@ pub async fn run(
                     let start = rebuild_start(&config, partition, &metrics);
                     OffsetOutOfRange { partition, start }.emit(&metrics);
                     let offset = match start {
-                        Start::Snapshot(n) | Start::Checkpoint(n) => {
+                        Start::Snapshot(n) | Start::Checkpoint(n) | Start::Handover(n) => {
                             shared.set_next(partition, n);
                             Offset::Offset(n)
                         }
@@ -451,9 +486,25 @@ pub async fn run(
                     let span = tracing::debug_span!("checkpoint", topic = %config.topic, clusters = analyzers.len());
                     let _entered = span.enter();
                     let started = std::time::Instant::now();
-                    save(&mut store, &config.topic, &analyzers, &shared, &points)?;
+                    let states = save(&mut store, &config.topic, &analyzers, &shared, &points)?;
                     store.forget_resolved_incidents(config.incident_retention)?;
                     last_checkpoint_cost = started.elapsed();
+                    let due = outgoing.as_mut().is_some_and(|o| o.due(started));
+                    if let Some(outgoing) = outgoing.as_mut().filter(|_| due) {
+                        let owned: Vec<i32> = owned.iter().copied().collect();
+                        let picked = pick_handovers(
+                            &owned,
+                            false,
+                            &states,
+                            &partitions,
+                            &shared,
+                            &store,
+                            &sink_names,
+                            &points,
+                            outgoing,
+                        )?;
+                        outgoing.write(states, picked);
+                    }
                     CheckpointWritten {
                         clusters: analyzers.len(),
                         took: last_checkpoint_cost,
@@ -471,8 +522,25 @@ pub async fn run(
         }
         store_alerts(&mut store, &mut outputs, &stored, &metrics)?;
     }
-    save(&mut store, &config.topic, &analyzers, &shared, &points)?;
+    let states = save(&mut store, &config.topic, &analyzers, &shared, &points)?;
     commit_offsets(&consumer, &config.topic, &owned, &shared, &points);
+    if let Some(outgoing) = outgoing.as_mut() {
+        // The member that takes these partitions over resumes exactly here.
+        let owned: Vec<i32> = owned.iter().copied().collect();
+        let picked = pick_handovers(
+            &owned,
+            true,
+            &states,
+            &partitions,
+            &shared,
+            &store,
+            &sink_names,
+            &points,
+            outgoing,
+        )?;
+        outgoing.write(states, picked);
+        outgoing.finish(HANDOVER_AT_STOP).await;
+    }
     let _ = stop.send(true);
     for delivery in deliveries {
         if let Ok(Err(error)) = delivery.await {
@@ -481,6 +549,9 @@ pub async fn run(
     }
     Ok(())
 }
+
+/// How long a stopping analyzer waits for its last handovers to be written.
+const HANDOVER_AT_STOP: Duration = Duration::from_secs(15);
 
 /// What woke the consume loop.
 enum Turn<M> {
@@ -564,15 +635,18 @@ struct GroupState<'a> {
     analyzers: &'a mut HashMap<String, Analyzer>,
     parked: &'a mut HashMap<String, Analyzer>,
     owned: &'a mut HashSet<i32>,
-    partitions: &'a PartitionMap,
+    partitions: &'a mut PartitionMap,
     metrics: &'a Metrics,
     shared: &'a GroupShared,
     points: &'a mut RebuildPoints,
+    outgoing: Option<&'a mut Outgoing>,
+    sinks: &'a [String],
+    stored: &'a Notify,
 }
 
 impl GroupState<'_> {
     /// Checkpoints every analysis this member holds (see [`save`]).
-    fn save(&mut self) -> Result<(), StoreError> {
+    fn save(&mut self) -> Result<Checkpointed, StoreError> {
         save(
             self.store,
             self.topic,
@@ -590,7 +664,26 @@ fn apply_group_event(event: GroupEvent, mut state: GroupState<'_>) -> Result<boo
     let mut without_state = false;
     match event {
         GroupEvent::Revoked(revoked) => {
-            state.save()?;
+            let states = state.save()?;
+            if let Some(outgoing) = state.outgoing.as_deref_mut() {
+                // Whoever is given these partitions resumes here (when this write lands
+                // before it reads; else from the write before, and reads the rest again).
+                let picked = pick_handovers(
+                    &revoked,
+                    true,
+                    &states,
+                    state.partitions,
+                    state.shared,
+                    state.store,
+                    state.sinks,
+                    state.points,
+                    outgoing,
+                )?;
+                outgoing.write(states, picked);
+                for partition in &revoked {
+                    outgoing.forget(*partition);
+                }
+            }
             for partition in revoked {
                 state.owned.remove(&partition);
                 state.metrics.partition_revoked(partition);
@@ -611,6 +704,11 @@ fn apply_group_event(event: GroupEvent, mut state: GroupState<'_>) -> Result<boo
             for (partition, start) in starts {
                 state.owned.insert(partition);
                 state.metrics.partition_assigned(partition);
+                if let Start::Handover(_) = start {
+                    take_over(&mut state, partition)?;
+                    without_state = true;
+                    continue;
+                }
                 if !matches!(start, Start::Checkpoint(_)) {
                     // No state here: what the partition holds is rebuilt from `start`.
                     state.points.forget_partition(partition);
@@ -654,6 +752,81 @@ fn apply_group_event(event: GroupEvent, mut state: GroupState<'_>) -> Result<boo
         }
     }
     Ok(without_state)
+}
+
+/// Puts in place the analyses of `partition` as its previous owner handed them over
+/// (read by the rebalance callback), with its rebuild points, and the transitions that
+/// owner had not delivered into this member's outbox, under their own ids.
+fn take_over(state: &mut GroupState<'_>, partition: i32) -> Result<(), LiveError> {
+    state.points.forget_partition(partition);
+    let Some(over) = state.shared.take_over(partition) else {
+        return Ok(());
+    };
+    state.points.adopt(over.points);
+    for (cluster, analyzer) in over.analyzers {
+        // Whatever this member checkpointed of it before is older than the handover.
+        state.parked.remove(&cluster);
+        state.partitions.seen(&cluster, partition)?;
+        resume(state.metrics, state.analyzers, cluster, analyzer);
+    }
+    if !over.undelivered.is_empty() && state.store.add_transitions(&over.undelivered)? > 0 {
+        state.stored.notify_waiters();
+    }
+    if let Some(outgoing) = state.outgoing.as_deref() {
+        outgoing.inherit(partition, over.writes);
+    }
+    Ok(())
+}
+
+/// What the handovers of `partitions` are made of at this checkpoint: those whose
+/// analysis moved since their last write, or all of them with `force`.
+#[allow(clippy::too_many_arguments)]
+fn pick_handovers(
+    partitions: &[i32],
+    force: bool,
+    states: &Checkpointed,
+    cluster_partitions: &PartitionMap,
+    shared: &GroupShared,
+    store: &Store,
+    sinks: &[String],
+    points: &RebuildPoints,
+    outgoing: &Outgoing,
+) -> Result<Vec<PartitionAtCheckpoint>, StoreError> {
+    let next = shared.next_offsets();
+    let undelivered = store.undelivered(sinks)?;
+    let mut picked = Vec::new();
+    for partition in partitions {
+        let Some(next_offset) = next.get(partition).copied() else {
+            continue;
+        };
+        let clusters: Vec<usize> = states
+            .iter()
+            .enumerate()
+            .filter(|(_, (cluster, _))| {
+                cluster_partitions.partition_of(cluster) == Some(*partition)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let owed: Vec<ipaudit_schemas::Alert> = undelivered
+            .iter()
+            .filter(|a| cluster_partitions.partition_of(&a.cluster_id) == Some(*partition))
+            .cloned()
+            .collect();
+        if !force && !outgoing.changed(*partition, next_offset, owed.len()) {
+            continue;
+        }
+        picked.push(PartitionAtCheckpoint {
+            partition: *partition,
+            next_offset,
+            clusters,
+            undelivered: owed,
+            points: points
+                .rows()
+                .filter(|p| p.partition == *partition)
+                .collect(),
+        });
+    }
+    Ok(picked)
 }
 
 fn resume(
@@ -874,20 +1047,27 @@ fn store_alerts(
     Ok(())
 }
 
+/// Checkpoints every analysis with the offsets and rebuild points; returns the states
+/// written (for the handovers).
 fn save(
     store: &mut Store,
     topic: &str,
     analyzers: &HashMap<String, Analyzer>,
     shared: &GroupShared,
     points: &RebuildPoints,
-) -> Result<(), StoreError> {
+) -> Result<Checkpointed, StoreError> {
     let offsets = shared.next_offsets();
+    let states: Vec<(String, Vec<u8>)> = analyzers
+        .iter()
+        .map(|(c, a)| (c.clone(), a.checkpoint()))
+        .collect();
     store.checkpoint(
         topic,
-        analyzers.iter().map(|(c, a)| (c.as_str(), a.checkpoint())),
+        states.iter().map(|(c, s)| (c.as_str(), s.as_slice())),
         &offsets,
         points,
-    )
+    )?;
+    Ok(Arc::new(states))
 }
 
 #[cfg(test)]
@@ -906,7 +1086,7 @@ mod tests {
         store
             .checkpoint(
                 "t",
-                [("a", good.clone()), ("b", old.to_vec())],
+                [("a", &good[..]), ("b", &old[..])],
                 &offsets,
                 &Default::default(),
             )
@@ -919,7 +1099,7 @@ mod tests {
             "set aside, not read again"
         );
         store
-            .checkpoint("t", [("a", good)], &offsets, &Default::default())
+            .checkpoint("t", [("a", &good[..])], &offsets, &Default::default())
             .unwrap();
         let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
         assert_eq!(analyzers.len(), 1);

@@ -3,6 +3,9 @@
 //! StatefulSet), so a restarted instance gets its partitions back at once, with the state
 //! it checkpointed. The rebalance callback decides where each assigned partition starts:
 //!
+//! - at its previous owner's handover when the checkpoints topic has one newer than the
+//!   state this instance has for it ([`crate::live::handover`]): the analysis resumes
+//!   where that owner left it;
 //! - at the checkpointed offset when this instance has state for it;
 //! - else, with `--start-from snapshot`, at a snapshot: the latest one at or before the
 //!   group's committed offset when the group consumed the partition before (a partition
@@ -35,10 +38,13 @@ use rdkafka::{Offset, TopicPartitionList};
 use rusqlite::{params, Connection};
 use tracing::warn;
 
+use crate::analysis::engine::AnalyzerConfig;
+use crate::live::handover::{HandoverReader, TakenOver};
 use crate::live::metrics::Metrics;
 use crate::live::start_offset::Start;
 use crate::live::telemetry::{
-    PartitionsAssigned, PartitionsRevoked, SnapshotChoice, SnapshotRebuildStarted,
+    HandoverTaken, HandoverUnusable, PartitionsAssigned, PartitionsRevoked, SnapshotChoice,
+    SnapshotRebuildStarted,
 };
 
 /// A change of this instance's partitions, for the consume loop.
@@ -59,6 +65,8 @@ pub struct GroupShared {
     pub events: Arc<Mutex<Vec<GroupEvent>>>,
     /// Each partition's end, from librdkafka's statistics (for the lag).
     pub high_watermarks: Arc<Mutex<HashMap<i32, i64>>>,
+    /// Partitions taken over from a handover, for the loop to put in place.
+    pub taken: Arc<Mutex<HashMap<i32, TakenOver>>>,
 }
 
 impl GroupShared {
@@ -68,6 +76,7 @@ impl GroupShared {
             next: Arc::new(Mutex::new(next)),
             events: Arc::default(),
             high_watermarks: Arc::default(),
+            taken: Arc::default(),
         }
     }
 
@@ -101,6 +110,14 @@ impl GroupShared {
             .remove(&partition);
     }
 
+    /// The handover `partition` was taken over from, once.
+    pub fn take_over(&self, partition: i32) -> Option<TakenOver> {
+        self.taken
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&partition)
+    }
+
     /// Takes the changes to apply.
     pub fn take_events(&self) -> Vec<GroupEvent> {
         std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
@@ -124,6 +141,10 @@ pub struct GroupContext {
     pub shared: GroupShared,
     /// Without state, start at the latest snapshot (else at the beginning).
     pub snapshot: Option<SnapshotScan>,
+    /// Where previous owners' handovers are read (`None`: nowhere).
+    pub handover: Option<HandoverReader>,
+    /// The analyses' settings (a handover's are restored with them).
+    pub analyzer: AnalyzerConfig,
     /// Counters.
     pub metrics: Metrics,
 }
@@ -169,7 +190,9 @@ impl ConsumerContext for GroupContext {
                 for partition in partitions {
                     let start = self.start_of(partition);
                     let offset = match start {
-                        Start::Checkpoint(n) | Start::Snapshot(n) => Offset::Offset(n),
+                        Start::Checkpoint(n) | Start::Handover(n) | Start::Snapshot(n) => {
+                            Offset::Offset(n)
+                        }
                         Start::Beginning => Offset::Beginning,
                     };
                     if let Err(error) = tpl.set_partition_offset(&self.topic, partition, offset) {
@@ -206,10 +229,14 @@ impl GroupContext {
             .push(event);
     }
 
-    /// Where `partition` starts: its checkpoint, else a snapshot (see the module doc), else
-    /// its start.
+    /// Where `partition` starts: a newer handover, else its checkpoint, else a snapshot
+    /// (see the module doc), else its start.
     fn start_of(&self, partition: i32) -> Start {
-        if let Some(next) = self.shared.next_of(partition) {
+        let local = self.shared.next_of(partition);
+        if let Some(next) = self.handover_of(partition, local) {
+            return Start::Handover(next);
+        }
+        if let Some(next) = local {
             return Start::Checkpoint(next);
         }
         let Some(scan) = &self.snapshot else {
@@ -254,6 +281,50 @@ impl GroupContext {
             Err(error) => {
                 warn!(%error, partition, "cannot find the latest snapshot; reading the partition from its start");
                 Start::Beginning
+            }
+        }
+    }
+}
+
+impl GroupContext {
+    /// Reads `partition`'s handover when there is one newer than `local` (this member's
+    /// own next offset for it), restores it and leaves it for the loop; where it goes on.
+    fn handover_of(&self, partition: i32, local: Option<i64>) -> Option<i64> {
+        let reader = self.handover.as_ref()?;
+        let taken = match blocking(|| reader.take(partition, local)) {
+            Ok(taken) => taken?,
+            Err(error) => {
+                HandoverUnusable {
+                    partition,
+                    error: &error,
+                }
+                .emit(&self.metrics);
+                return None;
+            }
+        };
+        match TakenOver::restore(taken, &self.analyzer) {
+            Ok(over) => {
+                HandoverTaken {
+                    partition,
+                    taken: &over,
+                }
+                .emit(&self.metrics);
+                let next = over.next_offset;
+                self.shared.set_next(partition, next);
+                self.shared
+                    .taken
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(partition, over);
+                Some(next)
+            }
+            Err(error) => {
+                HandoverUnusable {
+                    partition,
+                    error: &error,
+                }
+                .emit(&self.metrics);
+                None
             }
         }
     }
@@ -386,6 +457,8 @@ mod tests {
             topic: "events".into(),
             shared: GroupShared::new(HashMap::from([(0, 42)])),
             snapshot: None,
+            handover: None,
+            analyzer: AnalyzerConfig::default(),
             metrics: Metrics::new(),
         };
         assert_eq!(context.start_of(0), Start::Checkpoint(42));

@@ -78,6 +78,10 @@ pub struct Metrics {
     pub(crate) offset_out_of_range: Family<PartitionLabels, Counter>,
     pub(crate) rebuilds: Family<PartitionLabels, Counter>,
     pub(crate) writer_schema_lookups: Family<ResultLabels, Counter>,
+    pub(crate) handovers_written: Counter,
+    pub(crate) handover_written_bytes: Counter,
+    pub(crate) handovers_taken: Counter,
+    pub(crate) handover_failures: Family<KindLabels, Counter>,
     assigned: Gauge,
     /// Firing alerts by (cluster, alert id) -> rule: setting a state again is harmless, so
     /// a transition made twice (after a restart) does not count twice.
@@ -195,6 +199,36 @@ impl Metrics {
             "Reads of the schemas topic for a message of a schema this build does not carry, by result (found, not_found, failed)",
             writer_schema_lookups.clone(),
         );
+        let handovers_written = Counter::default();
+        registry.register(
+            "handovers_written",
+            "Partition handovers written to the checkpoints topic (each partition's analysis, next offset and undelivered transitions, for the member that takes it over)",
+            handovers_written.clone(),
+        );
+        let handover_written_bytes = Counter::default();
+        registry.register_with_unit(
+            "handover_written",
+            "Bytes of the handovers written to the checkpoints topic (before compression)",
+            prometheus_client::registry::Unit::Bytes,
+            handover_written_bytes.clone(),
+        );
+        let handovers_taken = Counter::default();
+        registry.register(
+            "handovers_taken",
+            "Partitions taken over from their previous owner's handover instead of rebuilt from a snapshot",
+            handovers_taken.clone(),
+        );
+        let handover_failures = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "handover_failures",
+            "Handovers that could not be written (kind=write: retried at the next interval) or taken (kind=take: the partition is rebuilt from a snapshot)",
+            handover_failures.clone(),
+        );
+        for kind in ["write", "take"] {
+            handover_failures
+                .get_or_create(&KindLabels { kind: kind.into() })
+                .inc_by(0);
+        }
         let assigned = Gauge::default();
         registry.register_with_unit(
             "assigned",
@@ -250,6 +284,10 @@ impl Metrics {
             offset_out_of_range,
             rebuilds,
             writer_schema_lookups,
+            handovers_written,
+            handover_written_bytes,
+            handovers_taken,
+            handover_failures,
             assigned,
             firing_alerts: Arc::default(),
             seen_problems: Arc::default(),

@@ -5,6 +5,7 @@ pub mod consume;
 pub mod db;
 pub mod deadletters;
 pub mod group;
+pub mod handover;
 pub mod http;
 pub mod incidents;
 pub mod metrics;

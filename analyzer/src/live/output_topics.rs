@@ -1,5 +1,5 @@
-//! The topics the analyzer writes: the alerts topic (`--alerts-topic`) and the commands topic
-//! (`--cleanup-commands`). Each is looked up at start, and every [`RECHECK`] while one is
+//! The topics the analyzer writes: the alerts topic (`--alerts-topic`), the commands topic
+//! (`--cleanup-commands`) and the checkpoints topic (`--checkpoints-topic`, compacted). Each is looked up at start, and every [`RECHECK`] while one is
 //! missing. A missing topic is created with `--create-topic` (the commands topic with a
 //! day's retention, as the chart's topics Job sets it); without it, it makes `/readyz`
 //! answer 503, naming it, while its sink keeps the transitions for when it exists (a sink
@@ -30,10 +30,11 @@ pub struct OutputTopics {
 }
 
 impl OutputTopics {
-    /// The alerts topic and the commands topic, when they are written.
+    /// The alerts, commands and checkpoints topics, when they are written.
     pub fn of(
         alerts: Option<&str>,
         commands: Option<&str>,
+        checkpoints: Option<&str>,
         creation: Option<TopicCreation>,
     ) -> OutputTopics {
         let how = creation.unwrap_or(TopicCreation {
@@ -45,6 +46,7 @@ impl OutputTopics {
                 .map(|t| TopicSpec::plain(t, how))
                 .into_iter()
                 .chain(commands.map(|t| TopicSpec::commands(t, how)))
+                .chain(checkpoints.map(|t| TopicSpec::compacted(t, how)))
                 .collect(),
             create: creation.is_some(),
         }

@@ -34,7 +34,8 @@ use crate::analysis::engine::Output;
 const METADATA_PREFIX: &str = "rebuild-from=";
 
 /// What a point is about, in the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PointKind {
     /// An alert still firing (keyed by alert id).
     Firing,
@@ -62,7 +63,7 @@ impl PointKind {
 }
 
 /// One point as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PointRow {
     /// What it is about.
     pub kind: PointKind,
@@ -102,14 +103,21 @@ impl RebuildPoints {
     /// offset and the highest version of those saved: released only when all of them are.
     pub fn from_rows(rows: impl IntoIterator<Item = PointRow>) -> Self {
         let mut points = RebuildPoints::default();
+        points.adopt(rows);
+        points
+    }
+
+    /// Takes points as stored (or handed over by a partition's previous owner, see
+    /// [`crate::live::handover`]) beside those it has.
+    pub fn adopt(&mut self, rows: impl IntoIterator<Item = PointRow>) {
         for row in rows {
             match row.kind {
                 PointKind::Firing => {
-                    points.firing.insert(row.key, (row.partition, row.offset));
+                    self.firing.insert(row.key, (row.partition, row.offset));
                 }
                 PointKind::Held => {
                     let version = row.version.unwrap_or(i64::MAX);
-                    points.held.insert(
+                    self.held.insert(
                         row.key,
                         Held {
                             partition: row.partition,
@@ -119,7 +127,6 @@ impl RebuildPoints {
                 }
             }
         }
-        points
     }
 
     /// The points to store: each firing alert's, and one per cluster holding events back

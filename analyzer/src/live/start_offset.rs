@@ -26,6 +26,9 @@ use rdkafka::{Offset, TopicPartitionList};
 pub enum Start {
     /// At the offset checkpointed with this instance's state for it.
     Checkpoint(i64),
+    /// At the offset of its previous owner's handover, whose analysis it resumes
+    /// ([`crate::live::handover`]).
+    Handover(i64),
     /// At its latest snapshot: no state here.
     Snapshot(i64),
     /// At its beginning: no state here and no snapshot wanted (or found).

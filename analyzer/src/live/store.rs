@@ -193,7 +193,7 @@ impl Store {
     pub fn checkpoint<'a>(
         &mut self,
         topic: &str,
-        states: impl IntoIterator<Item = (&'a str, Vec<u8>)>,
+        states: impl IntoIterator<Item = (&'a str, &'a [u8])>,
         offsets: &HashMap<i32, i64>,
         points: &RebuildPoints,
     ) -> Result<(), StoreError> {
@@ -293,6 +293,50 @@ impl Store {
         Ok(added)
     }
 
+    /// The stored transitions that at least one of `sinks` (by their ledger names) has
+    /// not yet delivered, oldest first: what a partition's handover carries to its next
+    /// owner ([`crate::live::handover`]). A sink without a cursor yet starts at the end
+    /// and owes nothing; a transition whose stored form does not read is left out.
+    pub fn undelivered(&self, sinks: &[String]) -> Result<Vec<Alert>, StoreError> {
+        let mut least: Option<i64> = None;
+        for sink in sinks {
+            let cursor: Option<i64> = self
+                .conn
+                .query_row(
+                    "SELECT delivered_seq FROM sink_cursor WHERE sink = ?1",
+                    [sink],
+                    |r| r.get(0),
+                )
+                .map(Some)
+                .or_else(|e| match e {
+                    rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                    e => Err(e),
+                })
+                .map_err(self.err("read sink cursors"))?;
+            if let Some(cursor) = cursor {
+                least = Some(least.map_or(cursor, |l| l.min(cursor)));
+            }
+        }
+        let Some(least) = least else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT alert FROM transitions WHERE seq > ?1 ORDER BY seq")
+            .map_err(self.err("read transitions"))?;
+        let rows = stmt
+            .query_map([least], |r| r.get::<_, Vec<u8>>(0))
+            .map_err(self.err("read transitions"))?;
+        let mut alerts = Vec::new();
+        for row in rows {
+            let json = row.map_err(self.err("read transitions"))?;
+            if let Ok(alert) = serde_json::from_slice::<Alert>(&json) {
+                alerts.push(alert);
+            }
+        }
+        Ok(alerts)
+    }
+
     /// Records what a collector did with an incident's cleanup command.
     pub fn record_cleanup(&self, remediation: &Remediation) -> Result<(), StoreError> {
         incidents::record_cleanup(&self.conn, remediation, ipaudit_runtime::clock::now_ms())
@@ -382,7 +426,7 @@ mod tests {
         store
             .checkpoint(
                 "t",
-                [("c", b"{}".to_vec())],
+                [("c", &b"{}"[..])],
                 &HashMap::from([(0, 1)]),
                 &Default::default(),
             )

@@ -336,6 +336,106 @@ fn dead_letter(metrics: &Metrics, kind: &str) {
         .inc();
 }
 
+/// A partition's handover was written to the checkpoints topic.
+pub struct HandoverWritten(pub crate::live::handover::Written);
+
+impl InternalEvent for HandoverWritten {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        let w = self.0;
+        debug!(
+            partition = w.partition,
+            bytes = w.bytes,
+            chunks = w.chunks,
+            tombstones = w.tombstones,
+            took = ?w.took,
+            "handover written"
+        );
+        metrics.handovers_written.inc();
+        metrics.handover_written_bytes.inc_by(w.bytes as u64);
+    }
+}
+
+/// A partition's handover could not be written: the next interval writes it again (a
+/// member that takes the partition over meanwhile resumes from an older one, or from a
+/// snapshot).
+pub struct HandoverWriteFailed<'a> {
+    /// The partition.
+    pub partition: i32,
+    /// Why.
+    pub error: &'a crate::live::handover::HandoverError,
+}
+
+impl InternalEvent for HandoverWriteFailed<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        warn!(
+            partition = self.partition,
+            error = %self.error,
+            reason = self.error.kind(),
+            "cannot write the partition's handover; writing it again at the next interval"
+        );
+        metrics
+            .handover_failures
+            .get_or_create(&KindLabels {
+                kind: "write".into(),
+            })
+            .inc();
+    }
+}
+
+/// A partition was taken over from its previous owner's handover.
+pub struct HandoverTaken<'a> {
+    /// The partition.
+    pub partition: i32,
+    /// What was taken.
+    pub taken: &'a crate::live::handover::TakenOver,
+}
+
+impl InternalEvent for HandoverTaken<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        let t = self.taken;
+        info!(
+            partition = self.partition,
+            offset = t.next_offset,
+            clusters = t.analyzers.len(),
+            undelivered = t.undelivered.len(),
+            written_by = %t.written_by,
+            bytes = t.bytes,
+            took = ?t.took,
+            "taking the partition over from its previous owner's handover"
+        );
+        metrics.handovers_taken.inc();
+    }
+}
+
+/// A partition's handover could not be taken: it is rebuilt from a snapshot (or its
+/// start) instead.
+pub struct HandoverUnusable<'a> {
+    /// The partition.
+    pub partition: i32,
+    /// Why.
+    pub error: &'a dyn Display,
+}
+
+impl InternalEvent for HandoverUnusable<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        warn!(
+            partition = self.partition,
+            error = %self.error,
+            "cannot take the partition over from its handover; rebuilding it instead"
+        );
+        metrics
+            .handover_failures
+            .get_or_create(&KindLabels {
+                kind: "take".into(),
+            })
+            .inc();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

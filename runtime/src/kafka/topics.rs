@@ -90,6 +90,15 @@ impl TopicSpec {
         }
     }
 
+    /// A compacted topic (the latest record per key is kept for ever): the schemas
+    /// topic, the analyzer's checkpoints topic.
+    pub fn compacted(name: &str, creation: TopicCreation) -> TopicSpec {
+        TopicSpec {
+            settings: vec![("cleanup.policy", "compact")],
+            ..TopicSpec::plain(name, creation)
+        }
+    }
+
     /// The cleanup-commands topic: a day's retention.
     pub fn commands(name: &str, creation: TopicCreation) -> TopicSpec {
         TopicSpec {
