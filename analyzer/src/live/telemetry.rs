@@ -364,17 +364,29 @@ pub struct HandoverWriteFailed<'a> {
     pub partition: i32,
     /// Why.
     pub error: &'a crate::live::handover::HandoverError,
+    /// Whether the write before failed too: a failure streak (a missing topic, Kafka down)
+    /// is logged as a warning once, then at debug level; each failure is counted.
+    pub repeated: bool,
 }
 
 impl InternalEvent for HandoverWriteFailed<'_> {
     type Metrics = Metrics;
     fn emit(self, metrics: &Metrics) {
-        warn!(
-            partition = self.partition,
-            error = %self.error,
-            reason = self.error.kind(),
-            "cannot write the partition's handover; writing it again at the next interval"
-        );
+        if self.repeated {
+            debug!(
+                partition = self.partition,
+                error = %self.error,
+                reason = self.error.kind(),
+                "cannot write the partition's handover (still)"
+            );
+        } else {
+            warn!(
+                partition = self.partition,
+                error = %self.error,
+                reason = self.error.kind(),
+                "cannot write the partition's handover; writing it again at the next interval (further failures at debug level until one succeeds)"
+            );
+        }
         metrics
             .handover_failures
             .get_or_create(&KindLabels {

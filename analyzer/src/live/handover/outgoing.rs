@@ -3,6 +3,7 @@
 //! its own builds and writes it, one write after another.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,8 @@ pub struct Outgoing {
     /// Writes found by takeovers, for the writer to tombstone.
     inherited: Arc<Mutex<Vec<Inherited>>>,
     tasks: Vec<JoinHandle<()>>,
+    /// Whether the last write failed: a failure streak is logged once, not every interval.
+    failing: Arc<AtomicBool>,
     metrics: Metrics,
 }
 
@@ -60,6 +63,7 @@ impl Outgoing {
             written: Arc::default(),
             inherited: Arc::default(),
             tasks: Vec::new(),
+            failing: Arc::default(),
             metrics,
         }
     }
@@ -109,6 +113,7 @@ impl Outgoing {
         let written = Arc::clone(&self.written);
         let inherited = Arc::clone(&self.inherited);
         let metrics = self.metrics.clone();
+        let failing = Arc::clone(&self.failing);
         self.tasks.push(tokio::spawn(async move {
             let mut writer = writer.lock().await;
             for (partition, writes) in
@@ -125,6 +130,9 @@ impl Outgoing {
                 };
                 match result {
                     Ok(done) => {
+                        if failing.swap(false, Ordering::Relaxed) {
+                            tracing::info!(partition, "handovers are written again");
+                        }
                         HandoverWritten(done).emit(&metrics);
                         written
                             .lock()
@@ -134,6 +142,7 @@ impl Outgoing {
                     Err(error) => HandoverWriteFailed {
                         partition,
                         error: &error,
+                        repeated: failing.swap(true, Ordering::Relaxed),
                     }
                     .emit(&metrics),
                 }
