@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use ipaudit_analyzer::offline::replay::{replay, ReplayOptions, ReplayOutcome};
-use ipaudit_analyzer::offline::report::Findings;
+use ipaudit_analyzer::present::Findings;
 use ipaudit_analyzer::Output;
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 use ipaudit_schemas::{EventType, Stream, WatchEvent};

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use ipaudit_analyzer::offline::replay::{replay, ReplayOptions, ReplayOutcome};
-use ipaudit_analyzer::offline::report::{AlertHistory, Findings};
+use ipaudit_analyzer::present::{AlertHistory, Findings};
 use ipaudit_schemas::{EventType, Stream};
 use ipaudit_tests::{incident_files, kubectl_events};
 

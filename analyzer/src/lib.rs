@@ -26,6 +26,9 @@
 //!   - [`offline::source`]: Avro files, kubectl watch output, audit logs.
 //!   - [`offline::replay`]: files merged by resourceVersion into the core.
 //!   - [`offline::report`]: what a replay found, as text, JSON lines or HTML.
+//! - [`present`]: how alerts are shown wherever they are shown (findings, an alert as
+//!   text and JSON, the incident picture and its stylesheet): replay's report, the live
+//!   incident pages and `kubectl ipaudit` use it.
 //!
 //! At the top: [`cli`] (flags the binary shares with `kubectl-ipaudit`), [`incidents_api`]
 //! (the incident pages' query and links, which the alerts and `kubectl-ipaudit` use too)
@@ -42,6 +45,7 @@ pub mod incidents_api;
 #[cfg(feature = "live")]
 pub mod live;
 pub mod offline;
+pub mod present;
 
 pub use analysis::engine::{Analyzer, AnalyzerConfig, Output};
 

@@ -12,7 +12,7 @@
 use ipaudit_analyzer::analysis::engine::{Analyzer, AnalyzerConfig};
 use ipaudit_analyzer::analysis::state::ClusterState;
 use ipaudit_analyzer::offline::replay::ReplayOutcome;
-use ipaudit_analyzer::offline::report::Findings;
+use ipaudit_analyzer::present::Findings;
 use ipaudit_schemas::{Alert, Stream, WatchEvent, KINDS};
 
 use crate::report::{ReportFinding, Target};

@@ -36,7 +36,7 @@ pub type SeenAlert = (
 
 /// The latest state of every alert of a replay, in firing order.
 pub fn seen_alerts(outputs: &[ipaudit_analyzer::Output]) -> Vec<SeenAlert> {
-    ipaudit_analyzer::offline::report::Findings::from_outputs(outputs)
+    ipaudit_analyzer::present::Findings::from_outputs(outputs)
         .alerts
         .iter()
         .map(|h| {

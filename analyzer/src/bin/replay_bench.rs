@@ -33,8 +33,8 @@ use apache_avro::types::Value;
 use apache_avro::{Codec, DeflateSettings};
 use clap::{Parser, Subcommand};
 use ipaudit_analyzer::offline::replay::{replay, ReplayOptions};
-use ipaudit_analyzer::offline::report::Findings;
 use ipaudit_analyzer::offline::source::ANALYSIS_FIELDS;
+use ipaudit_analyzer::present::Findings;
 use ipaudit_analyzer::say;
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::{

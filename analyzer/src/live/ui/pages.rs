@@ -7,8 +7,8 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use crate::incidents_api::IncidentFilter;
 use crate::live::incidents::{IncidentPage, IncidentRecord, IncidentState};
-use crate::offline::report::html::{incident_markup, STYLESHEET};
-use crate::offline::report::AlertHistory;
+use crate::present::html::{incident_markup, STYLESHEET};
+use crate::present::AlertHistory;
 
 /// What the pages add to the report's stylesheet.
 const PAGE_CSS: &str = r#"
