@@ -2,7 +2,8 @@
 //!
 //! The analysis allocates and frees small strings and records for every event; with glibc's
 //! malloc that churn was a quarter of the replay's time, and jemalloc takes 0.87 of glibc's
-//! CPU time for `analyzer replay` with less peak memory (BENCHMARKS.md, "The allocator").
+//! CPU time for `analyzer replay` with less peak memory (BENCHMARKS.md, "Build choices";
+//! book/src/development/benchmark-history.md, "The allocator").
 //! The binaries install [`Allocator`] with [`global_allocator!`](crate::global_allocator);
 //! the library never does, so a program that links it keeps its own choice. Feature
 //! `jemalloc` (default) or `mimalloc` picks it (jemalloc if both); with neither, the

@@ -29,7 +29,8 @@ use serde_json::{json, Map, Value};
 
 // The analyzer's allocator, so that the yardstick and `analyzer replay` differ in how they
 // parse, not in how they allocate (on glibc's malloc the generic parse takes 1.06x as
-// long: BENCHMARKS.md, "the kubectl first pass takes pieces on their first fields").
+// long: BENCHMARKS.md, "Build choices"; book/src/development/benchmark-history.md, "Issue 11:
+// the kubectl first pass takes pieces on their first fields").
 ipaudit_analyzer::global_allocator!();
 
 #[derive(Debug, Parser)]
