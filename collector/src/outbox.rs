@@ -23,17 +23,9 @@ use crate::observed::{LiveChange, Observed, StreamState};
 /// broken, and the collector must stop rather than lose events.
 #[derive(Debug, thiserror::Error)]
 pub enum OutboxError {
-    /// SQLite said no.
-    #[error("outbox {path}: {context}")]
-    Sqlite {
-        /// The database file.
-        path: PathBuf,
-        /// What was being done.
-        context: &'static str,
-        /// SQLite's error.
-        #[source]
-        source: rusqlite::Error,
-    },
+    /// SQLite said no (the file, what was being done, SQLite's error).
+    #[error(transparent)]
+    Sqlite(#[from] ipaudit_runtime::sqlite::SqliteError),
     /// The state directory belongs to another cluster.
     #[error("outbox {path} holds events of cluster {found:?}, not {expected:?}: use another state directory")]
     OtherCluster {
@@ -209,14 +201,7 @@ impl Outbox {
         // WAL, synchronous=NORMAL (a power cut may lose the last transactions, which the
         // relist diff then recovers), busy timeout: the runtime's policy for every file.
         let conn =
-            ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Recoverable)
-                .map_err(
-                |ipaudit_runtime::sqlite::OpenError { path, step, source }| OutboxError::Sqlite {
-                    path,
-                    context: step,
-                    source,
-                },
-            )?;
+            ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Recoverable)?;
         Ok(Outbox {
             conn,
             path: path.to_owned(),
@@ -541,16 +526,13 @@ impl Outbox {
     }
 }
 
-/// Maps a SQLite error to this module's error, naming the file and what was being done.
+/// Maps a SQLite error to this module's error, naming the file and what was being done
+/// (the runtime's [`ipaudit_runtime::sqlite::failed`], typed for `?` in this module).
 fn sqlite_error<'a>(
     path: &'a Path,
     context: &'static str,
 ) -> impl Fn(rusqlite::Error) -> OutboxError + 'a {
-    move |source| OutboxError::Sqlite {
-        path: path.to_owned(),
-        context,
-        source,
-    }
+    ipaudit_runtime::sqlite::failed(path, context)
 }
 
 #[cfg(test)]

@@ -113,7 +113,7 @@ pub enum RemediateError {
     Sqlite(#[from] rusqlite::Error),
     /// The record of handled commands could not be opened.
     #[error("record of handled commands")]
-    Open(#[from] ipaudit_runtime::sqlite::OpenError),
+    Open(#[from] ipaudit_runtime::sqlite::SqliteError),
 }
 
 /// Why a command is refused before anything is read from the cluster. None is retryable:

@@ -21,25 +21,53 @@ use rusqlite::ErrorCode;
 /// How long a connection waits for another one's lock before giving up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A SQLite file could not be opened or set up.
+/// SQLite failed on a file: which file, what was being done, and SQLite's error. The one
+/// SQLite error of both programs (the collector's outbox and record of commands, the
+/// analyzer's store, sink ledger and partition map): each module maps its statements'
+/// errors with [`failed`].
 #[derive(Debug, thiserror::Error)]
-#[error("SQLite database {}: cannot {step}", path.display())]
-pub struct OpenError {
+#[error("SQLite database {}: cannot {context}", path.display())]
+pub struct SqliteError {
     /// The database file.
     pub path: PathBuf,
-    /// What was being done: `open`, `set busy timeout`, `enable WAL`, `set synchronous`.
-    pub step: &'static str,
+    /// What was being done: `open`, `enable WAL`, `write checkpoint`, `read transitions`...
+    pub context: &'static str,
     /// SQLite's error.
     #[source]
     pub source: rusqlite::Error,
 }
 
-impl OpenError {
-    /// True when waiting and opening again may succeed (another process holds a lock);
+impl SqliteError {
+    /// True when waiting and trying again may succeed (another process holds a lock);
     /// false for a missing directory, a file that is not a database, no permission, a
     /// full disk: those need the operator.
     pub fn is_retryable(&self) -> bool {
         is_retryable(&self.source)
+    }
+
+    /// Whether the file itself is unreadable (corrupt, or not a database), as opposed to
+    /// the disk or permissions failing.
+    pub fn is_unreadable_file(&self) -> bool {
+        matches!(
+            self.source.sqlite_error_code(),
+            Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase)
+        )
+    }
+}
+
+/// Maps SQLite's errors on the file at `path` while doing `context` to [`SqliteError`]s
+/// (or to any error made from one: a module's own error type).
+pub fn failed<'a, E: From<SqliteError>>(
+    path: &'a Path,
+    context: &'static str,
+) -> impl Fn(rusqlite::Error) -> E + 'a {
+    move |source| {
+        SqliteError {
+            path: path.to_owned(),
+            context,
+            source,
+        }
+        .into()
     }
 }
 
@@ -72,14 +100,8 @@ impl Durability {
 }
 
 /// Opens (creating it if absent) the database at `path` with the policy above.
-pub fn open(path: &Path, durability: Durability) -> Result<Connection, OpenError> {
-    let failed = |step| {
-        move |source| OpenError {
-            path: path.to_owned(),
-            step,
-            source,
-        }
-    };
+pub fn open(path: &Path, durability: Durability) -> Result<Connection, SqliteError> {
+    let failed = |context| failed::<SqliteError>(path, context);
     let conn = Connection::open(path).map_err(failed("open"))?;
     conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(failed("set busy timeout"))?;
@@ -151,7 +173,7 @@ mod tests {
             Durability::Recoverable,
         )
         .unwrap_err();
-        assert_eq!(error.step, "open");
+        assert_eq!(error.context, "open");
         assert!(
             error.to_string().contains("/nonexistent/dir/state.db"),
             "{error}"

@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ipaudit_runtime::sqlite::{Connection, Durability, OpenError};
+use ipaudit_runtime::sqlite::{failed, Connection, Durability, SqliteError};
 
 /// The file's format, kept in SQLite's `user_version`. 0 is a file from before formats
 /// existed, with the same tables. A release that changes a table bumps this and migrates
@@ -121,9 +121,10 @@ pub(crate) fn ensure_tables(conn: &Connection) -> rusqlite::Result<()> {
 /// Why `analyzer.db` could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    /// SQLite could not open the file or set it up (the runtime's policy).
+    /// SQLite could not open the file, set it up (the runtime's policy), read its format
+    /// or create its tables.
     #[error(transparent)]
-    Open(#[from] OpenError),
+    Sqlite(#[from] SqliteError),
     /// The file is of a format this build does not know (a newer analyzer wrote it).
     #[error("{}: written by a newer analyzer (store format {found}, this one knows {FORMAT})", path.display())]
     NewerFormat {
@@ -132,30 +133,13 @@ pub enum DbError {
         /// Its format.
         found: i32,
     },
-    /// Reading the format or creating the tables failed.
-    #[error("{}: cannot {context}", path.display())]
-    Schema {
-        /// The file.
-        path: PathBuf,
-        /// What was being done.
-        context: &'static str,
-        /// SQLite's error.
-        #[source]
-        source: rusqlite::Error,
-    },
 }
 
 /// Opens `analyzer.db` at `path` with `durability`, creating the tables that are missing
 /// and writing the format; a file of a newer format is refused, untouched.
 pub fn open(path: &Path, durability: Durability) -> Result<Connection, DbError> {
     let conn = ipaudit_runtime::sqlite::open(path, durability)?;
-    let schema = |context| {
-        move |source| DbError::Schema {
-            path: path.to_owned(),
-            context,
-            source,
-        }
-    };
+    let schema = |context| failed::<DbError>(path, context);
     let found: i32 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(schema("read the format"))?;

@@ -363,34 +363,29 @@ pub struct PartitionMap {
 
 /// Why the partition map failed (not retryable: the disk or file is broken).
 #[derive(Debug, thiserror::Error)]
-#[error("partition map in {path}")]
-pub struct PartitionMapError {
-    path: PathBuf,
-    #[source]
-    source: Box<dyn std::error::Error + Send + Sync>,
+pub enum PartitionMapError {
+    /// The store file cannot be opened ([`crate::live::db`]).
+    #[error(transparent)]
+    Open(#[from] crate::live::db::DbError),
+    /// SQLite failed (the file, what was being done, SQLite's error).
+    #[error(transparent)]
+    Sqlite(#[from] ipaudit_runtime::sqlite::SqliteError),
 }
 
 impl PartitionMap {
     /// Opens the map of `topic` in the store file.
     pub fn open(path: &Path, topic: &str) -> Result<Self, PartitionMapError> {
-        let err = |source: rusqlite::Error| PartitionMapError {
-            path: path.to_owned(),
-            source: source.into(),
-        };
-        let conn = crate::live::db::open(path, ipaudit_runtime::sqlite::Durability::Full).map_err(
-            |e| PartitionMapError {
-                path: path.to_owned(),
-                source: e.into(),
-            },
-        )?;
+        let err =
+            ipaudit_runtime::sqlite::failed::<PartitionMapError>(path, "read the partition map");
+        let conn = crate::live::db::open(path, ipaudit_runtime::sqlite::Durability::Full)?;
         let known = {
             let mut stmt = conn
                 .prepare("SELECT cluster_id, partition FROM cluster_partitions WHERE topic = ?1")
-                .map_err(err)?;
+                .map_err(&err)?;
             let rows = stmt
                 .query_map([topic], |r| Ok((r.get(0)?, r.get(1)?)))
-                .map_err(err)?;
-            rows.collect::<Result<HashMap<_, _>, _>>().map_err(err)?
+                .map_err(&err)?;
+            rows.collect::<Result<HashMap<_, _>, _>>().map_err(&err)?
         };
         Ok(PartitionMap {
             conn,
@@ -416,10 +411,10 @@ impl PartitionMap {
                  ON CONFLICT (topic, cluster_id) DO UPDATE SET partition = excluded.partition",
                 params![self.topic, cluster, partition],
             )
-            .map_err(|source| PartitionMapError {
-                path: self.path.clone(),
-                source: source.into(),
-            })?;
+            .map_err(ipaudit_runtime::sqlite::failed::<PartitionMapError>(
+                &self.path,
+                "write the partition map",
+            ))?;
         self.known.insert(cluster.to_owned(), partition);
         Ok(())
     }

@@ -23,39 +23,43 @@ use crate::analysis::alerts::transition_id;
 use crate::live::db::{self, DbError};
 use crate::live::incidents;
 use crate::live::rebuild_points::{PointKind, PointRow, RebuildPoints};
+use ipaudit_runtime::sqlite::SqliteError;
 use rusqlite::{params, Connection};
 
 /// Why the store failed (not retryable: the disk or file is broken).
 #[derive(Debug, thiserror::Error)]
-#[error("analyzer store {path}: {context}")]
-pub struct StoreError {
-    path: PathBuf,
-    context: &'static str,
-    #[source]
-    source: Cause,
-}
-
-/// What failed underneath.
-#[derive(Debug, thiserror::Error)]
-enum Cause {
-    /// SQLite.
+pub enum StoreError {
+    /// SQLite failed (the file, what was being done, SQLite's error).
     #[error(transparent)]
-    Sqlite(#[from] rusqlite::Error),
-    /// The file system (moving an unreadable store aside).
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
+    Sqlite(#[from] SqliteError),
+    /// The file opens but cannot be used: it fails its integrity check, or a newer
+    /// analyzer wrote it.
+    #[error("analyzer store {}: {why}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// An unreadable store could not be moved aside.
+    #[error("analyzer store {}: cannot move the unreadable store aside", path.display())]
+    SetAside {
+        /// The file.
+        path: PathBuf,
+        /// The file system's error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl StoreError {
     /// Whether the file itself is unreadable (corrupt, not a database, or of a newer
     /// format), as opposed to the disk or permissions failing: such a file is moved aside.
     pub fn is_unreadable_file(&self) -> bool {
-        match &self.source {
-            Cause::Sqlite(rusqlite::Error::SqliteFailure(error, _)) => matches!(
-                error.code,
-                rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
-            ),
-            _ => false,
+        match self {
+            StoreError::Sqlite(error) => error.is_unreadable_file(),
+            StoreError::Unreadable { .. } => true,
+            StoreError::SetAside { .. } => false,
         }
     }
 }
@@ -74,13 +78,10 @@ impl Store {
         // analyzer.db, its format checked.
         let conn = db::open(path, ipaudit_runtime::sqlite::Durability::Recoverable).map_err(
             |e| match e {
-                DbError::Open(e) => sqlite_error(&e.path, e.step)(e.source),
+                DbError::Sqlite(e) => StoreError::Sqlite(e),
                 DbError::NewerFormat { .. } => {
                     unreadable(path, "written by a newer analyzer (store format)")
                 }
-                DbError::Schema {
-                    context, source, ..
-                } => sqlite_error(path, context)(source),
             },
         )?;
         let check: String = conn
@@ -112,10 +113,9 @@ impl Store {
             let from = PathBuf::from(format!("{}{suffix}", path.display()));
             let to = PathBuf::from(format!("{}{suffix}", aside.display()));
             if from.exists() {
-                std::fs::rename(&from, &to).map_err(|e| StoreError {
+                std::fs::rename(&from, &to).map_err(|source| StoreError::SetAside {
                     path: path.to_owned(),
-                    context: "move the unreadable store aside",
-                    source: e.into(),
+                    source,
                 })?;
             }
         }
@@ -371,28 +371,20 @@ impl Store {
 }
 
 /// The error of a store file that opens but cannot be used.
-fn unreadable(path: &Path, context: &'static str) -> StoreError {
-    StoreError {
+fn unreadable(path: &Path, why: &'static str) -> StoreError {
+    StoreError::Unreadable {
         path: path.to_owned(),
-        context,
-        source: rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
-            None,
-        )
-        .into(),
+        why,
     }
 }
 
-/// Maps a SQLite error to this module's error, naming the file and what was being done.
+/// Maps a SQLite error to this module's error, naming the file and what was being done
+/// (the runtime's [`ipaudit_runtime::sqlite::failed`], typed for `?` in this module).
 fn sqlite_error<'a>(
     path: &'a Path,
     context: &'static str,
 ) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
-    move |source| StoreError {
-        path: path.to_owned(),
-        context,
-        source: source.into(),
-    }
+    ipaudit_runtime::sqlite::failed(path, context)
 }
 
 #[cfg(test)]

@@ -14,12 +14,13 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 /// Why the ledger failed (not retryable: the disk or file is broken).
 #[derive(Debug, thiserror::Error)]
-#[error("sink ledger in {path}: {context}")]
-pub struct LedgerError {
-    path: PathBuf,
-    context: &'static str,
-    #[source]
-    source: Box<dyn std::error::Error + Send + Sync>,
+pub enum LedgerError {
+    /// The store file cannot be opened ([`crate::live::db`]).
+    #[error(transparent)]
+    Open(#[from] crate::live::db::DbError),
+    /// SQLite failed (the file, what was being done, SQLite's error).
+    #[error(transparent)]
+    Sqlite(#[from] ipaudit_runtime::sqlite::SqliteError),
 }
 
 /// A stored transition waiting for one sink.
@@ -55,13 +56,7 @@ pub struct Ledger {
 impl Ledger {
     /// Opens the store file ([`crate::live::db`]).
     pub fn open(path: &Path) -> Result<Self, LedgerError> {
-        let conn = crate::live::db::open(path, ipaudit_runtime::sqlite::Durability::Full).map_err(
-            |e| LedgerError {
-                path: path.to_owned(),
-                context: "open",
-                source: e.into(),
-            },
-        )?;
+        let conn = crate::live::db::open(path, ipaudit_runtime::sqlite::Durability::Full)?;
         Ok(Ledger {
             conn,
             path: path.to_owned(),
@@ -323,15 +318,13 @@ impl Ledger {
     }
 }
 
+/// Maps a SQLite error to this module's error, naming the file and what was being done
+/// (the runtime's [`ipaudit_runtime::sqlite::failed`], typed for `?` in this module).
 fn ledger_error<'a>(
     path: &'a Path,
     context: &'static str,
 ) -> impl Fn(rusqlite::Error) -> LedgerError + 'a {
-    move |source| LedgerError {
-        path: path.to_owned(),
-        context,
-        source: source.into(),
-    }
+    ipaudit_runtime::sqlite::failed(path, context)
 }
 
 #[cfg(test)]
