@@ -148,13 +148,13 @@ struct Stored {
 /// The remediator's record in the state database: one row per command id obeyed (or
 /// refused for its age or names), with the message as received so that it can be retried
 /// or re-run with `--remediate on` after a dry run.
-struct Ledger {
+struct HandledCommands {
     // A Mutex only to make the remediator Sync across awaits; one task uses it.
     db: std::sync::Mutex<Connection>,
 }
 
-impl Ledger {
-    fn open(path: &Path) -> Result<Ledger, RemediateError> {
+impl HandledCommands {
+    fn open(path: &Path) -> Result<HandledCommands, RemediateError> {
         let db = ipaudit_runtime::sqlite::open(path, ipaudit_runtime::sqlite::Durability::Full)?;
         db.execute_batch(
             "CREATE TABLE IF NOT EXISTS remediation_commands (
@@ -183,7 +183,7 @@ impl Ledger {
                  COMMIT;",
             )?;
         }
-        Ok(Ledger {
+        Ok(HandledCommands {
             db: std::sync::Mutex::new(db),
         })
     }
@@ -264,7 +264,7 @@ struct Remediator {
     client: Client,
     config: RemediateConfig,
     stamp: Stamp,
-    ledger: Ledger,
+    handled: HandledCommands,
     events: mpsc::Sender<Observed>,
     recent: VecDeque<Instant>,
     metrics: Metrics,
@@ -289,9 +289,9 @@ pub async fn run_remediator(
         return Ok(());
     }
     metrics.remediating();
-    let ledger = Ledger::open(state_db)?;
+    let handled = HandledCommands::open(state_db)?;
     if config.mode == RemediationMode::On {
-        let rerun = ledger.rerun_dry_runs(now_ms())?;
+        let rerun = handled.rerun_dry_runs(now_ms())?;
         if rerun > 0 {
             info!(
                 commands = rerun,
@@ -317,14 +317,14 @@ pub async fn run_remediator(
         client,
         config,
         stamp,
-        ledger,
+        handled,
         events,
         recent: VecDeque::new(),
         metrics,
     };
     loop {
         let due_in = remediator
-            .ledger
+            .handled
             .next_due()?
             .map(|(_, _, at)| Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0)));
         let message = tokio::select! {
@@ -405,9 +405,9 @@ impl Remediator {
                 return Ok(self.emit(&command, outcome).await);
             }
         }
-        if let Some(stored) = self.ledger.get(&command.command_id)? {
+        if let Some(stored) = self.handled.get(&command.command_id)? {
             // Seen before (a redelivery, or a copy): its outcome is recorded already, and
-            // retries and dry-run re-runs are driven from the ledger.
+            // retries and dry-run re-runs are driven from the record of handled commands.
             span.in_scope(|| debug!(outcome = %stored.outcome, retry_pending = stored.retry_at_ms.is_some(), "command seen before"));
             return Ok(true);
         }
@@ -421,7 +421,7 @@ impl Remediator {
         &mut self,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<bool, RemediateError> {
-        let Some((id, payload, _)) = self.ledger.next_due()? else {
+        let Some((id, payload, _)) = self.handled.next_due()? else {
             return Ok(true);
         };
         let command = match decode::<CleanupCommand>(&payload) {
@@ -429,7 +429,7 @@ impl Remediator {
             Err(error) => {
                 // It decoded when it came; a schema this build does not know. Give up on it.
                 warn!(%error, command = %id, "stored command no longer decodes; dropped");
-                self.ledger.record(
+                self.handled.record(
                     &id,
                     &payload,
                     RemediationOutcome::Failed.as_str(),
@@ -446,12 +446,12 @@ impl Remediator {
             if let Err(error) = key.verify(&command) {
                 let refusal = Refusal::Signature(error);
                 let outcome = refused(&refusal, &command.expected_resource_version);
-                self.ledger.record(
+                self.handled.record(
                     &id,
                     &payload,
                     outcome.outcome.as_str(),
                     &outcome.reason,
-                    self.ledger.attempts(&id)?,
+                    self.handled.attempts(&id)?,
                     None,
                 )?;
                 return Ok(self.emit(&command, outcome).await);
@@ -469,7 +469,7 @@ impl Remediator {
         payload: &[u8],
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<bool, RemediateError> {
-        let attempts = self.ledger.attempts(&command.command_id)? + 1;
+        let attempts = self.handled.attempts(&command.command_id)? + 1;
         let outcome = match self.precheck(&command) {
             Err(refusal) => {
                 warn!(reason = %refusal, "command refused");
@@ -512,7 +512,7 @@ impl Remediator {
             None
         };
         info!(outcome = outcome.outcome.as_str(), reason = %outcome.reason, "cleanup command handled");
-        self.ledger.record(
+        self.handled.record(
             &command.command_id,
             payload,
             outcome.outcome.as_str(),
@@ -673,32 +673,36 @@ mod tests {
             )
             .unwrap();
         }
-        let ledger = Ledger::open(&path).unwrap();
-        let stored = ledger.get("c1").unwrap().unwrap();
+        let handled = HandledCommands::open(&path).unwrap();
+        let stored = handled.get("c1").unwrap().unwrap();
         assert_eq!(stored.outcome, "applied");
         assert_eq!(stored.retry_at_ms, None);
         // Opening twice is fine.
-        drop(ledger);
-        assert!(Ledger::open(&path).unwrap().get("c1").unwrap().is_some());
+        drop(handled);
+        assert!(HandledCommands::open(&path)
+            .unwrap()
+            .get("c1")
+            .unwrap()
+            .is_some());
     }
 
     #[test]
     fn dry_runs_become_due_when_remediation_is_switched_on() {
         let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::open(&dir.path().join("outbox.db")).unwrap();
-        ledger
+        let handled = HandledCommands::open(&dir.path().join("outbox.db")).unwrap();
+        handled
             .record("c1", b"bytes", "dry_run", "would remove", 1, None)
             .unwrap();
-        ledger
+        handled
             .record("c2", b"bytes", "applied", "removed", 1, None)
             .unwrap();
-        assert!(ledger.next_due().unwrap().is_none());
-        assert_eq!(ledger.rerun_dry_runs(42).unwrap(), 1);
-        let (id, payload, at) = ledger.next_due().unwrap().unwrap();
+        assert!(handled.next_due().unwrap().is_none());
+        assert_eq!(handled.rerun_dry_runs(42).unwrap(), 1);
+        let (id, payload, at) = handled.next_due().unwrap().unwrap();
         assert_eq!(
             (id.as_str(), payload.as_slice(), at),
             ("c1", &b"bytes"[..], 42)
         );
-        assert_eq!(ledger.attempts("c1").unwrap(), 0);
+        assert_eq!(handled.attempts("c1").unwrap(), 0);
     }
 }

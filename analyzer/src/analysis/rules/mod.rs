@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::alerts::{alert_id, AlertBook, Finding, Moment};
 use crate::analysis::state::holdings::{self, Holdings};
-use crate::analysis::state::{ClusterState, EventRef, ObjectRecord, RecordKey, Released};
+use crate::analysis::state::{ClusterState, EventRef, ObjectRecord, RecordKey, ReleasedHolding};
 use std::cell::OnceCell;
 
 pub use deadlines::Deadlines;
@@ -117,7 +117,7 @@ pub struct Change<'a> {
     /// The record under this name after the event.
     pub after: Option<&'a ObjectRecord>,
     /// Holdings the record had before and has no more.
-    pub released: &'a [Released],
+    pub released: &'a [ReleasedHolding],
     /// Whether what the record names or holds may have changed (else only its status,
     /// version or metadata did).
     pub reindexed: bool,

@@ -17,7 +17,7 @@ use super::{evidence, gone_evidence, remove_finalizer_command};
 use super::{Change, Context, Rule};
 use crate::analysis::alerts::Finding;
 use crate::analysis::state::holdings::{self, PoolRef};
-use crate::analysis::state::{EventRef, ObjectRecord, Part, Released};
+use crate::analysis::state::{EventRef, ObjectRecord, Part, ReleasedHolding};
 
 const NAME: &str = "subnet-deleted-before-ip";
 
@@ -124,7 +124,7 @@ impl SubnetDeletedBeforeIp {
         ctx: &mut Context<'_>,
         pool: &PoolRef,
         last: &ObjectRecord,
-        released: &[Released],
+        released: &[ReleasedHolding],
         deletion: &EventRef,
     ) {
         let kind = pool.stream.kind();

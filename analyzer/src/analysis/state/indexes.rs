@@ -26,7 +26,7 @@ pub(super) struct RecordId {
 
 /// A holding that a record no longer holds, with the owner uid it belonged to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Released {
+pub struct ReleasedHolding {
     /// The address.
     pub address: String,
     /// `namespace/name` of its owner.
@@ -280,7 +280,7 @@ impl Indexes {
         pools: &[(Stream, &str)],
         held: &[Holding<'_>],
         keep: &[Holding<'_>],
-    ) -> Vec<Released> {
+    ) -> Vec<ReleasedHolding> {
         for (stream, pool) in pools {
             self.change_pool_entry(*stream, pool, |entry| {
                 entry.naming.remove(&id);
@@ -307,7 +307,7 @@ impl Indexes {
             }
             let bound = self.unbind(key, holding.address);
             if holdings::is_record_holding(key.0) {
-                released.push(Released {
+                released.push(ReleasedHolding {
                     address: holding.address.to_owned(),
                     owner: holding.owner.clone().into_owned(),
                     scope: holding.scope.to_string(),

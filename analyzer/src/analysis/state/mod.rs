@@ -25,7 +25,7 @@ use ipaudit_schemas::{is_kube_ovn_finalizer, EventType, KindPart, ObjectMeta, St
 
 pub use finalizers::Finalizers;
 pub use holdings::{Holding, Holdings, PoolRef, Scope};
-pub use indexes::Released;
+pub use indexes::ReleasedHolding;
 pub use millis::Millis;
 pub use name::Name;
 pub use part::{IpPart, Part, PodPart};
@@ -382,7 +382,7 @@ pub struct Applied {
     /// deleted object, or the object a new uid replaced.
     pub before: Option<ObjectRecord>,
     /// Holdings the record had before and has no more.
-    pub released: Vec<Released>,
+    pub released: Vec<ReleasedHolding>,
     /// What the record names or holds may have changed (its part did).
     pub reindexed: bool,
     /// The event was older than what the state holds and changed nothing.
@@ -952,7 +952,7 @@ impl ClusterState {
         key: &RecordKey,
         slot: Slot,
         before: Option<&ObjectRecord>,
-    ) -> (bool, Vec<Released>) {
+    ) -> (bool, Vec<ReleasedHolding>) {
         let id = RecordId {
             stream: key.0,
             slot,
