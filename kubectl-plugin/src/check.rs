@@ -15,7 +15,9 @@ use ipaudit_analyzer::offline::replay::ReplayOutcome;
 use ipaudit_analyzer::present::Findings;
 use ipaudit_schemas::{Alert, Stream, WatchEvent, KINDS};
 
-use crate::report::{ReportFinding, Target};
+use ipaudit_collector::cleanup::Target;
+
+use crate::report::ReportFinding;
 
 /// What the rules found in a snapshot.
 #[derive(Debug)]

@@ -27,7 +27,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ipaudit_collector::cleanup::{self, Cleanup, Mode};
+use ipaudit_collector::cleanup::{self, Cleanup, Mode, Target};
 use ipaudit_runtime::clock::now_ms;
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{RemediationOutcome, Stream};
@@ -36,7 +36,7 @@ use serde_json::json;
 use tracing::info_span;
 
 use crate::cluster::ClusterIdentity;
-use crate::report::{CheckReport, ReportFinding, Target};
+use crate::report::{CheckReport, ReportFinding};
 
 /// How to release.
 #[derive(Debug, Clone)]
@@ -311,17 +311,6 @@ impl Plan {
     }
 }
 
-/// The cleanup's view of a report's target.
-fn target_of(target: &Target) -> cleanup::Target {
-    cleanup::Target {
-        stream: target.stream,
-        namespace: target.namespace.clone(),
-        name: target.name.clone(),
-        uid: target.uid.clone(),
-        resource_version: target.resource_version.clone(),
-    }
-}
-
 fn plan(finding: &ReportFinding) -> Plan {
     let alert = &finding.alert;
     if let Some(cleanup) = alert.cleanup.as_ref().and_then(Cleanup::of_alert) {
@@ -332,11 +321,17 @@ fn plan(finding: &ReportFinding) -> Plan {
     };
     match (alert.rule.as_str(), target.stream, &target.address) {
         ("ip-orphaned", Stream::Ip, _) => Plan::Clean(Cleanup::DeleteOrphanedIp {
-            target: target_of(target),
+            target: Target {
+                address: None,
+                ..target.clone()
+            },
         }),
         ("ip-without-pod", Stream::IpPool, Some(address)) => {
             Plan::Clean(Cleanup::RemovePoolAllocation {
-                target: target_of(target),
+                target: Target {
+                address: None,
+                ..target.clone()
+            },
                 address: address.clone(),
             })
         }

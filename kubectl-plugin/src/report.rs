@@ -6,8 +6,10 @@
 use std::path::Path;
 
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
-use ipaudit_schemas::{Alert, Stream};
+use ipaudit_schemas::Alert;
 use serde::{Deserialize, Serialize};
+
+use ipaudit_collector::cleanup::Target;
 
 use crate::cluster::ClusterIdentity;
 use crate::snapshot::ListedKind;
@@ -41,38 +43,6 @@ pub struct ReportFinding {
     pub alert: Alert,
     /// The object a cleanup would change; `None` when the snapshot has no such object.
     pub target: Option<Target>,
-}
-
-/// An object exactly as the snapshot showed it: a release acts only if it still is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Target {
-    /// Its kind.
-    pub stream: Stream,
-    /// Its namespace; `None` for cluster-scoped kinds.
-    pub namespace: Option<String>,
-    /// Its name.
-    pub name: String,
-    /// metadata.uid.
-    pub uid: String,
-    /// metadata.resourceVersion.
-    pub resource_version: String,
-    /// For a pool allocation, the address in the pool.
-    pub address: Option<String>,
-}
-
-impl Target {
-    /// `IP a.default`, `IPPool kube-system/pool-a (10.0.0.5)`.
-    pub fn describe(&self) -> String {
-        let kind = self.stream.kind();
-        let key = match &self.namespace {
-            Some(ns) => format!("{ns}/{}", self.name),
-            None => self.name.clone(),
-        };
-        match &self.address {
-            Some(address) => format!("{kind} {key} ({address})"),
-            None => format!("{kind} {key}"),
-        }
-    }
 }
 
 /// Why a report cannot be used. None is retryable with the same file.

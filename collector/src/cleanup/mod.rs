@@ -90,8 +90,9 @@ pub const WRITES: [Write; 5] = [
     },
 ];
 
-/// One object a cleanup acts on, as the finding saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One object a cleanup acts on, exactly as the finding (or `kubectl ipaudit check`'s
+/// snapshot) saw it: a cleanup acts only if it still is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Target {
     /// Its kind.
     pub stream: Stream,
@@ -99,10 +100,28 @@ pub struct Target {
     pub namespace: Option<String>,
     /// Its name.
     pub name: String,
-    /// The uid it must still have.
+    /// The uid it must still have (metadata.uid).
     pub uid: String,
-    /// The resourceVersion it must still have.
+    /// The resourceVersion it must still have (metadata.resourceVersion).
     pub resource_version: String,
+    /// For a pool allocation, the address in the pool.
+    #[serde(default)]
+    pub address: Option<String>,
+}
+
+impl Target {
+    /// `IP a.default`, `IPPool kube-system/pool-a (10.0.0.5)`.
+    pub fn describe(&self) -> String {
+        let kind = self.stream.kind();
+        let key = match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => self.name.clone(),
+        };
+        match &self.address {
+            Some(address) => format!("{kind} {key} ({address})"),
+            None => format!("{kind} {key}"),
+        }
+    }
 }
 
 /// What to do.
@@ -173,6 +192,7 @@ impl Cleanup {
             name: cleanup.target_name.clone(),
             uid: cleanup.target_uid.clone(),
             resource_version: cleanup.resource_version.clone(),
+            address: None,
         };
         match (cleanup.action, cleanup.target_stream) {
             (CleanupAction::RemoveFinalizer, Stream::Ip) => Some(Cleanup::ReleaseStuckIp {
