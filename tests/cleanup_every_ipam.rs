@@ -1,6 +1,6 @@
 //! Cleanup for every IPAM, live: the finding fires at the analyzer, its typed cleanup goes
 //! to the collector as a command on Apache Kafka, the collector's cleanup module
-//! (`collector/src/cleanup`) re-reads the target and writes with the API server's own
+//! (`cleanup/src, the ipaudit-cleanup crate`) re-reads the target and writes with the API server's own
 //! preconditions, the object changes exactly as written, and the alert resolves. A target
 //! changed after its finding (another allocation, its pod back) is skipped with the reason
 //! and nothing written; a dry run writes nothing; a collector with a commands key refuses

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use ipaudit_collector::cleanup::WRITES;
+use ipaudit_cleanup::WRITES;
 use ipaudit_schemas::KINDS;
 use ipaudit_tests::manifests::{
     self, chart_ci_values_files, find, get, helm, repo, strings, yaml_documents_of,
@@ -93,7 +93,7 @@ const IPAMS: [(&str, &str); 3] = [
     ("spiderpool", "spiderpool.spidernet.io"),
 ];
 
-/// The writes the cleanups make (collector/src/cleanup), per API group.
+/// The writes the cleanups make (cleanup/src, the ipaudit-cleanup crate), per API group.
 fn remediation_writes(group: &str) -> Vec<Rule> {
     // The collector's own table of its cleanup writes: the chart grants exactly those.
     let rules: Vec<Rule> = WRITES

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use ipaudit_collector::cleanup::WRITES;
+use ipaudit_cleanup::WRITES;
 use ipaudit_schemas::{EventType, Stream, KINDS};
 use ipaudit_tests::collector::{CollectorProcess, CollectorSetup};
 use ipaudit_tests::kube::{KubeServer, CHART_NAMESPACE};

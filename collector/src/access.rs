@@ -1,6 +1,6 @@
 //! What the collector may do, asked before it starts: one SelfSubjectAccessReview per
 //! permission it needs (list and watch of every kind it watches; with remediation, get of
-//! those kinds and the writes of the cleanup table, [`crate::cleanup::WRITES`]). Missing
+//! those kinds and the writes of the cleanup table, [`ipaudit_cleanup::WRITES`]). Missing
 //! permissions stop the start with one error that names each of them and the chart's
 //! roles, where the watchers would otherwise retry a 403 for ever. A server that cannot
 //! answer (no SelfSubjectAccessReview, a network failure) does not stop the start: the
@@ -12,8 +12,8 @@ use kube::Client;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use crate::cleanup::WRITES;
 use crate::remediate::RemediationMode;
+use ipaudit_cleanup::WRITES;
 
 /// One thing the collector does through the API: a verb on a resource.
 #[derive(Debug, Clone, PartialEq, Eq)]

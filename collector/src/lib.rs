@@ -22,7 +22,7 @@ pub mod access;
 pub mod admission;
 #[cfg(feature = "service")]
 pub mod app;
-pub mod cleanup;
+
 pub mod discovery;
 pub mod event;
 pub mod guard;

@@ -15,7 +15,7 @@
 //!
 //! It then removes only kube-ovn's finalizer, with a JSON patch that tests the
 //! resourceVersion and the finalizer, so it cannot hit a changed or recreated object: the
-//! checks and the write are [`crate::cleanup`]'s, which `kubectl ipaudit release` runs too.
+//! checks and the write are [`ipaudit_cleanup`]'s, which `kubectl ipaudit release` runs too.
 //! Patches are rate-limited. Every outcome (applied, dry-run, skipped or refused and why,
 //! failed) is recorded as a REMEDIATION event on the events topic, so the audit log holds
 //! the action too.
@@ -47,11 +47,11 @@ use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::cleanup::{self, Cleanup, Mode, Outcome};
 use crate::event::Stamp;
 use crate::metrics::Metrics;
 use crate::observed::{LiveChange, Observed};
 use crate::telemetry::RemediationOutcomeRecorded;
+use ipaudit_cleanup::{Cleanup, Mode, Outcome};
 use ipaudit_runtime::telemetry::InternalEvent;
 
 /// Whether and how commands are executed.
@@ -639,7 +639,7 @@ pub fn cleanup_of(command: &CleanupCommand) -> Option<Cleanup> {
     })
 }
 
-/// Runs a command's cleanup in `mode` (see [`crate::cleanup`]).
+/// Runs a command's cleanup in `mode` (see [`ipaudit_cleanup`]).
 pub async fn execute(client: &Client, mode: RemediationMode, command: &CleanupCommand) -> Outcome {
     let Some(cleanup) = cleanup_of(command) else {
         return Outcome::skipped(
@@ -654,7 +654,7 @@ pub async fn execute(client: &Client, mode: RemediationMode, command: &CleanupCo
         RemediationMode::On => Mode::Apply,
         RemediationMode::DryRun | RemediationMode::Off => Mode::DryRun,
     };
-    cleanup::apply(client, mode, &cleanup).await
+    ipaudit_cleanup::apply(client, mode, &cleanup).await
 }
 
 #[cfg(test)]

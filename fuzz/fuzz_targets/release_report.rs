@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use ipaudit_analyzer::{Analyzer, AnalyzerConfig, Output};
-use ipaudit_collector::cleanup::Cleanup;
+use ipaudit_cleanup::Cleanup;
 use ipaudit_kubectl::cluster::ClusterIdentity;
 use ipaudit_kubectl::release::vet;
 use ipaudit_kubectl::report::{CheckReport, ReportFinding, Target};

@@ -15,7 +15,7 @@ use ipaudit_analyzer::offline::replay::ReplayOutcome;
 use ipaudit_analyzer::present::Findings;
 use ipaudit_schemas::{Alert, Stream, WatchEvent, KINDS};
 
-use ipaudit_collector::cleanup::Target;
+use ipaudit_cleanup::Target;
 
 use crate::report::ReportFinding;
 

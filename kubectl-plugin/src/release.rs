@@ -7,7 +7,7 @@
 //!   the report's, and every write carries that as a precondition (a JSON patch `test`, a
 //!   DELETE precondition), so that an object changed in between is never hit;
 //! - every change is made by the cleanups the collector's remediation makes
-//!   ([`ipaudit_collector::cleanup`]), with the same checks and preconditions;
+//!   ([`ipaudit_cleanup`]), with the same checks and preconditions;
 //! - kube-ovn, an IP stuck terminating: kube-ovn's finalizer is removed (subnet still
 //!   absent, a patch that tests the resourceVersion and the finalizer at its index);
 //! - kube-ovn, an orphaned IP: deleted with uid and resourceVersion preconditions while its
@@ -27,7 +27,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ipaudit_collector::cleanup::{self, Cleanup, Mode, Target};
+use ipaudit_cleanup::{Cleanup, Mode, Planned, Target};
 use ipaudit_runtime::clock::now_ms;
 use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::{RemediationOutcome, Stream};
@@ -218,7 +218,7 @@ pub async fn release(
     };
     let mut last: Option<Instant> = None;
     let mut actions = Vec::new();
-    let mut planned = cleanup::Planned::default();
+    let mut planned = Planned::default();
     // In the order the apply must take: a whereabouts reservation after the pool
     // allocations that back it (the sort is stable: the report's order otherwise).
     let mut steps: Vec<(&ReportFinding, Plan)> =
@@ -286,7 +286,7 @@ pub async fn release(
 
 /// What a finding calls for.
 enum Plan {
-    /// A cleanup of [`ipaudit_collector::cleanup`].
+    /// A cleanup of [`ipaudit_cleanup`].
     Clean(Cleanup),
     /// Nothing: only reported, for this reason.
     Report(String),
@@ -344,16 +344,11 @@ fn plan(finding: &ReportFinding) -> Plan {
 
 /// Runs one step of the plan, after those `planned` has noted (a dry run checks the
 /// cluster as the apply would find it).
-async fn run(
-    client: &Client,
-    mode: Mode,
-    plan: &Plan,
-    planned: &mut cleanup::Planned,
-) -> (Verdict, String) {
+async fn run(client: &Client, mode: Mode, plan: &Plan, planned: &mut Planned) -> (Verdict, String) {
     match plan {
         Plan::Report(why) => (Verdict::ReportOnly, why.clone()),
         Plan::Clean(cleanup) => {
-            let outcome = cleanup::apply_after(client, mode, cleanup, planned).await;
+            let outcome = ipaudit_cleanup::apply_after(client, mode, cleanup, planned).await;
             planned.note(cleanup, &outcome);
             (Verdict::of(outcome.outcome), outcome.reason)
         }

@@ -9,7 +9,7 @@ use ipaudit_schemas::kubernetes::format_timestamp_ms;
 use ipaudit_schemas::Alert;
 use serde::{Deserialize, Serialize};
 
-use ipaudit_collector::cleanup::Target;
+use ipaudit_cleanup::Target;
 
 use crate::cluster::ClusterIdentity;
 use crate::snapshot::ListedKind;

@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn every_rule_either_carries_a_cleanup_or_says_why_not() {
-        // The rules whose alerts carry cleanups the collector runs (collector/src/cleanup):
+        // The rules whose alerts carry cleanups the collector runs (cleanup/src, the ipaudit-cleanup crate):
         // every record of ip-stuck-terminating, and ip-without-pod's whereabouts and
         // spiderpool records; a kube-ovn IP's ip-without-pod has a reason.
         let with_cleanup = ["ip-stuck-terminating", "ip-without-pod"];

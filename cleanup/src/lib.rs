@@ -1,5 +1,5 @@
 //! Cleanup actions, one place for both callers: the collector's remediator (a signed
-//! command from the analyzer, [`crate::remediate`]) and `kubectl ipaudit release` (a
+//! command from the analyzer, `ipaudit_collector::remediate`) and `kubectl ipaudit release` (a
 //! finding of a check's report). A [`Cleanup`] says what to do to which object at which
 //! uid and resourceVersion, and what must still hold; [`apply`] re-reads the target,
 //! checks every precondition against the live objects, and only then writes, with the
@@ -44,7 +44,7 @@ use kube::Client;
 
 /// A write the cleanups of the remediation table make: the chart's remediation ClusterRole
 /// grants exactly these (tests/helm_chart.rs compares), and the collector asks for them
-/// before it starts with remediation on ([`crate::access`]).
+/// before it starts with remediation on (`ipaudit_collector::access`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Write {
     /// The kind written.
