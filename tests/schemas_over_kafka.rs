@@ -19,9 +19,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ipaudit_collector::health::Health;
 use ipaudit_collector::metrics::Metrics;
-use ipaudit_collector::outbox::Outbox;
-use ipaudit_collector::produce::{producer, run_producer, KafkaConfig, ProducerTask};
-use ipaudit_collector::publish_schemas::SchemaPublisher;
+use ipaudit_collector::ship::outbox::Outbox;
+use ipaudit_collector::ship::produce::{producer, run_producer, KafkaConfig, ProducerTask};
+use ipaudit_collector::ship::publish_schemas::SchemaPublisher;
 use ipaudit_runtime::kafka::Connection;
 use ipaudit_schemas::builders::NextVersion;
 use ipaudit_schemas::{Stream, WatchEvent};

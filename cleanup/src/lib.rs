@@ -44,7 +44,7 @@ use kube::Client;
 
 /// A write the cleanups of the remediation table make: the chart's remediation ClusterRole
 /// grants exactly these (tests/helm_chart.rs compares), and the collector asks for them
-/// before it starts with remediation on (`ipaudit_collector::access`).
+/// before it starts with remediation on (`ipaudit_collector::watch::access`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Write {
     /// The kind written.

@@ -20,21 +20,21 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
-use crate::access::{self, AccessDenied};
+use crate::admission::guard::{Guarded, SharedIndex};
 use crate::admission::{AdmissionConfig, AdmissionError};
-use crate::discovery::{self, DiscoveryError};
-use crate::event::Stamp;
-use crate::guard::{Guarded, SharedIndex};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::observed::StreamState;
-use crate::outbox::{Outbox, OutboxError};
-use crate::produce::{run_producer, KafkaConfig, ProduceError, ProducerTask};
-use crate::publish_schemas::SchemaPublisher;
-use crate::record::FileWriter;
 use crate::remediate::{run_remediator, RemediateConfig, RemediationMode};
+use crate::ship::outbox::{Outbox, OutboxError};
+use crate::ship::produce::{run_producer, KafkaConfig, ProduceError, ProducerTask};
+use crate::ship::publish_schemas::SchemaPublisher;
+use crate::ship::record::FileWriter;
+use crate::ship::writer::{self, EventWriter, IndexingWriter, WriterError};
+use crate::watch::access::{self, AccessDenied};
+use crate::watch::discovery::{self, DiscoveryError};
+use crate::watch::event::Stamp;
 use crate::watch::{WatchConfig, WatchError, WatchOutputs, Watcher};
-use crate::writer::{self, EventWriter, IndexingWriter, WriterError};
 
 /// How to reach the API server.
 #[derive(Debug, Clone)]
@@ -243,8 +243,9 @@ async fn start(
                 state.resume_from = None;
             }
         }
-        let index: SharedIndex =
-            Arc::new(std::sync::RwLock::new(crate::guard::Index::new(&watched)));
+        let index: SharedIndex = Arc::new(std::sync::RwLock::new(
+            crate::admission::guard::Index::new(&watched),
+        ));
         writer = Box::new(IndexingWriter::new(writer, Arc::clone(&index)));
         metrics.admission_serving();
         let (bound, task) = crate::admission::serve(
@@ -486,7 +487,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
         source,
     })?;
     // A configuration librdkafka refuses fails here, before anything is watched.
-    let producer = crate::produce::producer(&config.kafka)?;
+    let producer = crate::ship::produce::producer(&config.kafka)?;
     let path = config.state_dir.join("outbox.db");
     let outbox = Outbox::open(&path, &config.collector.stamp.cluster_id)?;
     let states = outbox.load()?;

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, CommandFactory, Parser, Subcommand};
+use ipaudit_collector::admission::guard::GuardMode;
 use ipaudit_collector::admission::AdmissionConfig;
 use ipaudit_collector::app::{self, CollectorConfig, KubeSource, RecordConfig, RunConfig};
-use ipaudit_collector::event::Stamp;
-use ipaudit_collector::guard::GuardMode;
-use ipaudit_collector::outbox::Outbox;
-use ipaudit_collector::produce::KafkaConfig;
 use ipaudit_collector::remediate::{RemediateConfig, RemediationMode};
+use ipaudit_collector::ship::outbox::Outbox;
+use ipaudit_collector::ship::produce::KafkaConfig;
+use ipaudit_collector::watch::event::Stamp;
 use ipaudit_collector::watch::WatchConfig;
 use ipaudit_runtime::generate::{self, GenerateArgs};
 use ipaudit_runtime::kafka::Connection;

@@ -80,7 +80,7 @@ pub const QUARANTINE_REASONS: [&str; 6] = [
     "invalid_timestamp",
 ];
 
-/// The decisions of `admission_reviews` ([`crate::guard::Decision`]).
+/// The decisions of `admission_reviews` ([`crate::admission::guard::Decision`]).
 /// Why a stream is listed in full: its first list, an expired resourceVersion (410 Gone),
 /// the periodic snapshot (beside the watch), the periodic snapshot in full because the
 /// watch's version could no longer be listed, a failed list retried, the outbox full (events
@@ -95,12 +95,12 @@ pub const RELIST_REASONS: [&str; 7] = [
     "undecodable_event",
 ];
 
-const ADMISSION_DECISIONS: [crate::guard::Decision; 5] = [
-    crate::guard::Decision::Allowed,
-    crate::guard::Decision::Warned,
-    crate::guard::Decision::Denied,
-    crate::guard::Decision::Unsynced,
-    crate::guard::Decision::Error,
+const ADMISSION_DECISIONS: [crate::admission::guard::Decision; 5] = [
+    crate::admission::guard::Decision::Allowed,
+    crate::admission::guard::Decision::Warned,
+    crate::admission::guard::Decision::Denied,
+    crate::admission::guard::Decision::Unsynced,
+    crate::admission::guard::Decision::Error,
 ];
 
 /// The outcomes of `remediation_outcomes`.
@@ -305,7 +305,7 @@ impl Metrics {
 
     /// The admission guard serves: its series of every guarded kind and decision start at 0.
     pub fn admission_serving(&self) {
-        for guarded in crate::guard::Guarded::ALL {
+        for guarded in crate::admission::guard::Guarded::ALL {
             for decision in ADMISSION_DECISIONS {
                 self.admission_reviews
                     .get_or_create(&AdmissionLabels {

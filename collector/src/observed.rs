@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use ipaudit_schemas::WatchEvent;
 
-use crate::event::LiveObject;
+use crate::watch::event::LiveObject;
 
 /// Where a stream stands: the version to resume from, its last sequence number, and the
 /// objects it knows to be live.

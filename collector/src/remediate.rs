@@ -47,10 +47,10 @@ use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::event::Stamp;
 use crate::metrics::Metrics;
 use crate::observed::{LiveChange, Observed};
 use crate::telemetry::RemediationOutcomeRecorded;
+use crate::watch::event::Stamp;
 use ipaudit_cleanup::{Cleanup, Mode, Outcome};
 use ipaudit_runtime::telemetry::InternalEvent;
 

@@ -9,7 +9,7 @@ use ipaudit_runtime::telemetry::{EventLabels, InternalEvent};
 use ipaudit_schemas::{EventType, RemediationOutcome, Stream};
 use tracing::{debug, error, info, trace, warn};
 
-use crate::guard::{Decision, Verdict};
+use crate::admission::guard::{Decision, Verdict};
 use crate::health::OutboxSize;
 use crate::metrics::{AdmissionLabels, Metrics, OnlyReasonLabels, ReasonLabels, ResultLabels};
 

@@ -37,8 +37,8 @@ pub fn ships_intact(event: &ipaudit_schemas::WatchEvent) {
 }
 
 /// The collector's stamp (fixed, so that events compare).
-pub fn stamp(raw_objects: bool) -> ipaudit_collector::event::Stamp {
-    ipaudit_collector::event::Stamp {
+pub fn stamp(raw_objects: bool) -> ipaudit_collector::watch::event::Stamp {
+    ipaudit_collector::watch::event::Stamp {
         cluster_id: "fuzz".into(),
         collector_id: "fuzz-0".into(),
         raw_objects,

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use ipaudit_collector::admission::Guard;
-use ipaudit_collector::guard::{Decision, GuardMode, Index};
+use ipaudit_collector::admission::guard::{Decision, GuardMode, Index};
 use ipaudit_collector::health::Health;
 use ipaudit_collector::metrics::Metrics;
 use ipaudit_schemas::builders::EventBuilder;

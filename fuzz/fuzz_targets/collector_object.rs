@@ -7,7 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-use ipaudit_collector::event::LiveObject;
+use ipaudit_collector::watch::event::LiveObject;
 use ipaudit_schemas::{EventType, KINDS};
 use libfuzzer_sys::fuzz_target;
 

@@ -95,7 +95,7 @@ fn target(state: &ClusterState, alert: &Alert) -> Option<Target> {
 mod tests {
     use super::*;
     use ipaudit_analyzer::analysis::rules::RuleConfig;
-    use ipaudit_collector::event::Stamp;
+    use ipaudit_collector::watch::event::Stamp;
     use ipaudit_schemas::kubernetes::format_timestamp_ms;
     use ipaudit_schemas::EventType;
     use serde_json::{json, Value};

@@ -13,7 +13,7 @@
 //! others were listed is then seen, and a record naming it is not taken for an orphan.
 
 use ipaudit_analyzer::analysis::state::holdings::is_pool;
-use ipaudit_collector::event::Stamp;
+use ipaudit_collector::watch::event::Stamp;
 use ipaudit_runtime::clock::now_ms;
 use ipaudit_runtime::kube::PagedList;
 use ipaudit_schemas::{EventType, KindSpec, Stream, WatchEvent};
@@ -107,7 +107,7 @@ async fn list_kind(
     page_size: u32,
     snapshot: &mut Snapshot,
 ) -> Result<(), SnapshotError> {
-    let resource = ipaudit_collector::discovery::served_name(kind);
+    let resource = ipaudit_collector::watch::discovery::served_name(kind);
     let stream = kind.stream;
     let span = tracing::info_span!("list", cluster = %stamp.cluster_id, stream = %stream);
     list_pages(client, kind, stamp, page_size, snapshot, resource)

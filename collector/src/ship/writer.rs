@@ -7,9 +7,9 @@ use std::thread::JoinHandle;
 
 use tokio::sync::{mpsc, Notify};
 
-use crate::guard::SharedIndex;
+use crate::admission::guard::SharedIndex;
 use crate::observed::Observed;
-use crate::outbox::{Outbox, OutboxError};
+use crate::ship::outbox::{Outbox, OutboxError};
 use crate::telemetry::OutboxFull;
 use ipaudit_runtime::telemetry::InternalEvent;
 

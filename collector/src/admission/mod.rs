@@ -1,13 +1,15 @@
 //! The validating admission webhook (`--admission-listen`): HTTPS with the certificate and
 //! key of `--admission-cert`/`--admission-key`, `POST /validate` answering
 //! `AdmissionReview` (admission.k8s.io/v1) for the DELETE of kube-ovn Subnets, whereabouts
-//! IPPools and spiderpool SpiderIPPools with the verdict of [`crate::guard`].
+//! IPPools and spiderpool SpiderIPPools with the verdict of [`crate::admission::guard`].
 //!
 //! It never blocks a cluster on its own fault: a request it cannot read is allowed (with
 //! the request's uid when it has one), and so is every deletion while the view is not
 //! synced. The certificate files are read again when they change (cert-manager renews
 //! them in place), checked every [`RELOAD_EVERY`]; a renewal that cannot be read keeps the
 //! previous certificate and says so in the log.
+
+pub mod guard;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -36,7 +38,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, info_span, warn};
 
-use crate::guard::{decide, GuardMode, Guarded, SharedIndex, StreamHealth, Verdict};
+use crate::admission::guard::{decide, GuardMode, Guarded, SharedIndex, StreamHealth, Verdict};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::telemetry::{AdmissionReviewUnreadable, AdmissionReviewed};

@@ -18,7 +18,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::info;
 
-use crate::outbox::Row;
+use crate::ship::outbox::Row;
 
 /// Why a batch's schemas were not published; its rows wait in the outbox.
 #[derive(Debug, thiserror::Error)]

@@ -27,8 +27,8 @@ use tracing::{debug_span, error, info, warn, Instrument as _};
 
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::outbox::{Outbox, OutboxError, Quarantine, Row};
-use crate::publish_schemas::SchemaPublisher;
+use crate::ship::outbox::{Outbox, OutboxError, Quarantine, Row};
+use crate::ship::publish_schemas::SchemaPublisher;
 use crate::telemetry::{KafkaBatchSent, RowQuarantined};
 
 /// Where and how events go to Kafka.

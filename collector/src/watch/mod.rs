@@ -19,6 +19,11 @@
 //! diff against the live set loses no deletion. An event larger than `--max-event-bytes`
 //! is recorded without its raw JSON, with a field problem saying so.
 
+#[cfg(feature = "service")]
+pub mod access;
+pub mod discovery;
+pub mod event;
+
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -35,7 +40,6 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, debug_span, info, warn, Instrument as _};
 
-use crate::event::{LiveObject, Stamp};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::observed::{LiveChange, Observed, StreamState};
@@ -44,6 +48,7 @@ use crate::telemetry::{
     RelistStarted, WatchErrorEvent, WatchEventUndecodable, WatchFailed, WatchPaused,
     WatchStreamFailed,
 };
+use crate::watch::event::{LiveObject, Stamp};
 
 /// Settings of the watchers.
 #[derive(Debug, Clone)]

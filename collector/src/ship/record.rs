@@ -9,7 +9,7 @@ use std::path::Path;
 use ipaudit_schemas::{ContainerWriter, WatchEvent};
 
 use crate::observed::Observed;
-use crate::writer::{EventWriter, WriterError};
+use crate::ship::writer::{EventWriter, WriterError};
 
 /// An Avro container file being written.
 pub struct FileWriter {

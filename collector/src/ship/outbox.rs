@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use ipaudit_schemas::{encode, kinds, Stream};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::event::LiveObject;
 use crate::health::{Health, OutboxSize};
 use crate::metrics::Metrics;
 use crate::observed::{LiveChange, Observed, StreamState};
+use crate::watch::event::LiveObject;
 
 /// Why the outbox failed. SQLite errors are not retryable here: the disk or the file is
 /// broken, and the collector must stop rather than lose events.
@@ -538,7 +538,7 @@ fn sqlite_error<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Stamp;
+    use crate::watch::event::Stamp;
     use ipaudit_schemas::EventType;
     use serde_json::json;
 
