@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use smol_str::SmolStr;
 
 use super::holdings;
-use super::indexes::RecordId;
+use super::records::RecordId;
 use super::records::{name_hash, table_hash, Slot, STREAMS, STREAM_ORDER};
 
 /// A holder of a few strings: its slot in its kind's records and 32 bits of the string's

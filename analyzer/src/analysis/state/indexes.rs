@@ -13,16 +13,8 @@ use ipaudit_schemas::Stream;
 
 use super::holder_index::HolderIndex;
 use super::holdings::{self, Holding};
-use super::records::Slot;
+use super::records::RecordId;
 use super::{pairs, RecordKey};
-
-/// A live record by where it sits, as the indexes hold it: 8 bytes, no name to hash or
-/// share. Valid while the record lives: removing a record takes it out of every index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct RecordId {
-    pub stream: Stream,
-    pub slot: Slot,
-}
 
 /// A holding that a record no longer holds, with the owner uid it belonged to.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,6 +21,14 @@ use super::{Name, ObjectRecord};
 /// Where a record sits in its kind's records: valid until that record is removed.
 pub type Slot = u32;
 
+/// A live record by where it sits, as the indexes hold it: 8 bytes, no name to hash or
+/// share. Valid while the record lives: removing a record takes it out of every index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct RecordId {
+    pub stream: Stream,
+    pub slot: Slot,
+}
+
 /// Records a chunk holds (a power of two: a slot splits into chunk and place by shifts).
 const CHUNK: usize = 1 << CHUNK_BITS;
 const CHUNK_BITS: u32 = 12;

@@ -9,11 +9,11 @@
 //! outbox as they happen, and from there to every sink. `/metrics`, `/healthz` and
 //! `/readyz` are served on `--listen`.
 //!
-//! [`run`] sets the member up; the loop is [`ConsumeLoop`], which owns its state and has
+//! [`run`] sets the member up; the loop is `ConsumeLoop`, which owns its state and has
 //! one method per thing that can happen: a group change (before anything else of a turn,
-//! [`group_change`]), a message or the end of a partition ([`message`]), an offset out
-//! of range ([`group_change`]), the clock's tick, a checkpoint and the stop
-//! ([`checkpoint`]).
+//! `group_change`), a message or the end of a partition (`message`), an offset out
+//! of range (`group_change`), the clock's tick, a checkpoint and the stop
+//! (`checkpoint`).
 
 mod checkpoint;
 mod group_change;
