@@ -155,7 +155,13 @@ fn main() -> anyhow::Result<()> {
             peers: Vec::new(),
             member: String::new(),
         };
-        let bound = ui::serve(&config, &path, stop_rx).await?;
+        let bound = ui::serve(
+            &config,
+            &path,
+            ipaudit_analyzer::live::metrics::Metrics::new(),
+            stop_rx,
+        )
+        .await?;
         let base = format!("http://{bound}");
         let client = reqwest::Client::new();
         let middle = format!("{:016x}", cli.incidents / 2);

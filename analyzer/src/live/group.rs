@@ -36,15 +36,14 @@ use rdkafka::statistics::Statistics;
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
 use rusqlite::{params, Connection};
-use tracing::warn;
 
 use crate::analysis::engine::AnalyzerConfig;
 use crate::live::handover::{HandoverReader, TakenOver};
 use crate::live::metrics::Metrics;
 use crate::live::start_offset::Start;
 use crate::live::telemetry::{
-    HandoverTaken, HandoverUnusable, PartitionsAssigned, PartitionsRevoked, SnapshotChoice,
-    SnapshotRebuildStarted,
+    Failed, Failure, HandoverTaken, HandoverUnusable, PartitionsAssigned, PartitionsRevoked,
+    SnapshotChoice, SnapshotRebuildStarted,
 };
 
 /// A change of this instance's partitions, for the consume loop.
@@ -155,7 +154,8 @@ impl ClientContext for GroupContext {
     /// where it is news, not an error.
     fn error(&self, error: KafkaError, reason: &str) {
         if !matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
-            tracing::error!("librdkafka: {error}: {reason}");
+            Failed::new(Failure::Librdkafka, &format_args!("{error}: {reason}"))
+                .emit(&self.metrics);
         }
     }
 
@@ -196,13 +196,15 @@ impl ConsumerContext for GroupContext {
                         Start::Beginning => Offset::Beginning,
                     };
                     if let Err(error) = tpl.set_partition_offset(&self.topic, partition, offset) {
-                        warn!(%error, partition, "cannot set the start offset");
+                        Failed::new(Failure::StartOffset, &error)
+                            .partition(partition)
+                            .emit(&self.metrics);
                     }
                     starts.push((partition, start));
                 }
                 PartitionsAssigned { starts: &starts }.emit(&self.metrics);
                 if let Err(error) = consumer.assign(tpl) {
-                    warn!(%error, "assign failed");
+                    Failed::new(Failure::Assignment, &error).emit(&self.metrics);
                 }
                 self.push(GroupEvent::Assigned(starts));
             }
@@ -212,7 +214,7 @@ impl ConsumerContext for GroupContext {
                 }
                 .emit(&self.metrics);
                 if let Err(error) = consumer.unassign() {
-                    warn!(%error, "unassign failed");
+                    Failed::new(Failure::Assignment, &error).emit(&self.metrics);
                 }
                 self.push(GroupEvent::Revoked(partitions));
             }
@@ -279,7 +281,9 @@ impl GroupContext {
                 Start::Snapshot(offset)
             }
             Err(error) => {
-                warn!(%error, partition, "cannot find the latest snapshot; reading the partition from its start");
+                Failed::new(Failure::SnapshotScan, &error)
+                    .partition(partition)
+                    .emit(&self.metrics);
                 Start::Beginning
             }
         }

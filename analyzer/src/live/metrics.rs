@@ -31,6 +31,13 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// `{failure}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// What failed ([`crate::live::telemetry::Failure`]).
+    pub failure: String,
+}
+
 /// `{result}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -82,6 +89,7 @@ pub struct Metrics {
     pub(crate) handover_written_bytes: Counter,
     pub(crate) handovers_taken: Counter,
     pub(crate) handover_failures: Family<KindLabels, Counter>,
+    pub(crate) failures: Family<FailureLabels, Counter>,
     assigned: Gauge,
     /// Firing alerts by (cluster, alert id) -> rule: setting a state again is harmless, so
     /// a transition made twice (after a restart) does not count twice.
@@ -229,6 +237,19 @@ impl Metrics {
                 .get_or_create(&KindLabels { kind: kind.into() })
                 .inc_by(0);
         }
+        let failures = Family::<FailureLabels, Counter>::default();
+        registry.register(
+            "failures",
+            "Failures the analyzer logged and went on from, by what failed (every kind present from the start)",
+            failures.clone(),
+        );
+        for failure in crate::live::telemetry::Failure::ALL {
+            failures
+                .get_or_create(&FailureLabels {
+                    failure: failure.as_str().into(),
+                })
+                .inc_by(0);
+        }
         let assigned = Gauge::default();
         registry.register_with_unit(
             "assigned",
@@ -288,6 +309,7 @@ impl Metrics {
             handover_written_bytes,
             handovers_taken,
             handover_failures,
+            failures,
             assigned,
             firing_alerts: Arc::default(),
             seen_problems: Arc::default(),

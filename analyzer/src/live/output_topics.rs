@@ -12,10 +12,12 @@ use ipaudit_runtime::kafka::{Connection, TopicCreation, TopicSpec};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 use crate::live::metrics::Metrics;
+use crate::live::telemetry::{Failed, Failure};
 use crate::live::CLIENT_ID;
+use ipaudit_runtime::telemetry::InternalEvent as _;
 
 /// How often topics found missing are looked up again.
 pub const RECHECK: Duration = Duration::from_secs(10);
@@ -67,7 +69,7 @@ pub async fn watch_output_topics(
     let admin: AdminClient<DefaultClientContext> = match connection.admin(CLIENT_ID).create() {
         Ok(admin) => admin,
         Err(e) => {
-            warn!(error = %e, "cannot look the output topics up");
+            Failed::new(Failure::OutputTopic, &e).emit(&metrics);
             return;
         }
     };
@@ -93,7 +95,9 @@ pub async fn watch_output_topics(
                         }
                         Err(e) => {
                             missing += 1;
-                            warn!(error = %e, topic = %spec.name, "cannot create the topic now; retrying");
+                            Failed::new(Failure::OutputTopic, &e)
+                                .about(&spec.name)
+                                .emit(&metrics);
                         }
                     }
                 }
@@ -114,11 +118,15 @@ pub async fn watch_output_topics(
                 }
                 Ok(Err(e)) => {
                     missing += 1;
-                    warn!(error = %e, topic = %spec.name, "cannot look the topic up now; retrying");
+                    Failed::new(Failure::OutputTopic, &e)
+                        .about(&spec.name)
+                        .emit(&metrics);
                 }
                 Err(e) => {
                     missing += 1;
-                    warn!(error = %e, topic = %spec.name, "topic lookup task failed; retrying");
+                    Failed::new(Failure::OutputTopic, &e)
+                        .about(&spec.name)
+                        .emit(&metrics);
                 }
             }
         }

@@ -97,9 +97,12 @@ impl Store {
     }
 
     /// Opens the store; a file that cannot be read ([`StoreError::is_unreadable_file`]) is
-    /// renamed to `<file>.unreadable-<unix seconds>` (with its WAL files), with a warning,
-    /// and a fresh store is created in its place. Returns where the old file went.
-    pub fn open_or_set_aside(path: &Path) -> Result<(Self, Option<PathBuf>), StoreError> {
+    /// renamed to `<file>.unreadable-<unix seconds>` (with its WAL files), and a fresh
+    /// store is created in its place. Returns where the old file went and why (for the
+    /// caller to say and count).
+    pub fn open_or_set_aside(
+        path: &Path,
+    ) -> Result<(Self, Option<(PathBuf, StoreError)>), StoreError> {
         let error = match Store::open(path) {
             Ok(store) => return Ok((store, None)),
             Err(error) if error.is_unreadable_file() => error,
@@ -119,12 +122,7 @@ impl Store {
                 })?;
             }
         }
-        tracing::warn!(
-            %error,
-            moved_to = %aside.display(),
-            "the store file is unreadable: moved aside; starting a fresh store and rebuilding the analysis"
-        );
-        Ok((Store::open(path)?, Some(aside)))
+        Ok((Store::open(path)?, Some((aside, error))))
     }
 
     fn err(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
@@ -403,7 +401,7 @@ mod tests {
         std::fs::write(&path, b"this was a database once".repeat(400)).unwrap();
         assert!(Store::open(&path).is_err_and(|e| e.is_unreadable_file()));
         let (mut store, aside) = Store::open_or_set_aside(&path).unwrap();
-        let aside = aside.expect("moved aside");
+        let (aside, _) = aside.expect("moved aside");
         assert!(
             aside.exists(),
             "the old file is kept for a person to look at"

@@ -448,6 +448,166 @@ impl InternalEvent for HandoverUnusable<'_> {
     }
 }
 
+/// A failure the analyzer logs and goes on from, by what failed: each is logged at WARN
+/// (ERROR for [`Failure::IncidentPages`]) with its error and counted in
+/// `ipaudit_analyzer_failures_total{failure}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The consumer returned an error the loop has no answer of its own for.
+    Consumer,
+    /// librdkafka reported an error of its own.
+    Librdkafka,
+    /// Offsets could not be committed to Kafka: lag monitors lag (the store still says
+    /// where a restart resumes).
+    CommitOffsets,
+    /// An assigned partition's start offset could not be set.
+    StartOffset,
+    /// The rebalance callback could not assign or unassign partitions.
+    Assignment,
+    /// No snapshot could be found: the partition is read from its start.
+    SnapshotScan,
+    /// A partition's bounds could not be read (the out-of-range check).
+    PartitionBounds,
+    /// Partitions could not be assigned again at their rebuild offsets.
+    Reassignment,
+    /// One cluster's checkpoint could not be read: that cluster is rebuilt.
+    ClusterCheckpoint,
+    /// The checkpoint could not be read: set aside whole, every cluster rebuilt.
+    Checkpoint,
+    /// The store file was unreadable: moved aside, a fresh store started.
+    StoreSetAside,
+    /// A sink's delivery task stopped with an error.
+    SinkStopped,
+    /// The incident pages stopped serving.
+    IncidentPages,
+    /// An output topic could not be looked up or created now (looked up again later).
+    OutputTopic,
+    /// Resource versions went backwards: a new epoch starts (also an input problem).
+    NewEpoch,
+}
+
+impl Failure {
+    /// Every failure, for the counters that exist from the start.
+    pub const ALL: [Failure; 15] = [
+        Failure::Consumer,
+        Failure::Librdkafka,
+        Failure::CommitOffsets,
+        Failure::StartOffset,
+        Failure::Assignment,
+        Failure::SnapshotScan,
+        Failure::PartitionBounds,
+        Failure::Reassignment,
+        Failure::ClusterCheckpoint,
+        Failure::Checkpoint,
+        Failure::StoreSetAside,
+        Failure::SinkStopped,
+        Failure::IncidentPages,
+        Failure::OutputTopic,
+        Failure::NewEpoch,
+    ];
+
+    /// Its label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::Consumer => "consumer",
+            Failure::Librdkafka => "librdkafka",
+            Failure::CommitOffsets => "commit_offsets",
+            Failure::StartOffset => "start_offset",
+            Failure::Assignment => "assignment",
+            Failure::SnapshotScan => "snapshot_scan",
+            Failure::PartitionBounds => "partition_bounds",
+            Failure::Reassignment => "reassignment",
+            Failure::ClusterCheckpoint => "cluster_checkpoint",
+            Failure::Checkpoint => "checkpoint",
+            Failure::StoreSetAside => "store_set_aside",
+            Failure::SinkStopped => "sink_stopped",
+            Failure::IncidentPages => "incident_pages",
+            Failure::OutputTopic => "output_topic",
+            Failure::NewEpoch => "new_epoch",
+        }
+    }
+
+    /// What the log line says.
+    fn says(self) -> &'static str {
+        match self {
+            Failure::Consumer => "consumer error",
+            Failure::Librdkafka => "librdkafka error",
+            Failure::CommitOffsets => "cannot commit offsets to Kafka (lag monitors will lag)",
+            Failure::StartOffset => "cannot set the start offset",
+            Failure::Assignment => "cannot assign or unassign the partitions",
+            Failure::SnapshotScan => "cannot find a snapshot; reading the partition from its start",
+            Failure::PartitionBounds => "cannot read the partition's bounds",
+            Failure::Reassignment => "cannot assign the partitions again at their rebuild offsets",
+            Failure::ClusterCheckpoint => "cannot read this cluster's checkpoint; rebuilding it from the topic",
+            Failure::Checkpoint => "cannot read the checkpoint: set aside; rebuilding from the topic",
+            Failure::StoreSetAside => "the store file is unreadable: moved aside; starting a fresh store and rebuilding the analysis",
+            Failure::SinkStopped => "a sink stopped with an error",
+            Failure::IncidentPages => "the incident pages stopped",
+            Failure::OutputTopic => "cannot look the topic up or create it now; retrying",
+            Failure::NewEpoch => "resourceVersions went backwards: a new epoch starts",
+        }
+    }
+}
+
+/// One failure the analyzer goes on from ([`Failure`]), with what it is about.
+pub struct Failed<'a> {
+    /// What failed.
+    pub failure: Failure,
+    /// Why.
+    pub error: &'a dyn Display,
+    /// The partition it is about, if one.
+    pub partition: Option<i32>,
+    /// The cluster, topic, sink or file it is about, if one.
+    pub subject: Option<&'a dyn Display>,
+}
+
+impl<'a> Failed<'a> {
+    /// `failure`, because of `error`, about nothing more particular.
+    pub fn new(failure: Failure, error: &'a dyn Display) -> Self {
+        Failed {
+            failure,
+            error,
+            partition: None,
+            subject: None,
+        }
+    }
+
+    /// About `partition`.
+    pub fn partition(self, partition: i32) -> Self {
+        Failed {
+            partition: Some(partition),
+            ..self
+        }
+    }
+
+    /// About `subject` (a cluster, topic, sink or file).
+    pub fn about(self, subject: &'a dyn Display) -> Self {
+        Failed {
+            subject: Some(subject),
+            ..self
+        }
+    }
+}
+
+impl InternalEvent for Failed<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        let failure = self.failure.as_str();
+        let subject = self.subject.map(|s| s.to_string());
+        if self.failure == Failure::IncidentPages {
+            tracing::error!(failure, error = %self.error, partition = self.partition, subject, "{}", self.failure.says());
+        } else {
+            warn!(failure, error = %self.error, partition = self.partition, subject, "{}", self.failure.says());
+        }
+        metrics
+            .failures
+            .get_or_create(&crate::live::metrics::FailureLabels {
+                failure: failure.into(),
+            })
+            .inc();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,15 +10,15 @@ use std::time::Duration;
 use ipaudit_runtime::telemetry::InternalEvent as _;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::warn;
 
 use super::{ConsumeLoop, LiveError};
 use crate::analysis::engine::{Analyzer, AnalyzerConfig, Output};
 use crate::live::group::GroupContext;
 use crate::live::handover::{Checkpointed, PartitionAtCheckpoint};
+use crate::live::metrics::Metrics;
 use crate::live::rebuild_points;
 use crate::live::store::{Store, StoreError};
-use crate::live::telemetry::CheckpointWritten;
+use crate::live::telemetry::{CheckpointWritten, Failed, Failure};
 
 /// How long a stopping analyzer waits for its last handovers to be written.
 const HANDOVER_AT_STOP: Duration = Duration::from_secs(15);
@@ -160,7 +160,7 @@ impl ConsumeLoop {
         }
         if list.count() > 0 {
             if let Err(error) = consumer.commit(&list, CommitMode::Async) {
-                warn!(%error, "cannot commit offsets to Kafka (lag monitors will lag)");
+                Failed::new(Failure::CommitOffsets, &error).emit(&self.metrics);
             }
         }
     }
@@ -173,10 +173,9 @@ impl ConsumeLoop {
             .filter_map(|o| match o {
                 Output::Alert(alert) => Some(alert),
                 Output::NewEpoch(change) => {
-                    warn!(
-                        ?change,
-                        "resourceVersions went backwards: a new epoch starts"
-                    );
+                    Failed::new(Failure::NewEpoch, &format_args!("{change:?}"))
+                        .about(&change.collector_id)
+                        .emit(&self.metrics);
                     None
                 }
             })
@@ -202,6 +201,7 @@ pub(super) fn restore_checkpoint(
     store: &mut Store,
     topic: &str,
     config: &AnalyzerConfig,
+    metrics: &Metrics,
 ) -> Result<(Analyses, HashMap<i32, i64>), StoreError> {
     let (states, offsets) = store.load_checkpoint(topic)?;
     let mut analyzers = HashMap::new();
@@ -212,8 +212,10 @@ pub(super) fn restore_checkpoint(
             }
             Err(error) => {
                 let reason = format!("cluster {cluster}: {error}");
-                let moved = store.set_aside_checkpoint(&reason)?;
-                warn!(%error, %cluster, clusters = moved, "cannot read the checkpoint: set aside; rebuilding from the topic");
+                store.set_aside_checkpoint(&reason)?;
+                Failed::new(Failure::Checkpoint, &error)
+                    .about(&cluster)
+                    .emit(metrics);
                 return Ok((HashMap::new(), HashMap::new()));
             }
         }
@@ -242,7 +244,8 @@ mod tests {
                 &Default::default(),
             )
             .unwrap();
-        let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
+        let (analyzers, kept) =
+            restore_checkpoint(&mut store, "t", &config, &Metrics::new()).unwrap();
         assert!(analyzers.is_empty() && kept.is_empty());
         let (states, kept) = store.load_checkpoint("t").unwrap();
         assert!(
@@ -252,7 +255,8 @@ mod tests {
         store
             .checkpoint("t", [("a", &good[..])], &offsets, &Default::default())
             .unwrap();
-        let (analyzers, kept) = restore_checkpoint(&mut store, "t", &config).unwrap();
+        let (analyzers, kept) =
+            restore_checkpoint(&mut store, "t", &config, &Metrics::new()).unwrap();
         assert_eq!(analyzers.len(), 1);
         assert_eq!(kept, offsets);
     }

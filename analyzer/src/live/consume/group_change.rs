@@ -10,14 +10,16 @@ use std::time::Duration;
 use ipaudit_runtime::telemetry::InternalEvent as _;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{ConsumeLoop, LiveConfig, LiveError};
 use crate::analysis::engine::Analyzer;
 use crate::live::group::{GroupContext, GroupEvent, GroupShared};
 use crate::live::metrics::Metrics;
 use crate::live::start_offset::Start;
-use crate::live::telemetry::{OffsetOutOfRange, SnapshotChoice, SnapshotRebuildStarted};
+use crate::live::telemetry::{
+    Failed, Failure, OffsetOutOfRange, SnapshotChoice, SnapshotRebuildStarted,
+};
 
 impl ConsumeLoop {
     /// Applies the group changes the rebalance callback left; a partition started without
@@ -121,9 +123,10 @@ impl ConsumeLoop {
                         cluster.clone(),
                         analyzer,
                     ),
-                    Err(error) => {
-                        warn!(%error, %cluster, partition, "cannot read this cluster's checkpoint")
-                    }
+                    Err(error) => Failed::new(Failure::ClusterCheckpoint, &error)
+                        .partition(partition)
+                        .about(cluster)
+                        .emit(&self.metrics),
                 }
             }
         }
@@ -176,8 +179,13 @@ impl ConsumeLoop {
         &mut self,
         consumer: &StreamConsumer<GroupContext>,
     ) -> Result<(), LiveError> {
-        let out_of_range =
-            out_of_range_partitions(consumer, &self.config.topic, &self.owned, &self.shared);
+        let out_of_range = out_of_range_partitions(
+            consumer,
+            &self.config.topic,
+            &self.owned,
+            &self.shared,
+            &self.metrics,
+        );
         let mut rebuilds = HashMap::new();
         for partition in out_of_range {
             self.drop_partition(partition)?;
@@ -199,6 +207,7 @@ impl ConsumeLoop {
                 &self.owned,
                 &self.shared,
                 &rebuilds,
+                &self.metrics,
             );
         }
         Ok(())
@@ -253,7 +262,9 @@ fn rebuild_start(config: &LiveConfig, partition: i32, metrics: &Metrics) -> Star
             Start::Snapshot(offset)
         }
         Err(error) => {
-            warn!(%error, partition, "cannot find a snapshot after the gap; reading the partition from its start");
+            Failed::new(Failure::SnapshotScan, &error)
+                .partition(partition)
+                .emit(metrics);
             Start::Beginning
         }
     }
@@ -265,6 +276,7 @@ fn out_of_range_partitions(
     topic: &str,
     owned: &HashSet<i32>,
     shared: &GroupShared,
+    metrics: &Metrics,
 ) -> Vec<i32> {
     let next = shared.next_offsets();
     let mut out = Vec::new();
@@ -278,7 +290,9 @@ fn out_of_range_partitions(
         match marks {
             Ok((low, high)) if offset < low || offset > high => out.push(*partition),
             Ok(_) => {}
-            Err(error) => warn!(%error, partition, "cannot read the partition's bounds"),
+            Err(error) => Failed::new(Failure::PartitionBounds, &error)
+                .partition(*partition)
+                .emit(metrics),
         }
     }
     out
@@ -294,6 +308,7 @@ fn reassign(
     owned: &HashSet<i32>,
     shared: &GroupShared,
     rebuilds: &HashMap<i32, Offset>,
+    metrics: &Metrics,
 ) {
     let next = shared.next_offsets();
     let mut list = TopicPartitionList::new();
@@ -303,10 +318,12 @@ fn reassign(
                 .map_or(Offset::Beginning, |n| Offset::Offset(*n))
         });
         if let Err(error) = list.add_partition_offset(topic, *partition, offset) {
-            warn!(%error, partition, "cannot set the rebuild offset");
+            Failed::new(Failure::StartOffset, &error)
+                .partition(*partition)
+                .emit(metrics);
         }
     }
     if let Err(error) = consumer.assign(&list) {
-        warn!(%error, "cannot assign the partitions again at their rebuild offsets");
+        Failed::new(Failure::Reassignment, &error).emit(metrics);
     }
 }

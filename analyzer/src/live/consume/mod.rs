@@ -26,12 +26,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipaudit_runtime::kafka::NoOffset;
+use ipaudit_runtime::telemetry::InternalEvent as _;
 use ipaudit_schemas::{WatchEvent, WriterSchemas};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::{watch, Notify};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::analysis::engine::{Analyzer, AnalyzerConfig, Output};
 use crate::live::group::{GroupContext, GroupShared, PartitionMap, SnapshotScan};
@@ -41,6 +42,7 @@ use crate::live::output_topics::{watch_output_topics, OutputTopics};
 use crate::live::rebuild_points::RebuildPoints;
 use crate::live::sinks::{run_delivery, AlertSink, DeliveryConfig};
 use crate::live::store::{Store, StoreError};
+use crate::live::telemetry::{Failed, Failure};
 use crate::live::ui::UiConfig;
 use crate::live::undecodable_log::UndecodableLog;
 use crate::live::writer_schemas::SchemaTopic;
@@ -169,14 +171,20 @@ pub async fn run(
         stop_rx.clone(),
     ));
     let store_path = config.state_dir.join("analyzer.db");
-    let (mut store, _) = Store::open_or_set_aside(&store_path)?;
+    let (mut store, set_aside) = Store::open_or_set_aside(&store_path)?;
+    if let Some((moved_to, error)) = &set_aside {
+        Failed::new(Failure::StoreSetAside, error)
+            .about(&moved_to.display())
+            .emit(&metrics);
+    }
     if let Some(ui) = &config.ui {
-        let bound = crate::live::ui::serve(ui, &store_path, stop_rx.clone()).await?;
+        let bound =
+            crate::live::ui::serve(ui, &store_path, metrics.clone(), stop_rx.clone()).await?;
         info!(%bound, base_path = %ui.base_path, "serving the incident pages");
     }
     let partitions = PartitionMap::open(&store_path, &config.topic)?;
     let (restored, offsets) =
-        checkpoint::restore_checkpoint(&mut store, &config.topic, &config.analyzer)?;
+        checkpoint::restore_checkpoint(&mut store, &config.topic, &config.analyzer, &metrics)?;
     let points = store.load_rebuild_points(&config.topic)?;
     info!(
         clusters = restored.len(),
@@ -258,7 +266,7 @@ pub async fn run(
     let _ = stop.send(true);
     for delivery in deliveries {
         if let Ok(Err(error)) = delivery.await {
-            warn!(%error, "a sink stopped with an error");
+            Failed::new(Failure::SinkStopped, &error).emit(&member.metrics);
         }
     }
     Ok(())
@@ -369,7 +377,7 @@ impl ConsumeLoop {
                     return Err(LiveError::Denied { what, code });
                 }
                 Turn::Message(Err(error)) => {
-                    warn!(%error, "consumer error");
+                    Failed::new(Failure::Consumer, &error).emit(&self.metrics);
                     Next::Continue
                 }
                 Turn::Tick => {

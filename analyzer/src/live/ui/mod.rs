@@ -119,6 +119,7 @@ pub enum UiError {
 pub async fn serve(
     config: &UiConfig,
     store_path: &Path,
+    metrics: crate::live::metrics::Metrics,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<SocketAddr, UiError> {
     let store = open_read_only(store_path).map_err(|source| UiError::Store {
@@ -159,7 +160,12 @@ pub async fn serve(
             })
             .await;
         if let Err(error) = served {
-            tracing::error!(%error, "the incident pages stopped");
+            use ipaudit_runtime::telemetry::InternalEvent as _;
+            crate::live::telemetry::Failed::new(
+                crate::live::telemetry::Failure::IncidentPages,
+                &error,
+            )
+            .emit(&metrics);
         }
     });
     Ok(bound)
