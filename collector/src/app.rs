@@ -18,7 +18,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 use crate::admission::guard::{Guarded, SharedIndex};
 use crate::admission::{AdmissionConfig, AdmissionError};
@@ -31,10 +31,12 @@ use crate::ship::produce::{run_producer, KafkaConfig, ProduceError, ProducerTask
 use crate::ship::publish_schemas::SchemaPublisher;
 use crate::ship::record::FileWriter;
 use crate::ship::writer::{self, EventWriter, IndexingWriter, WriterError};
+use crate::telemetry::{Failed, Failure};
 use crate::watch::access::{self, AccessDenied};
 use crate::watch::discovery::{self, DiscoveryError};
 use crate::watch::event::Stamp;
 use crate::watch::{WatchConfig, WatchError, WatchOutputs, Watcher};
+use ipaudit_runtime::telemetry::InternalEvent as _;
 
 /// How to reach the API server.
 #[derive(Debug, Clone)]
@@ -201,16 +203,17 @@ async fn start(
     let mode = remediate
         .as_ref()
         .map_or(RemediationMode::Off, |(r, _)| r.mode);
+    let watched: Vec<Stream> = kinds.iter().map(|k| k.stream).collect();
+    let metrics = Metrics::new(&watched);
     access::require(
         &client,
         &access::needed(&kinds, mode),
         mode != RemediationMode::Off,
+        &metrics,
     )
     .await?;
-    let watched: Vec<Stream> = kinds.iter().map(|k| k.stream).collect();
     let names: Vec<String> = kinds.iter().map(|k| discovery::served_name(k)).collect();
     info!(kinds = %names.join(", "), "watching");
-    let metrics = Metrics::new(&watched);
     metrics.outbox_limit(config.outbox_max_bytes);
     let health = Health::new(&watched, config.unready_after, config.outbox_max_bytes);
     let (stop, stop_rx) = watch::channel(false);
@@ -426,14 +429,16 @@ impl Pipeline {
         while let Some(joined) = self.feeders.join_next().await {
             match joined {
                 Ok((task, Err(e))) => {
-                    warn!(task, error = %error_chain(&e), "stopped with an error");
+                    Failed::new(Failure::TaskStopped, &error_chain(&e))
+                        .about(&task)
+                        .emit(&self.metrics);
                     // A remediator that failed during shutdown is still a failure.
                     if failure.is_none() && matches!(e, AppError::Remediate(_)) {
                         failure = Some(e);
                     }
                 }
                 Ok((_, Ok(()))) => {}
-                Err(e) => warn!(error = %e, "task failed"),
+                Err(e) => Failed::new(Failure::TaskStopped, &e).emit(&self.metrics),
             }
         }
         let stored = match writer_result {

@@ -130,8 +130,16 @@ pub struct Metrics {
     pub(crate) watch_pauses: Family<StreamLabels, Counter>,
     pub(crate) admission_reviews: Family<AdmissionLabels, Counter>,
     pub(crate) remediation_outcomes: Family<OutcomeLabels, Counter>,
+    pub(crate) failures: Family<FailureLabels, Counter>,
     outbox_limit: Gauge,
     ready: Gauge,
+}
+
+/// `{failure}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// What failed ([`crate::telemetry::Failure`]).
+    pub failure: String,
 }
 
 impl Metrics {
@@ -222,6 +230,19 @@ impl Metrics {
             "AdmissionReviews answered by the guard, by reviewed kind and decision",
             admission_reviews.clone(),
         );
+        let failures = Family::<FailureLabels, Counter>::default();
+        collector.register(
+            "failures",
+            "Failures the collector logged and went on from, by what failed (every kind present from the start)",
+            failures.clone(),
+        );
+        for failure in crate::telemetry::Failure::ALL {
+            failures
+                .get_or_create(&FailureLabels {
+                    failure: failure.as_str().into(),
+                })
+                .inc_by(0);
+        }
         let remediation_outcomes = Family::<OutcomeLabels, Counter>::default();
         collector.register(
             "remediation_outcomes",
@@ -283,6 +304,7 @@ impl Metrics {
                 .inc_by(0);
         }
         Metrics {
+            failures,
             registry: Arc::new(root),
             events,
             malformed,

@@ -50,6 +50,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use crate::metrics::Metrics;
 use crate::observed::{LiveChange, Observed};
 use crate::telemetry::RemediationOutcomeRecorded;
+use crate::telemetry::{Failed, Failure};
 use crate::watch::event::Stamp;
 use ipaudit_cleanup::{Cleanup, Mode, Outcome};
 use ipaudit_runtime::telemetry::InternalEvent;
@@ -341,7 +342,9 @@ pub async fn run_remediator(
                     // failed commit only means the command is read again, and its id is
                     // recorded: it is not run twice.
                     if let Err(error) = consumer.commit_message(&message, CommitMode::Sync) {
-                        warn!(%error, offset = message.offset(), "cannot commit a handled command; it will be read again and skipped");
+                        Failed::new(Failure::CommandCommit, &error)
+                            .about(&message.offset())
+                            .emit(&remediator.metrics);
                     }
                 }
                 open
@@ -358,7 +361,7 @@ pub async fn run_remediator(
                 return Err(RemediateError::Denied { what, code });
             }
             Some(Err(error)) => {
-                warn!(%error, "commands consumer error");
+                Failed::new(Failure::CommandsConsumer, &error).emit(&remediator.metrics);
                 true
             }
         };
@@ -386,7 +389,9 @@ impl Remediator {
                     message.partition(),
                     message.offset()
                 );
-                warn!(%error, command = %id, "undecodable command refused");
+                Failed::new(Failure::CommandUndecodable, &error)
+                    .about(&id)
+                    .emit(&self.metrics);
                 let refusal = Refusal::Undecodable(error);
                 let command = unreadable_command(&id, &self.stamp.cluster_id);
                 return Ok(self.emit(&command, refused(&refusal, "")).await);
@@ -428,7 +433,9 @@ impl Remediator {
             Ok(command) => command,
             Err(error) => {
                 // It decoded when it came; a schema this build does not know. Give up on it.
-                warn!(%error, command = %id, "stored command no longer decodes; dropped");
+                Failed::new(Failure::StoredCommandUndecodable, &error)
+                    .about(&id)
+                    .emit(&self.metrics);
                 self.handled.record(
                     &id,
                     &payload,

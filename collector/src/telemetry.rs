@@ -408,6 +408,145 @@ fn admission_review(metrics: &Metrics, kind: &str, decision: Decision) {
         .inc();
 }
 
+/// A failure the collector logs and goes on from, by what failed: each is logged at WARN
+/// with its error and counted in `ipaudit_collector_failures_total{failure}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// A watch request could not be built (the watcher backs off and tries again).
+    WatchRequest,
+    /// The collector's permissions could not be checked ahead (the watchers meet the API
+    /// server's answers instead).
+    PermissionCheck,
+    /// A task of the collector stopped with an error while it shut down.
+    TaskStopped,
+    /// A handled command's offset could not be committed (it is read again and skipped).
+    CommandCommit,
+    /// The commands consumer returned an error.
+    CommandsConsumer,
+    /// A cleanup command could not be decoded (refused).
+    CommandUndecodable,
+    /// A stored command no longer decodes (dropped).
+    StoredCommandUndecodable,
+    /// A writer schema could not be published (its batch waits).
+    SchemaNotPublished,
+    /// librdkafka's producer hit a fatal error (it is created again).
+    ProducerFatal,
+    /// A topic could not be looked up or created now (events wait in the outbox).
+    Topic,
+    /// A message could not be handed to the producer (the rest is sent again).
+    Enqueue,
+    /// A delivery failed (the rest of the outbox is sent again).
+    Delivery,
+    /// An admission connection could not be accepted.
+    AdmissionConnection,
+    /// A renewed admission certificate cannot be used (the previous one is served).
+    AdmissionCertificate,
+}
+
+impl Failure {
+    /// Every failure, for the counters that exist from the start.
+    pub const ALL: [Failure; 14] = [
+        Failure::WatchRequest,
+        Failure::PermissionCheck,
+        Failure::TaskStopped,
+        Failure::CommandCommit,
+        Failure::CommandsConsumer,
+        Failure::CommandUndecodable,
+        Failure::StoredCommandUndecodable,
+        Failure::SchemaNotPublished,
+        Failure::ProducerFatal,
+        Failure::Topic,
+        Failure::Enqueue,
+        Failure::Delivery,
+        Failure::AdmissionConnection,
+        Failure::AdmissionCertificate,
+    ];
+
+    /// Its label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::WatchRequest => "watch_request",
+            Failure::PermissionCheck => "permission_check",
+            Failure::TaskStopped => "task_stopped",
+            Failure::CommandCommit => "command_commit",
+            Failure::CommandsConsumer => "commands_consumer",
+            Failure::CommandUndecodable => "command_undecodable",
+            Failure::StoredCommandUndecodable => "stored_command_undecodable",
+            Failure::SchemaNotPublished => "schema_not_published",
+            Failure::ProducerFatal => "producer_fatal",
+            Failure::Topic => "topic",
+            Failure::Enqueue => "enqueue",
+            Failure::Delivery => "delivery",
+            Failure::AdmissionConnection => "admission_connection",
+            Failure::AdmissionCertificate => "admission_certificate",
+        }
+    }
+
+    /// What the log line says.
+    fn says(self) -> &'static str {
+        match self {
+            Failure::WatchRequest => "cannot build watch request",
+            Failure::PermissionCheck => "cannot check the collector's permissions ahead; the watchers will meet the API server's answers",
+            Failure::TaskStopped => "stopped with an error",
+            Failure::CommandCommit => "cannot commit a handled command; it will be read again and skipped",
+            Failure::CommandsConsumer => "commands consumer error",
+            Failure::CommandUndecodable => "undecodable command refused",
+            Failure::StoredCommandUndecodable => "stored command no longer decodes; dropped",
+            Failure::SchemaNotPublished => "writer schema not published; the batch waits",
+            Failure::ProducerFatal => "fatal producer error; recreating the producer",
+            Failure::Topic => "cannot look the topic up or create it now; events wait in the outbox",
+            Failure::Enqueue => "cannot enqueue message",
+            Failure::Delivery => "delivery failed; the rest of the outbox is sent again",
+            Failure::AdmissionConnection => "cannot accept an admission connection",
+            Failure::AdmissionCertificate => "admission certificate changed but cannot be used; serving the previous one",
+        }
+    }
+}
+
+/// One failure the collector goes on from ([`Failure`]), with what it is about.
+pub struct Failed<'a> {
+    /// What failed.
+    pub failure: Failure,
+    /// Why.
+    pub error: &'a dyn Display,
+    /// The task, topic, command or permission it is about, if one.
+    pub subject: Option<&'a dyn Display>,
+}
+
+impl<'a> Failed<'a> {
+    /// `failure`, because of `error`.
+    pub fn new(failure: Failure, error: &'a dyn Display) -> Self {
+        Failed {
+            failure,
+            error,
+            subject: None,
+        }
+    }
+
+    /// About `subject`.
+    pub fn about(self, subject: &'a dyn Display) -> Self {
+        Failed {
+            subject: Some(subject),
+            ..self
+        }
+    }
+}
+
+impl InternalEvent for Failed<'_> {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        let failure = self.failure.as_str();
+        let subject = self.subject.map(|s| s.to_string());
+        warn!(failure, error = %self.error, subject, "{}", self.failure.says());
+        metrics
+            .failures
+            .get_or_create(&crate::metrics::FailureLabels {
+                failure: failure.into(),
+            })
+            .inc();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,12 +36,13 @@ use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
-use tracing::{debug, info, info_span, warn};
+use tracing::{debug, info, info_span};
 
 use crate::admission::guard::{decide, GuardMode, Guarded, SharedIndex, StreamHealth, Verdict};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::telemetry::{AdmissionReviewUnreadable, AdmissionReviewed};
+use crate::telemetry::{Failed, Failure};
 
 /// How often the certificate files are checked for a renewal.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(60);
@@ -130,7 +131,7 @@ pub async fn serve(
         addr: config.listen,
         source,
     })?;
-    let guard = Guard::new(cluster, index, health, metrics, config.mode);
+    let guard = Guard::new(cluster, index, health, metrics.clone(), config.mode);
     let app = Router::new()
         .route("/validate", post(review))
         .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
@@ -140,9 +141,10 @@ pub async fn serve(
         tcp,
         TlsAcceptor::from(Arc::new(tls)),
         accepted_tx,
+        metrics.clone(),
         shutdown.clone(),
     ));
-    let reloader = tokio::spawn(reload(certs, provider, shutdown.clone()));
+    let reloader = tokio::spawn(reload(certs, provider, metrics, shutdown.clone()));
     let mut stop = shutdown;
     let task = tokio::spawn(async move {
         let served = axum::serve(TlsListener { accepted, local }, app)
@@ -171,6 +173,7 @@ async fn accept_tls(
     tcp: TcpListener,
     acceptor: TlsAcceptor,
     accepted: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+    metrics: Metrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -182,7 +185,7 @@ async fn accept_tls(
             Ok(conn) => conn,
             Err(error) => {
                 // Out of file descriptors and the like: wait instead of spinning.
-                warn!(%error, "cannot accept an admission connection");
+                Failed::new(Failure::AdmissionConnection, &error).emit(&metrics);
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -285,6 +288,7 @@ fn read_certified_key(
 async fn reload(
     certs: Arc<Certificates>,
     provider: Arc<CryptoProvider>,
+    metrics: Metrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -302,9 +306,9 @@ async fn reload(
                 *certs.current.write().unwrap_or_else(|e| e.into_inner()) = (now, Arc::new(key));
                 info!(cert = %certs.cert.display(), "admission certificate reloaded");
             }
-            Err(error) => {
-                warn!(%error, "admission certificate changed but cannot be used; serving the previous one")
-            }
+            Err(error) => Failed::new(Failure::AdmissionCertificate, &error)
+                .about(&certs.cert.display())
+                .emit(&metrics),
         }
     }
 }

@@ -29,6 +29,7 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::ship::outbox::{Outbox, OutboxError, Quarantine, Row};
 use crate::ship::publish_schemas::SchemaPublisher;
+use crate::telemetry::{Failed, Failure};
 use crate::telemetry::{KafkaBatchSent, RowQuarantined};
 
 /// Where and how events go to Kafka.
@@ -246,7 +247,7 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
         mut schemas,
     } = task;
     let outbox = Arc::new(Mutex::new(Outbox::connect(&outbox_path)?));
-    check_or_create_topics(&producer, &config, &schemas, &health).await?;
+    check_or_create_topics(&producer, &config, &schemas, &health, &metrics).await?;
     let mut last_topic_check = Instant::now();
     // After a failed batch: 200 ms doubling to 5 s (rows wait safely in the outbox).
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
@@ -299,13 +300,13 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
                     return Err(denied_write(schemas.topic().unwrap_or_default(), code))
                 }
                 Some(code) if is_missing_topic(code) => {
-                    check_or_create_topics(&producer, &config, &schemas, &health).await?;
+                    check_or_create_topics(&producer, &config, &schemas, &health, &metrics).await?;
                 }
                 _ => {}
             }
             // The rows wait for their schema: an analyzer older than this collector could
             // read none of them without it.
-            warn!(error = %e, "writer schema not published; the batch waits");
+            Failed::new(Failure::SchemaNotPublished, &e).emit(&metrics);
             KafkaBatchSent {
                 delivered: 0,
                 failed: rows.len() as u64,
@@ -317,7 +318,7 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
             }
             continue;
         }
-        let outcomes = send_in_order(&producer, &config, &rows)
+        let outcomes = send_in_order(&producer, &config, &rows, &metrics)
             .instrument(batch.clone())
             .await;
         let settled = settle_prefix(&rows, &outcomes);
@@ -355,7 +356,7 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
             // looked up again now and then, so that readiness follows its creation.
             if health.any_topic_missing() && last_topic_check.elapsed() > TOPIC_RECHECK {
                 last_topic_check = Instant::now();
-                check_or_create_topics(&producer, &config, &schemas, &health).await?;
+                check_or_create_topics(&producer, &config, &schemas, &health, &metrics).await?;
             }
         }
         batch.in_scope(|| KafkaBatchSent { delivered, failed }.emit(&metrics));
@@ -370,14 +371,15 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
                 .iter()
                 .any(|o| matches!(o, Outcome::Failed(Some(code)) if is_missing_topic(*code)))
             {
-                check_or_create_topics(&producer, &config, &schemas, &health).await?;
+                check_or_create_topics(&producer, &config, &schemas, &health, &metrics).await?;
             }
             if let Some((code, reason)) = producer.client().fatal_error() {
                 if is_denial(code) {
                     error!(?code, %reason, "Kafka refuses this producer");
                     return Err(denied_write(&config.topic, code));
                 }
-                warn!(?code, %reason, "fatal producer error; recreating the producer");
+                Failed::new(Failure::ProducerFatal, &format_args!("{code:?}: {reason}"))
+                    .emit(&metrics);
                 producer = self::producer(&config)?;
             }
             tokio::select! {
@@ -399,6 +401,7 @@ async fn check_or_create_topics(
     config: &KafkaConfig,
     schemas: &SchemaPublisher,
     health: &Health,
+    metrics: &Metrics,
 ) -> Result<(), ProduceError> {
     let topics = std::iter::once((config.topic.as_str(), TopicRole::Events))
         .chain(schemas.topic().map(|t| (t, TopicRole::Schemas)))
@@ -414,9 +417,7 @@ async fn check_or_create_topics(
             Ok(false) => match config.create_topic {
                 Some(creation) => match ensure_topic(config, topic, role, creation).await {
                     Ok(()) => health.topic_present(topic),
-                    Err(e) => {
-                        warn!(error = %e, %topic, "cannot create the topic now; events wait in the outbox")
-                    }
+                    Err(e) => Failed::new(Failure::Topic, &e).about(&topic).emit(metrics),
                 },
                 None => {
                     match role {
@@ -437,9 +438,7 @@ async fn check_or_create_topics(
                 }
             },
             Err(e @ ProduceError::Denied { .. }) => return Err(e),
-            Err(e) => {
-                warn!(error = %e, %topic, "cannot look the topic up now; events wait in the outbox")
-            }
+            Err(e) => Failed::new(Failure::Topic, &e).about(&topic).emit(metrics),
         }
     }
     Ok(())
@@ -506,6 +505,7 @@ async fn send_in_order(
     producer: &FutureProducer,
     config: &KafkaConfig,
     rows: &[Row],
+    metrics: &Metrics,
 ) -> Vec<Outcome> {
     // Enqueuing stops at the first error that is not back-pressure nor a refusal of that
     // one row: nothing after it is sent out of order.
@@ -534,7 +534,7 @@ async fn send_in_order(
                             error: error.to_string(),
                         }),
                         None => {
-                            warn!(%error, "cannot enqueue message");
+                            Failed::new(Failure::Enqueue, &error).emit(metrics);
                             break 'rows;
                         }
                     }
@@ -555,7 +555,7 @@ async fn send_in_order(
                 },
                 None => {
                     if !warned {
-                        warn!(%error, "delivery failed; the rest of the outbox is sent again");
+                        Failed::new(Failure::Delivery, &error).emit(metrics);
                         warned = true;
                     }
                     Outcome::Failed(code_of(&error))

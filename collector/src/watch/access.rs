@@ -10,7 +10,7 @@ use futures::future::join_all;
 use ipaudit_schemas::KindSpec;
 use kube::Client;
 use serde_json::{json, Value};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::remediate::RemediationMode;
 use ipaudit_cleanup::WRITES;
@@ -95,6 +95,7 @@ pub async fn require(
     client: &Client,
     needed: &[Permission],
     remediating: bool,
+    metrics: &crate::metrics::Metrics,
 ) -> Result<(), AccessDenied> {
     let answers = join_all(needed.iter().map(|p| allowed(client, p))).await;
     let mut missing = Vec::new();
@@ -108,7 +109,10 @@ pub async fn require(
                 return Ok(());
             }
             Err(e) => {
-                warn!(permission = %permission, error = %e, "cannot check the collector's permissions ahead; the watchers will meet the API server's answers");
+                use ipaudit_runtime::telemetry::InternalEvent as _;
+                crate::telemetry::Failed::new(crate::telemetry::Failure::PermissionCheck, &e)
+                    .about(permission)
+                    .emit(metrics);
                 return Ok(());
             }
         }

@@ -38,7 +38,7 @@ use kube::Client;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tracing::{debug, debug_span, info, warn, Instrument as _};
+use tracing::{debug, debug_span, info, Instrument as _};
 
 use crate::health::Health;
 use crate::metrics::Metrics;
@@ -48,6 +48,7 @@ use crate::telemetry::{
     RelistStarted, WatchErrorEvent, WatchEventUndecodable, WatchFailed, WatchPaused,
     WatchStreamFailed,
 };
+use crate::telemetry::{Failed, Failure};
 use crate::watch::event::{LiveObject, Stamp};
 
 /// Settings of the watchers.
@@ -470,7 +471,7 @@ impl Watcher {
         let request = match Request::new(&self.path).watch(&params, rv) {
             Ok(r) => r,
             Err(error) => {
-                warn!(%error, "cannot build watch request");
+                Failed::new(Failure::WatchRequest, &error).emit(&self.metrics);
                 return Ok(Next::Backoff);
             }
         };
