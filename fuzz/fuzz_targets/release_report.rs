@@ -11,10 +11,10 @@ mod common;
 use std::time::Duration;
 
 use ipaudit_analyzer::{Analyzer, AnalyzerConfig, Output};
-use ipaudit_cleanup::Cleanup;
+use ipaudit_cleanup::{Cleanup, Target};
 use ipaudit_kubectl::cluster::ClusterIdentity;
 use ipaudit_kubectl::release::vet;
-use ipaudit_kubectl::report::{CheckReport, ReportFinding, Target};
+use ipaudit_kubectl::report::{CheckReport, ReportFinding};
 use ipaudit_kubectl::snapshot::ListedKind;
 use ipaudit_schemas::Stream;
 use libfuzzer_sys::fuzz_target;
