@@ -143,6 +143,17 @@ fn metrics_show_the_consumer_lag_and_the_firing_alerts_and_readyz_answers() {
         text.contains("ipaudit_analyzer_assigned_partitions 1"),
         "{text}"
     );
+    // Read to its end: the catch-up estimate says 0 once a rate window closed (5 s).
+    wait_for(
+        "a catch-up estimate of 0 at the end of the partition",
+        Duration::from_secs(20),
+        || {
+            analyzer
+                .metrics()
+                .contains("ipaudit_analyzer_catch_up_estimate_seconds 0.0")
+                .then_some(())
+        },
+    );
     assert_eq!(
         http_get(analyzer.metrics_port, "/readyz").map(|(code, _)| code),
         Some(200)

@@ -91,6 +91,7 @@ pub struct Metrics {
     pub(crate) handover_failures: Family<KindLabels, Counter>,
     pub(crate) failures: Family<FailureLabels, Counter>,
     assigned: Gauge,
+    pub(crate) catch_up: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Firing alerts by (cluster, alert id) -> rule: setting a state again is harmless, so
     /// a transition made twice (after a restart) does not count twice.
     firing_alerts: Arc<Mutex<HashMap<(String, String), String>>>,
@@ -250,6 +251,15 @@ impl Metrics {
                 })
                 .inc_by(0);
         }
+        let catch_up = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        // Unknown until the first rate window closes.
+        catch_up.set(f64::NAN);
+        registry.register_with_unit(
+            "catch_up_estimate",
+            "Time to reach the end of the owned partitions at the current consumption rate (0: at the end; +Inf: behind and consuming nothing; NaN: not measured yet)",
+            prometheus_client::registry::Unit::Seconds,
+            catch_up.clone(),
+        );
         let assigned = Gauge::default();
         registry.register_with_unit(
             "assigned",
@@ -311,6 +321,7 @@ impl Metrics {
             handover_failures,
             failures,
             assigned,
+            catch_up,
             firing_alerts: Arc::default(),
             seen_problems: Arc::default(),
             rules_seen: Arc::new(Mutex::new(rules)),

@@ -1,6 +1,7 @@
 //! The live analyzer: the I/O around the [`crate::analysis`] core when it runs as a service,
 //! fed by a Kafka consumer group, checkpointing to SQLite and delivering alerts to sinks.
 
+pub mod catch_up;
 pub mod consume;
 pub mod db;
 pub mod deadletters;

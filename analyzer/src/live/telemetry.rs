@@ -448,6 +448,34 @@ impl InternalEvent for HandoverUnusable<'_> {
     }
 }
 
+/// Where the member stands against the end of its partitions, each time the rate is
+/// measured ([`crate::live::catch_up`]): the estimate as a gauge, and a log line every
+/// ten seconds while it is behind.
+pub struct CatchingUp(pub crate::live::catch_up::Estimate);
+
+impl InternalEvent for CatchingUp {
+    type Metrics = Metrics;
+    fn emit(self, metrics: &Metrics) {
+        let e = self.0;
+        let seconds = e.remaining.map_or(f64::INFINITY, |r| r.as_secs_f64());
+        if e.say {
+            match e.remaining {
+                Some(remaining) => info!(
+                    lag = e.lag,
+                    events_per_second = e.per_second.round() as u64,
+                    estimate = ?Duration::from_secs(remaining.as_secs()),
+                    "catching up: at the end of the partitions in about the estimate at this rate"
+                ),
+                None => warn!(
+                    lag = e.lag,
+                    "behind the end of the partitions and consuming nothing"
+                ),
+            }
+        }
+        metrics.catch_up.set(seconds);
+    }
+}
+
 /// A failure the analyzer logs and goes on from, by what failed: each is logged at WARN
 /// (ERROR for [`Failure::IncidentPages`]) with its error and counted in
 /// `ipaudit_analyzer_failures_total{failure}`.

@@ -99,6 +99,7 @@ impl ConsumeLoop {
         }
         self.shared.set_next(partition, offset + 1);
         self.at_end.remove(&partition);
+        self.consumed += 1;
         Ok(())
     }
 

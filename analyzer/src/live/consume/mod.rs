@@ -35,6 +35,7 @@ use tokio::sync::{watch, Notify};
 use tracing::info;
 
 use crate::analysis::engine::{Analyzer, AnalyzerConfig, Output};
+use crate::live::catch_up::CatchUp;
 use crate::live::group::{GroupContext, GroupShared, PartitionMap, SnapshotScan};
 use crate::live::handover::{HandoverError, HandoverReader, HandoverWriter, Outgoing};
 use crate::live::metrics::Metrics;
@@ -42,7 +43,7 @@ use crate::live::output_topics::{watch_output_topics, OutputTopics};
 use crate::live::rebuild_points::RebuildPoints;
 use crate::live::sinks::{run_delivery, AlertSink, DeliveryConfig};
 use crate::live::store::{Store, StoreError};
-use crate::live::telemetry::{Failed, Failure};
+use crate::live::telemetry::{CatchingUp, Failed, Failure};
 use crate::live::ui::UiConfig;
 use crate::live::undecodable_log::UndecodableLog;
 use crate::live::writer_schemas::SchemaTopic;
@@ -261,6 +262,8 @@ pub async fn run(
         sink_names,
         stored,
         last_checkpoint_cost: Duration::ZERO,
+        consumed: 0,
+        catch_up: CatchUp::default(),
     };
     member.run(&consumer, shutdown).await?;
     let _ = stop.send(true);
@@ -310,6 +313,9 @@ struct ConsumeLoop {
     stored: Arc<Notify>,
     /// What the last checkpoint cost (checkpoints take at most a tenth of the time).
     last_checkpoint_cost: Duration,
+    /// Messages consumed since the start, and how fast against the lag.
+    consumed: u64,
+    catch_up: CatchUp,
 }
 
 /// What woke the consume loop.
@@ -426,8 +432,9 @@ impl ConsumeLoop {
     }
 
     /// Sets each owned partition's lag from its end (librdkafka's statistics) and the next
-    /// offset to consume.
-    fn report_lag(&self) {
+    /// offset to consume, and the estimate of the time to reach the end
+    /// ([`crate::live::catch_up`]).
+    fn report_lag(&mut self) {
         let high = self
             .shared
             .high_watermarks
@@ -435,10 +442,15 @@ impl ConsumeLoop {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let next = self.shared.next_offsets();
+        let mut lag = 0;
         for partition in &self.owned {
             if let (Some(high), Some(next)) = (high.get(partition), next.get(partition)) {
                 self.metrics.lag(*partition, high - next);
+                lag += (high - next).max(0);
             }
+        }
+        if let Some(estimate) = self.catch_up.observe(Instant::now(), self.consumed, lag) {
+            CatchingUp(estimate).emit(&self.metrics);
         }
     }
 }
