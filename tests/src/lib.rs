@@ -12,6 +12,7 @@ pub mod manifests;
 pub mod measure;
 pub mod plugin;
 pub mod receiver;
+pub mod reference;
 pub mod scenario;
 pub mod tls;
 pub mod world;

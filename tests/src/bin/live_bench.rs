@@ -1,16 +1,21 @@
 //! Live analysis benchmark, two figures:
 //!
 //! 1. Throughput: a synthetic history (the replay benchmark's Avro file) produced to a
-//!    topic, then drained by `analyzer run` (decode, reorder, state, rules, checkpoints)
-//!    and by a plain librdkafka consumer (Python confluent-kafka, no decoding), one after
-//!    the other in one run; the ratio of their rates.
+//!    topic, then drained by `analyzer run --exit-at-end` (decode, reorder, state, rules,
+//!    checkpoints), and, one after the other in the same run, by the references:
+//!    - a plain Rust consumer with the analyzer's fetch settings that decodes every message
+//!      into the analysis' event type and does nothing else
+//!      (`ipaudit_tests::reference::decode_all`), the main yardstick (issue 44);
+//!    - `analyzer replay` of the same history as an Avro file (the whole process);
+//!    - a plain librdkafka consumer in Python (confluent-kafka, no decoding), when
+//!      python3 has it; the yardstick before issue 44.
 //! 2. Latency: simulated API server -> collector -> broker -> analyzer -> webhook, from the
 //!    moment a subnet is deleted under a live IP to the moment the webhook has the alert.
 //!
 //! ```sh
 //! cargo build --profile dist -p ipaudit-analyzer -p ipaudit-collector -p ipaudit-tests --bins
 //! target/dist/replay-bench generate --out /tmp/ipaudit-history.avro --events 200000 --ips 40000 --subnets 2000
-//! pip install confluent-kafka
+//! pip install confluent-kafka   # optional: the Python reference
 //! dir=$(mktemp -d); export $(scripts/broker start $dir | grep ^IPAUDIT_TEST_BROKERS=)
 //! target/dist/live-bench /tmp/ipaudit-history.avro 50
 //! ```
@@ -22,7 +27,9 @@ use std::time::{Duration, Instant};
 use ipaudit_schemas::{encode, ContainerReader, WatchEvent};
 use ipaudit_tests::analyzer::AnalyzerProcess;
 use ipaudit_tests::broker::shared_or_start;
+use ipaudit_tests::collector::workspace_binary;
 use ipaudit_tests::receiver::Receiver;
+use ipaudit_tests::reference::decode_all;
 use ipaudit_tests::scenario::{ip, subnet};
 use ipaudit_tests::world::World;
 use kube_sim::Kind;
@@ -161,29 +168,52 @@ fn main() {
         sent as i64,
         "read every event"
     );
-    let drain = Command::new("python3")
-        .args(["-c", DRAIN_PY, &brokers, &world.topic, &sent.to_string()])
-        .output()
-        .expect("python3 with confluent-kafka");
-    let text = String::from_utf8_lossy(&drain.stdout);
-    let plain: f64 = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "confluent-kafka drain failed: {text}{}",
-                String::from_utf8_lossy(&drain.stderr)
-            )
-        });
     let a = sent as f64 / analyzer_time.as_secs_f64();
-    let b = sent as f64 / plain;
+    let (decoded, decode_time) = decode_all(&brokers, &world.topic, sent);
+    assert_eq!(decoded, sent, "the reference decoded every event");
+    let d = sent as f64 / decode_time.as_secs_f64();
+    let replay_started = Instant::now();
+    let replayed = Command::new(workspace_binary("analyzer"))
+        .args(["replay", "--format", "jsonl"])
+        .arg(&history)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("analyzer replay");
+    let replay_time = replay_started.elapsed();
+    assert!(
+        matches!(replayed.code(), Some(0 | 1)),
+        "analyzer replay failed: {replayed}"
+    );
+    let r = sent as f64 / replay_time.as_secs_f64();
     println!(
         "throughput: {sent} events; analyzer run {:.2?} ({a:.0} events/s, whole process: start, group join, catch-up, last checkpoint); \
-         confluent-kafka drain {plain:.2}s ({b:.0} events/s); ratio analyzer/plain = {:.2}",
+         decoding consumer {:.2?} ({d:.0} events/s): ratio {:.2}; analyzer replay of the file {:.2?} ({r:.0} events/s, whole process): ratio {:.2}",
         analyzer_time,
-        a / b
+        decode_time,
+        a / d,
+        replay_time,
+        a / r
     );
+    let drain = Command::new("python3")
+        .args(["-c", DRAIN_PY, &brokers, &world.topic, &sent.to_string()])
+        .output();
+    let plain = drain.ok().and_then(|drain| {
+        String::from_utf8_lossy(&drain.stdout)
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse::<f64>().ok())
+    });
+    match plain {
+        Some(plain) => {
+            let b = sent as f64 / plain;
+            println!(
+                "second reference: confluent-kafka drain without decoding {plain:.2}s ({b:.0} events/s); ratio analyzer/plain = {:.2}",
+                a / b
+            );
+        }
+        None => println!("second reference skipped: python3 with confluent-kafka not found"),
+    }
 
     // 2. Latency, API change to webhook.
     let latency_world = World::new("latency", Some(brokers.clone()));

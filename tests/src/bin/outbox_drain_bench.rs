@@ -2,7 +2,10 @@
 //! long Kafka outage) is handed to a `collector run` process, which sends them all to the
 //! broker. Prints the time from the collector's start until the outbox is empty (every
 //! row acknowledged), and the rate. `--collector PATH` runs another build of the
-//! collector (e.g. the main branch's, for a comparison in the same run).
+//! collector (e.g. the main branch's, for a comparison in the same run). Then, in the same
+//! run, the reference (issue 44): the records the collector wrote, sent again to a new
+//! topic by a plain Rust producer with the collector's policy, waiting once at the end
+//! (`ipaudit_tests::reference::send_like_the_collector`).
 //!
 //! ```sh
 //! cargo build -p ipaudit-collector -p ipaudit-tests --bins
@@ -22,6 +25,7 @@ use ipaudit_schemas::convert::from_object;
 use ipaudit_schemas::{encode, EventType};
 use ipaudit_tests::broker::{create_topic, free_port, shared_or_start};
 use ipaudit_tests::collector::{http_get, workspace_binary};
+use ipaudit_tests::reference::send_like_the_collector;
 use ipaudit_tests::scenario::{ip, subnet};
 use kube_sim::{Kind, KubeSim, SimConfig};
 
@@ -179,4 +183,11 @@ fn main() {
         .args(["-TERM", &child.id().to_string()])
         .status();
     let _ = child.wait();
+    let (sent, took) = send_like_the_collector(&brokers, &topic, 0, &runtime);
+    let collector_rate = args.rows as f64 / drained.as_secs_f64();
+    let reference_rate = sent as f64 / took.as_secs_f64();
+    println!(
+        "reference: a plain producer with the collector's policy sent the {sent} records in {took:.2?}: {reference_rate:.0} records/s; ratio collector/reference = {:.2}",
+        collector_rate / reference_rate
+    );
 }
