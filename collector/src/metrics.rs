@@ -130,16 +130,15 @@ pub struct Metrics {
     pub(crate) watch_pauses: Family<StreamLabels, Counter>,
     pub(crate) admission_reviews: Family<AdmissionLabels, Counter>,
     pub(crate) remediation_outcomes: Family<OutcomeLabels, Counter>,
-    pub(crate) failures: Family<FailureLabels, Counter>,
+    pub(crate) failures: ipaudit_runtime::telemetry::FailureFamily,
     outbox_limit: Gauge,
     ready: Gauge,
 }
 
-/// `{failure}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FailureLabels {
-    /// What failed ([`crate::telemetry::Failure`]).
-    pub failure: String,
+impl ipaudit_runtime::telemetry::FailureCounter for Metrics {
+    fn failures(&self) -> &ipaudit_runtime::telemetry::FailureFamily {
+        &self.failures
+    }
 }
 
 impl Metrics {
@@ -230,7 +229,7 @@ impl Metrics {
             "AdmissionReviews answered by the guard, by reviewed kind and decision",
             admission_reviews.clone(),
         );
-        let failures = Family::<FailureLabels, Counter>::default();
+        let failures = ipaudit_runtime::telemetry::FailureFamily::default();
         collector.register(
             "failures",
             "Failures the collector logged and went on from, by what failed (every kind present from the start)",
@@ -238,7 +237,7 @@ impl Metrics {
         );
         for failure in crate::telemetry::Failure::ALL {
             failures
-                .get_or_create(&FailureLabels {
+                .get_or_create(&ipaudit_runtime::telemetry::FailureLabels {
                     failure: failure.as_str().into(),
                 })
                 .inc_by(0);

@@ -443,6 +443,19 @@ pub enum Failure {
     AdmissionCertificate,
 }
 
+impl ipaudit_runtime::telemetry::FailureKind for Failure {
+    fn label(self) -> &'static str {
+        self.as_str()
+    }
+    fn says(self) -> &'static str {
+        self.says_text()
+    }
+}
+
+/// One failure the collector goes on from ([`Failure`]): logged and counted in
+/// `ipaudit_collector_failures_total{failure}`.
+pub type Failed<'a> = ipaudit_runtime::telemetry::Failed<'a, Failure, Metrics>;
+
 impl Failure {
     /// Every failure, for the counters that exist from the start.
     pub const ALL: [Failure; 14] = [
@@ -482,8 +495,7 @@ impl Failure {
         }
     }
 
-    /// What the log line says.
-    fn says(self) -> &'static str {
+    fn says_text(self) -> &'static str {
         match self {
             Failure::WatchRequest => "cannot build watch request",
             Failure::PermissionCheck => "cannot check the collector's permissions ahead; the watchers will meet the API server's answers",
@@ -500,50 +512,6 @@ impl Failure {
             Failure::AdmissionConnection => "cannot accept an admission connection",
             Failure::AdmissionCertificate => "admission certificate changed but cannot be used; serving the previous one",
         }
-    }
-}
-
-/// One failure the collector goes on from ([`Failure`]), with what it is about.
-pub struct Failed<'a> {
-    /// What failed.
-    pub failure: Failure,
-    /// Why.
-    pub error: &'a dyn Display,
-    /// The task, topic, command or permission it is about, if one.
-    pub subject: Option<&'a dyn Display>,
-}
-
-impl<'a> Failed<'a> {
-    /// `failure`, because of `error`.
-    pub fn new(failure: Failure, error: &'a dyn Display) -> Self {
-        Failed {
-            failure,
-            error,
-            subject: None,
-        }
-    }
-
-    /// About `subject`.
-    pub fn about(self, subject: &'a dyn Display) -> Self {
-        Failed {
-            subject: Some(subject),
-            ..self
-        }
-    }
-}
-
-impl InternalEvent for Failed<'_> {
-    type Metrics = Metrics;
-    fn emit(self, metrics: &Metrics) {
-        let failure = self.failure.as_str();
-        let subject = self.subject.map(|s| s.to_string());
-        warn!(failure, error = %self.error, subject, "{}", self.failure.says());
-        metrics
-            .failures
-            .get_or_create(&crate::metrics::FailureLabels {
-                failure: failure.into(),
-            })
-            .inc();
     }
 }
 

@@ -24,6 +24,105 @@ pub trait InternalEvent {
     fn emit(self, metrics: &Self::Metrics);
 }
 
+/// A kind of failure a program logs and goes on from (each program's `Failure` enum).
+pub trait FailureKind: Copy {
+    /// Its label in `ipaudit_<program>_failures_total{failure}`.
+    fn label(self) -> &'static str;
+    /// What its log line says.
+    fn says(self) -> &'static str;
+    /// Whether it is logged at ERROR (a part of the program stopped) rather than WARN.
+    fn is_error(self) -> bool {
+        false
+    }
+}
+
+/// `{failure}`: the labels of both programs' failure counters
+/// (`ipaudit_collector_failures_total`, `ipaudit_analyzer_failures_total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct FailureLabels {
+    /// What failed (a [`FailureKind`]'s label).
+    pub failure: String,
+}
+
+/// A counter of failures by kind.
+pub type FailureFamily = prometheus_client::metrics::family::Family<
+    FailureLabels,
+    prometheus_client::metrics::counter::Counter,
+>;
+
+/// The metrics that count failures by kind (each program's `Metrics`).
+pub trait FailureCounter {
+    /// The counter, by kind.
+    fn failures(&self) -> &FailureFamily;
+
+    /// Counts one failure labelled `label`.
+    fn count_failure(&self, label: &'static str) {
+        self.failures()
+            .get_or_create(&FailureLabels {
+                failure: label.into(),
+            })
+            .inc();
+    }
+}
+
+/// One failure a program goes on from: what failed, why, and what it is about. Its
+/// [`InternalEvent::emit`] logs it and counts it under its kind, so that both programs'
+/// failures read and count alike.
+pub struct Failed<'a, F, M: ?Sized> {
+    /// What failed.
+    pub failure: F,
+    /// Why.
+    pub error: &'a dyn std::fmt::Display,
+    /// The partition it is about, if one.
+    pub partition: Option<i32>,
+    /// The cluster, topic, task, command or file it is about, if one.
+    pub subject: Option<&'a dyn std::fmt::Display>,
+    counter: std::marker::PhantomData<fn(&M)>,
+}
+
+impl<'a, F: FailureKind, M: FailureCounter + ?Sized> Failed<'a, F, M> {
+    /// `failure`, because of `error`, about nothing more particular.
+    pub fn new(failure: F, error: &'a dyn std::fmt::Display) -> Self {
+        Failed {
+            failure,
+            error,
+            partition: None,
+            subject: None,
+            counter: std::marker::PhantomData,
+        }
+    }
+
+    /// About `partition`.
+    pub fn partition(self, partition: i32) -> Self {
+        Failed {
+            partition: Some(partition),
+            ..self
+        }
+    }
+
+    /// About `subject`.
+    pub fn about(self, subject: &'a dyn std::fmt::Display) -> Self {
+        Failed {
+            subject: Some(subject),
+            ..self
+        }
+    }
+}
+
+impl<F: FailureKind, M: FailureCounter + ?Sized> InternalEvent for Failed<'_, F, M> {
+    type Metrics = M;
+    fn emit(self, metrics: &M) {
+        let failure = self.failure.label();
+        let subject = self.subject.map(|s| s.to_string());
+        if self.failure.is_error() {
+            tracing::error!(failure, error = %self.error, partition = self.partition, subject, "{}", self.failure.says());
+        } else {
+            tracing::warn!(failure, error = %self.error, partition = self.partition, subject, "{}", self.failure.says());
+        }
+        metrics.count_failure(failure);
+    }
+}
+
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogFormat {

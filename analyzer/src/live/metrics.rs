@@ -31,13 +31,6 @@ pub struct KindLabels {
     pub kind: String,
 }
 
-/// `{failure}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FailureLabels {
-    /// What failed ([`crate::live::telemetry::Failure`]).
-    pub failure: String,
-}
-
 /// `{result}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -89,7 +82,7 @@ pub struct Metrics {
     pub(crate) handover_written_bytes: Counter,
     pub(crate) handovers_taken: Counter,
     pub(crate) handover_failures: Family<KindLabels, Counter>,
-    pub(crate) failures: Family<FailureLabels, Counter>,
+    pub(crate) failures: ipaudit_runtime::telemetry::FailureFamily,
     assigned: Gauge,
     pub(crate) catch_up: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Firing alerts by (cluster, alert id) -> rule: setting a state again is harmless, so
@@ -131,6 +124,12 @@ fn problems(stats: &AnalyzerStats) -> [u64; 5] {
         stats.reorder.unversioned,
         stats.reorder.epochs,
     ]
+}
+
+impl ipaudit_runtime::telemetry::FailureCounter for Metrics {
+    fn failures(&self) -> &ipaudit_runtime::telemetry::FailureFamily {
+        &self.failures
+    }
 }
 
 impl Metrics {
@@ -238,7 +237,7 @@ impl Metrics {
                 .get_or_create(&KindLabels { kind: kind.into() })
                 .inc_by(0);
         }
-        let failures = Family::<FailureLabels, Counter>::default();
+        let failures = ipaudit_runtime::telemetry::FailureFamily::default();
         registry.register(
             "failures",
             "Failures the analyzer logged and went on from, by what failed (every kind present from the start)",
@@ -246,7 +245,7 @@ impl Metrics {
         );
         for failure in crate::live::telemetry::Failure::ALL {
             failures
-                .get_or_create(&FailureLabels {
+                .get_or_create(&ipaudit_runtime::telemetry::FailureLabels {
                     failure: failure.as_str().into(),
                 })
                 .inc_by(0);

@@ -514,6 +514,22 @@ pub enum Failure {
     NewEpoch,
 }
 
+impl ipaudit_runtime::telemetry::FailureKind for Failure {
+    fn label(self) -> &'static str {
+        self.as_str()
+    }
+    fn says(self) -> &'static str {
+        self.says_text()
+    }
+    fn is_error(self) -> bool {
+        self == Failure::IncidentPages
+    }
+}
+
+/// One failure the analyzer goes on from ([`Failure`]): logged and counted in
+/// `ipaudit_analyzer_failures_total{failure}`.
+pub type Failed<'a> = ipaudit_runtime::telemetry::Failed<'a, Failure, Metrics>;
+
 impl Failure {
     /// Every failure, for the counters that exist from the start.
     pub const ALL: [Failure; 15] = [
@@ -555,8 +571,7 @@ impl Failure {
         }
     }
 
-    /// What the log line says.
-    fn says(self) -> &'static str {
+    fn says_text(self) -> &'static str {
         match self {
             Failure::Consumer => "consumer error",
             Failure::Librdkafka => "librdkafka error",
@@ -574,65 +589,6 @@ impl Failure {
             Failure::OutputTopic => "cannot look the topic up or create it now; retrying",
             Failure::NewEpoch => "resourceVersions went backwards: a new epoch starts",
         }
-    }
-}
-
-/// One failure the analyzer goes on from ([`Failure`]), with what it is about.
-pub struct Failed<'a> {
-    /// What failed.
-    pub failure: Failure,
-    /// Why.
-    pub error: &'a dyn Display,
-    /// The partition it is about, if one.
-    pub partition: Option<i32>,
-    /// The cluster, topic, sink or file it is about, if one.
-    pub subject: Option<&'a dyn Display>,
-}
-
-impl<'a> Failed<'a> {
-    /// `failure`, because of `error`, about nothing more particular.
-    pub fn new(failure: Failure, error: &'a dyn Display) -> Self {
-        Failed {
-            failure,
-            error,
-            partition: None,
-            subject: None,
-        }
-    }
-
-    /// About `partition`.
-    pub fn partition(self, partition: i32) -> Self {
-        Failed {
-            partition: Some(partition),
-            ..self
-        }
-    }
-
-    /// About `subject` (a cluster, topic, sink or file).
-    pub fn about(self, subject: &'a dyn Display) -> Self {
-        Failed {
-            subject: Some(subject),
-            ..self
-        }
-    }
-}
-
-impl InternalEvent for Failed<'_> {
-    type Metrics = Metrics;
-    fn emit(self, metrics: &Metrics) {
-        let failure = self.failure.as_str();
-        let subject = self.subject.map(|s| s.to_string());
-        if self.failure == Failure::IncidentPages {
-            tracing::error!(failure, error = %self.error, partition = self.partition, subject, "{}", self.failure.says());
-        } else {
-            warn!(failure, error = %self.error, partition = self.partition, subject, "{}", self.failure.says());
-        }
-        metrics
-            .failures
-            .get_or_create(&crate::live::metrics::FailureLabels {
-                failure: failure.into(),
-            })
-            .inc();
     }
 }
 
