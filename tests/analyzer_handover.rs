@@ -15,15 +15,15 @@ use ipaudit_runtime::kafka::Connection;
 use ipaudit_schemas::builders::EventBuilder;
 use ipaudit_schemas::Stream;
 use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::broker::{checkpoints_topic_of, create_checkpoints_topic};
+use ipaudit_tests::broker::{checkpoints_topic_of, create_checkpoints_topic, reader_from_start};
 use ipaudit_tests::receiver::Receiver;
 use ipaudit_tests::scenario::play_subnet_deleted_under_live_ip;
 use ipaudit_tests::world::World;
 use ipaudit_tests::{poll_until, wait_for};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 
 /// A checkpoints topic of its own (two partitions) on the run's broker.
 struct Topic {
@@ -46,21 +46,14 @@ fn topic(name: &str) -> Topic {
 /// A record's key and value (`None`: a tombstone).
 type Record = (Option<Vec<u8>>, Option<Vec<u8>>);
 
-/// Every record of `partition` of `topic`: key and value (`None`: a tombstone).
-fn records_of(brokers: &str, topic: &str, partition: i32) -> Vec<Record> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "handover-test-reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
+/// Every record of partition 0 of `topic`: key and value (`None`: a tombstone).
+fn records_of(brokers: &str, topic: &str) -> Vec<Record> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    let consumer = reader_from_start(config, "handover-test-reader", topic);
     let (_, high) = consumer
-        .fetch_watermarks(topic, partition, Duration::from_secs(10))
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
         .unwrap();
-    let mut list = TopicPartitionList::new();
-    list.add_partition_offset(topic, partition, Offset::Beginning)
-        .unwrap();
-    consumer.assign(&list).unwrap();
     let mut records = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut next = 0;
@@ -205,7 +198,7 @@ fn a_write_cut_short_leaves_the_one_before_readable_and_the_next_write_tombstone
         .block_on(next.write(&handover_of(0, 20, &[("c", &small)])))
         .unwrap();
     assert_eq!(written.tombstones, 1 + 2, "{written:?}");
-    let records = records_of(&topic.world.brokers, &topic.name, 0);
+    let records = records_of(&topic.world.brokers, &topic.name);
     let torn_key = Key::Chunk {
         partition: 0,
         generation: torn_generation,

@@ -402,15 +402,11 @@ pub fn read_topic(
     read_topic_via(plain(brokers), topic, timeout, done)
 }
 
-/// [`read_topic`] through a client configured by `config` (TLS, SASL).
-pub fn read_topic_via(
-    mut config: ClientConfig,
-    topic: &str,
-    timeout: Duration,
-    done: impl Fn(&[Vec<u8>]) -> bool,
-) -> Vec<Vec<u8>> {
+/// A consumer of `config` in group `group` that commits nothing, assigned partition 0 of
+/// `topic` from its start.
+pub fn reader_from_start(mut config: ClientConfig, group: &str, topic: &str) -> BaseConsumer {
     let consumer: BaseConsumer = config
-        .set("group.id", format!("test-reader-{}", std::process::id()))
+        .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
         .create()
@@ -420,6 +416,41 @@ pub fn read_topic_via(
         .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
         .expect("assignment");
     consumer.assign(&assignment).expect("assign");
+    consumer
+}
+
+/// Hands `record` to `producer`, waiting while its queue is full; the delivery to await.
+pub fn send_when_there_is_room<K, P>(
+    producer: &rdkafka::producer::FutureProducer,
+    mut record: rdkafka::producer::FutureRecord<'_, K, P>,
+) -> rdkafka::producer::DeliveryFuture
+where
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
+    loop {
+        match producer.send_result(record) {
+            Ok(delivery) => return delivery,
+            Err((_, back)) => {
+                record = back;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+/// [`read_topic`] through a client configured by `config` (TLS, SASL).
+pub fn read_topic_via(
+    config: ClientConfig,
+    topic: &str,
+    timeout: Duration,
+    done: impl Fn(&[Vec<u8>]) -> bool,
+) -> Vec<Vec<u8>> {
+    let consumer = reader_from_start(
+        config,
+        &format!("test-reader-{}", std::process::id()),
+        topic,
+    );
     let deadline = Instant::now() + timeout;
     let mut payloads = Vec::new();
     // `done` reads everything read so far: it is asked when the reader has caught up

@@ -144,18 +144,7 @@ pub fn send_like_the_collector(
         if let Some(value) = &record.value {
             out = out.payload(value);
         }
-        loop {
-            match producer.send_result(out) {
-                Ok(delivery) => {
-                    pending.push(delivery);
-                    break;
-                }
-                Err((_, back)) => {
-                    out = back;
-                    producer.poll(Duration::from_millis(5));
-                }
-            }
-        }
+        pending.push(crate::broker::send_when_there_is_room(&producer, out));
     }
     runtime.block_on(async {
         for delivery in pending {

@@ -296,26 +296,13 @@ impl Store {
     /// owner ([`crate::live::handover`]). A sink without a cursor yet starts at the end
     /// and owes nothing; a transition whose stored form does not read is left out.
     pub fn undelivered(&self, sinks: &[String]) -> Result<Vec<Alert>, StoreError> {
-        let mut least: Option<i64> = None;
+        let mut cursors = Vec::with_capacity(sinks.len());
         for sink in sinks {
-            let cursor: Option<i64> = self
-                .conn
-                .query_row(
-                    "SELECT delivered_seq FROM sink_cursor WHERE sink = ?1",
-                    [sink],
-                    |r| r.get(0),
-                )
-                .map(Some)
-                .or_else(|e| match e {
-                    rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                    e => Err(e),
-                })
+            let cursor = crate::live::sinks::ledger::sink_cursor(&self.conn, sink)
                 .map_err(self.err("read sink cursors"))?;
-            if let Some(cursor) = cursor {
-                least = Some(least.map_or(cursor, |l| l.min(cursor)));
-            }
+            cursors.extend(cursor);
         }
-        let Some(least) = least else {
+        let Some(least) = cursors.into_iter().min() else {
             return Ok(Vec::new());
         };
         let mut stmt = self

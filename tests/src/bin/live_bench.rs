@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use ipaudit_schemas::{encode, ContainerReader, WatchEvent};
 use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::broker::shared_or_start;
+use ipaudit_tests::broker::{send_when_there_is_room, shared_or_start};
 use ipaudit_tests::collector::workspace_binary;
 use ipaudit_tests::receiver::Receiver;
 use ipaudit_tests::reference::decode_all;
@@ -72,21 +72,10 @@ fn produce_history(
         for event in reader {
             let event = event.expect("record");
             let payload = encode(&event).expect("encode");
-            let mut record = FutureRecord::to(topic)
+            let record = FutureRecord::to(topic)
                 .key(event.cluster_id.as_str())
                 .payload(&payload);
-            loop {
-                match producer.send_result(record) {
-                    Ok(delivery) => {
-                        pending.push(delivery);
-                        break;
-                    }
-                    Err((_, back)) => {
-                        record = back;
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                }
-            }
+            pending.push(send_when_there_is_room(&producer, record));
             sent += 1;
             if pending.len() == 10_000 {
                 for p in pending.drain(..) {

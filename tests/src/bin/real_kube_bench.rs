@@ -43,7 +43,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::{StreamExt, TryStreamExt};
 use ipaudit_collector::app::{client as writer_client, watch_client, KubeSource};
 use ipaudit_schemas::{decode, EventType, Stream, WatchEvent};
-use ipaudit_tests::broker::shared_or_start;
+use ipaudit_tests::broker::{reader_from_start, shared_or_start};
 use ipaudit_tests::collector::{http_get, CollectorProcess, CollectorSetup};
 use ipaudit_tests::kube::KubeServer;
 use kube::api::{
@@ -54,9 +54,7 @@ use kube::Client;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Message, Timestamp};
-use rdkafka::TopicPartitionList;
 use serde_json::{json, Value};
 
 /// Prefix of every object this benchmark writes.
@@ -510,22 +508,15 @@ fn count_topic(
         all_log_append_time: true,
         ..Delivered::default()
     }));
-    let consumer: BaseConsumer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", brokers)
-        .set(
-            "group.id",
-            format!("real-kube-bench-{}", std::process::id()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("fetch.wait.max.ms", "50")
-        .create()
-        .expect("consumer");
-    let mut assignment = TopicPartitionList::new();
-    assignment
-        .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
-        .expect("assignment");
-    consumer.assign(&assignment).expect("assign");
+        .set("fetch.wait.max.ms", "50");
+    let consumer = reader_from_start(
+        config,
+        &format!("real-kube-bench-{}", std::process::id()),
+        topic,
+    );
     let shared = delivered.clone();
     let thread = std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {

@@ -56,50 +56,47 @@ impl ConsumeLoop {
             Some(Ok(())) => self.analyse(event, partition, offset)?,
             Some(Err(error)) => {
                 self.spare = Some(event);
-                let fingerprint = message
-                    .payload()
-                    .and_then(fingerprint_of)
-                    .map(u64::from_le_bytes);
-                MessageUndecodable {
-                    partition,
-                    offset,
-                    error: &error,
-                    line: self
-                        .undecodable
-                        .see((partition, fingerprint), offset, Instant::now()),
-                }
-                .emit(&self.metrics);
-                self.store.dead_letter(
-                    &self.config.topic,
-                    partition,
-                    offset,
-                    &error.to_string(),
-                    message.payload(),
-                )?;
+                self.set_aside(message, &error)?;
             }
             None => {
                 self.spare = Some(event);
-                MessageUndecodable {
-                    partition,
-                    offset,
-                    error: &"empty message",
-                    line: self
-                        .undecodable
-                        .see((partition, None), offset, Instant::now()),
-                }
-                .emit(&self.metrics);
-                self.store.dead_letter(
-                    &self.config.topic,
-                    partition,
-                    offset,
-                    "empty message",
-                    None,
-                )?;
+                self.set_aside(message, &"empty message")?;
             }
         }
         self.shared.set_next(partition, offset + 1);
         self.at_end.remove(&partition);
         self.consumed += 1;
+        Ok(())
+    }
+
+    /// Counts and logs a message that is no watch event (`error` says why), and keeps it as
+    /// a dead letter.
+    fn set_aside(
+        &mut self,
+        message: &BorrowedMessage<'_>,
+        error: &dyn std::fmt::Display,
+    ) -> Result<(), LiveError> {
+        let (partition, offset) = (message.partition(), message.offset());
+        let fingerprint = message
+            .payload()
+            .and_then(fingerprint_of)
+            .map(u64::from_le_bytes);
+        MessageUndecodable {
+            partition,
+            offset,
+            error,
+            line: self
+                .undecodable
+                .see((partition, fingerprint), offset, Instant::now()),
+        }
+        .emit(&self.metrics);
+        self.store.dead_letter(
+            &self.config.topic,
+            partition,
+            offset,
+            &error.to_string(),
+            message.payload(),
+        )?;
         Ok(())
     }
 

@@ -128,14 +128,7 @@ impl Ledger {
     }
 
     fn cursor(&self, sink: &str) -> Result<Option<i64>, LedgerError> {
-        self.conn
-            .query_row(
-                "SELECT delivered_seq FROM sink_cursor WHERE sink = ?1",
-                [sink],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(self.err("read sink cursor"))
+        sink_cursor(&self.conn, sink).map_err(self.err("read sink cursor"))
     }
 
     /// Transitions after the sink's cursor, oldest first.
@@ -320,6 +313,17 @@ impl Ledger {
 
 /// Maps a SQLite error to this module's error, naming the file and what was being done
 /// (the runtime's [`ipaudit_runtime::sqlite::failed`], typed for `?` in this module).
+/// The last transition `sink` is done with, if it has started (also read by the store,
+/// for the transitions a handover carries).
+pub(crate) fn sink_cursor(conn: &Connection, sink: &str) -> rusqlite::Result<Option<i64>> {
+    conn.query_row(
+        "SELECT delivered_seq FROM sink_cursor WHERE sink = ?1",
+        [sink],
+        |r| r.get(0),
+    )
+    .optional()
+}
+
 fn ledger_error<'a>(
     path: &'a Path,
     context: &'static str,
