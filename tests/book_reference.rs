@@ -85,13 +85,15 @@ fn the_metrics_page_lists_the_metrics_the_alert_rules_read() {
 fn the_schemas_page_has_every_schema_and_each_version_change() {
     let schemas = page("schemas.md");
     for heading in [
-        "## `watch_event` (v4",
+        "## `watch_event` (v5",
         "## `alert` (v6",
         "## `cleanup_command` (v3",
     ] {
         assert!(schemas.contains(heading), "schemas.md lacks {heading}");
     }
-    // Alert v5 added the incident page's url, v6 the pod's namespace.
+    // WatchEvent v5 added Calico's and Cilium's parts; Alert v5 added the incident page's
+    // url, v6 the pod's namespace.
+    assert!(schemas.contains("`WatchEvent.calico_block`"), "{schemas}");
     assert!(schemas.contains("- v5: added `"), "{schemas}");
     assert!(schemas.contains(".url`"), "{schemas}");
     assert!(

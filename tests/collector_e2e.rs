@@ -844,7 +844,7 @@ fn a_cluster_with_only_spiderpool_is_watched_and_kinds_it_does_not_serve_are_ref
     let error = record_error(&kubeconfig, &out, &[]);
     assert!(
         error.contains("the API server serves none of the IPAM kinds ipaudit watches (looked for ips.kubeovn.io/v1, ")
-            && error.contains("is kube-ovn, whereabouts or spiderpool installed?"),
+            && error.contains("is kube-ovn, whereabouts, spiderpool, calico or cilium installed?"),
         "{error}"
     );
 }

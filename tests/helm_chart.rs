@@ -63,11 +63,13 @@ fn args(owned: &[String]) -> Vec<&str> {
 /// (apiGroups, resources, verbs) of each rule of a role.
 type Rule = (Vec<String>, Vec<String>, Vec<String>);
 
+/// The rules of a role; none when it has none (a remediation role of IPAMs without
+/// cleanups yet).
 fn rules(role: &Value) -> Vec<Rule> {
     role["rules"]
         .as_sequence()
-        .expect("rules")
-        .iter()
+        .into_iter()
+        .flatten()
         .map(|r| {
             (
                 strings(&r["apiGroups"]),
@@ -86,14 +88,21 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> Rule {
     )
 }
 
-/// The chart's IPAM values and their API groups.
-const IPAMS: [(&str, &str); 3] = [
-    ("kubeOvn", "kubeovn.io"),
-    ("whereabouts", "whereabouts.cni.cncf.io"),
-    ("spiderpool", "spiderpool.spidernet.io"),
+/// The chart's IPAM values, their API groups, and whether their rules read Nodes.
+const IPAMS: [(&str, &[&str], bool); 5] = [
+    ("kubeOvn", &["kubeovn.io"], false),
+    ("whereabouts", &["whereabouts.cni.cncf.io"], false),
+    ("spiderpool", &["spiderpool.spidernet.io"], false),
+    (
+        "calico",
+        &["crd.projectcalico.org", "projectcalico.org"],
+        true,
+    ),
+    ("cilium", &["cilium.io"], true),
 ];
 
-/// The writes the cleanups make (cleanup/src, the ipaudit-cleanup crate), per API group.
+/// The writes the cleanups make (cleanup/src, the ipaudit-cleanup crate), per API group
+/// (none yet for Calico's and Cilium's).
 fn remediation_writes(group: &str) -> Vec<Rule> {
     // The collector's own table of its cleanup writes: the chart grants exactly those.
     let rules: Vec<Rule> = WRITES
@@ -107,16 +116,17 @@ fn remediation_writes(group: &str) -> Vec<Rule> {
             (kind.group == group).then(|| rule(group, &[&resource], &[write.verb]))
         })
         .collect();
-    assert!(!rules.is_empty(), "no cleanup writes in group {group}");
     rules
 }
 
-/// The pool kind the admission guard reviews, per API group.
-fn guarded_pool(group: &str) -> &'static str {
+/// The pool kind the admission guard reviews, per API group (none yet for Calico's and
+/// Cilium's).
+fn guarded_pool(group: &str) -> Option<&'static str> {
     match group {
-        "kubeovn.io" => "subnets",
-        "whereabouts.cni.cncf.io" => "ippools",
-        "spiderpool.spidernet.io" => "spiderippools",
+        "kubeovn.io" => Some("subnets"),
+        "whereabouts.cni.cncf.io" => Some("ippools"),
+        "spiderpool.spidernet.io" => Some("spiderippools"),
+        "crd.projectcalico.org" | "projectcalico.org" | "cilium.io" => None,
         other => panic!("no IPAM has group {other}"),
     }
 }
@@ -136,8 +146,8 @@ fn env_value(container: &Value, name: &str) -> Option<String> {
 
 #[test]
 fn each_ipam_choice_grants_reads_writes_and_reviews_of_exactly_its_api_groups() {
-    for choice in 1..8u8 {
-        let chosen: Vec<(&str, &str)> = IPAMS
+    for choice in 1..(1u8 << IPAMS.len()) {
+        let chosen: Vec<(&str, &[&str], bool)> = IPAMS
             .iter()
             .enumerate()
             .filter(|(i, _)| choice & (1 << i) != 0)
@@ -145,8 +155,8 @@ fn each_ipam_choice_grants_reads_writes_and_reviews_of_exactly_its_api_groups() 
             .collect();
         let mut set: Vec<String> = IPAMS
             .iter()
-            .map(|(name, _)| {
-                let on = chosen.iter().any(|(c, _)| c == name);
+            .map(|(name, _, _)| {
+                let on = chosen.iter().any(|(c, _, _)| c == name);
                 format!("ipams.{name}={on}")
             })
             .collect();
@@ -159,10 +169,19 @@ fn each_ipam_choice_grants_reads_writes_and_reviews_of_exactly_its_api_groups() 
             helm_args.extend(["--set", s.as_str()]);
         }
         let docs = render(&helm_args);
-        let groups: Vec<&str> = chosen.iter().map(|(_, g)| *g).collect();
+        let groups: Vec<&str> = chosen
+            .iter()
+            .flat_map(|(_, g, _)| g.iter().copied())
+            .collect();
 
-        // Read: Pods and the kinds of the table of the chosen groups, one rule per group.
-        let mut expected = vec![rule("", &["pods"], &["get", "list", "watch"])];
+        // Read: Pods, Nodes when a chosen IPAM reads them, and the kinds of the table of
+        // the chosen groups, one rule per group.
+        let core: &[&str] = if chosen.iter().any(|(_, _, nodes)| *nodes) {
+            &["pods", "nodes"]
+        } else {
+            &["pods"]
+        };
+        let mut expected = vec![rule("", core, &["get", "list", "watch"])];
         for group in &groups {
             let plurals: Vec<&str> = KINDS
                 .iter()
@@ -182,10 +201,11 @@ fn each_ipam_choice_grants_reads_writes_and_reviews_of_exactly_its_api_groups() 
 
         // Review: the DELETE of the chosen IPAMs' pools.
         let webhook = &get(&docs, "ValidatingWebhookConfiguration", "ipaudit-guard")["webhooks"][0];
+        // None when no chosen IPAM has a guarded pool kind.
         let reviewed: Vec<(String, Vec<String>)> = webhook["rules"]
             .as_sequence()
-            .expect("rules")
-            .iter()
+            .into_iter()
+            .flatten()
             .map(|r| {
                 (
                     strings(&r["apiGroups"])[0].clone(),
@@ -195,17 +215,17 @@ fn each_ipam_choice_grants_reads_writes_and_reviews_of_exactly_its_api_groups() 
             .collect();
         let expected: Vec<(String, Vec<String>)> = groups
             .iter()
-            .map(|g| ((*g).to_owned(), vec![guarded_pool(g).to_owned()]))
+            .filter_map(|g| Some(((*g).to_owned(), vec![guarded_pool(g)?.to_owned()])))
             .collect();
         assert_eq!(reviewed, expected, "{set:?}: guarded pools");
 
-        // Watch: every kind the API server serves when all three are chosen, else exactly
+        // Watch: every kind the API server serves when all are chosen, else exactly
         // the chosen kinds (the collector must not try a kind its role cannot read).
         let kinds = env_value(
             container(&docs, "Deployment", "ipaudit-collector"),
             "IPAUDIT_KINDS",
         );
-        if groups.len() == IPAMS.len() {
+        if chosen.len() == IPAMS.len() {
             assert_eq!(kinds, None, "all IPAMs: watch what the API server serves");
         } else {
             let expected: Vec<String> = KINDS
@@ -222,7 +242,11 @@ fn each_ipam_choice_grants_reads_writes_and_reviews_of_exactly_its_api_groups() 
         "--set",
         "ipams.whereabouts=false",
         "--set",
-        "ipams.spiderpool=false"
+        "ipams.spiderpool=false",
+        "--set",
+        "ipams.calico=false",
+        "--set",
+        "ipams.cilium=false"
     ])
     .contains("choose at least one"));
 }

@@ -42,7 +42,7 @@ const LEAKED_IP: &str =
     "test-vm-1.kube-ovn-dangling-ips.kube-ovn-dangling-ips-control-net.kube-ovn-dangling-ips.ovn";
 
 /// The kube-ovn seed as one collector of cluster `next` observed it (every stream, in
-/// resourceVersion order, framed as its lists are), and a `CALICO_BLOCK` event (a kind of
+/// resourceVersion order, framed as its lists are), and a `ANTREA_IP_POOL` event (a kind of
 /// the next version) in the middle; each single-object encoded with the next version.
 fn seed_in_the_next_version(next: &NextVersion) -> Vec<Vec<u8>> {
     let mut events: Vec<WatchEvent> = incident_files("kube-ovn-seed")
@@ -67,13 +67,13 @@ fn seed_in_the_next_version(next: &NextVersion) -> Vec<Vec<u8>> {
             next.encode(&event)
         })
         .collect();
-    let mut calico = WatchEvent::new(Stream::Ip, ipaudit_schemas::EventType::Added, "1050");
-    calico.cluster_id = CLUSTER.into();
-    calico.collector_id = "collector-next".into();
-    calico.observed_at_ms = Some(now_ms);
+    let mut unknown = WatchEvent::new(Stream::Ip, ipaudit_schemas::EventType::Added, "1050");
+    unknown.cluster_id = CLUSTER.into();
+    unknown.collector_id = "collector-next".into();
+    unknown.observed_at_ms = Some(now_ms);
     payloads.insert(
         payloads.len() / 2,
-        next.encode_calico_block(&calico, "block-1"),
+        next.encode_unknown_kind(&unknown, "pool-1"),
     );
     payloads
 }
@@ -194,7 +194,7 @@ fn a_newer_collectors_events_reach_an_analyzer_of_today_through_the_schemas_topi
     });
     assert!(
         counted.is_some(),
-        "the CALICO_BLOCK event counted as a kind this build does not know:\n{}",
+        "the ANTREA_IP_POOL event counted as a kind this build does not know:\n{}",
         analyzer.metrics()
     );
     assert_eq!(
@@ -293,7 +293,7 @@ fn events_of_an_unpublished_schema_are_dead_letters_until_replay_republishes_the
     );
     assert_eq!(alert["subnet"], SUBNET);
     wait_for(
-        "the republished CALICO_BLOCK event counted as an unknown kind",
+        "the republished ANTREA_IP_POOL event counted as an unknown kind",
         Duration::from_secs(15),
         || {
             (analyzer.value("ipaudit_analyzer_input_problems_total{kind=\"unknown_kind\"}") == 1.0)

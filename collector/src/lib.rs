@@ -1,7 +1,7 @@
 //! ipaudit's collector: every watch event of Pods and of the IPAM kinds the API server
-//! serves (kube-ovn, whereabouts, spiderpool: the table `ipaudit_schemas::KINDS`), exactly
-//! as the API server sent it, into Kafka, losing nothing across restarts, Kafka outages
-//! and expired watches.
+//! serves (kube-ovn, whereabouts, spiderpool, Calico, Cilium, and Nodes for the last two:
+//! the table `ipaudit_schemas::KINDS`), exactly as the API server sent it, into Kafka,
+//! losing nothing across restarts, Kafka outages and expired watches.
 //!
 //! The pipeline, a room each:
 //! - [`watch`]: which kinds ([`watch::discovery`], and whether RBAC allows them,

@@ -22,7 +22,7 @@ use ipaudit_runtime::telemetry::{self, LogFilter, LogFormat};
 use ipaudit_schemas::{kinds, Stream, KINDS};
 
 /// Records every watch event of Pods and of the IPAM kinds the API server serves
-/// (kube-ovn, whereabouts, spiderpool), for ipaudit's analyzer.
+/// (kube-ovn, whereabouts, spiderpool, Calico, Cilium), for ipaudit's analyzer.
 #[derive(Debug, Parser)]
 #[command(name = "collector", version, about)]
 struct Cli {

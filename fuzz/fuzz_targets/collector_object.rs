@@ -16,7 +16,7 @@ fuzz_target!(|bytes: &[u8]| {
         return;
     };
     let event_type = [EventType::Added, EventType::Modified, EventType::Deleted][bytes.len() % 3];
-    let stamp = common::stamp(bytes.len() % 2 == 0);
+    let stamp = common::stamp(bytes.len().is_multiple_of(2));
     for spec in KINDS {
         let Ok((event, problems)) = stamp.object_event(spec.stream, event_type, &object, 7) else {
             continue;

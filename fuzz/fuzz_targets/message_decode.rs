@@ -43,7 +43,7 @@ fuzz_target!(|bytes: &[u8]| {
         }
         seeds.push((
             "next-calico".into(),
-            next.encode_calico_block(&common::sample_events()[0], "b1"),
+            next.encode_unknown_kind(&common::sample_events()[0], "p1"),
         ));
         seeds
     });

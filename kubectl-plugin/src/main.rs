@@ -27,7 +27,7 @@ use ipaudit_runtime::parse;
 #[command(
     name = "kubectl-ipaudit",
     version,
-    about = "ipaudit's one-shot IP leak check of a live cluster (kube-ovn, whereabouts, spiderpool), a guarded release from its report, and a running analyzer's incidents"
+    about = "ipaudit's one-shot IP leak check of a live cluster (kube-ovn, whereabouts, spiderpool, Calico, Cilium), a guarded release from its report, and a running analyzer's incidents"
 )]
 struct Cli {
     /// kubeconfig file (default: in-cluster service account, then $KUBECONFIG, then ~/.kube/config).

@@ -309,9 +309,14 @@ impl EventBuilder {
     }
 }
 
+/// The kind of [`NextVersion`] that this build does not know.
+pub const UNKNOWN_KIND: &str = "ANTREA_IP_POOL";
+/// The field of [`NextVersion`] that this build does not know.
+const UNKNOWN_FIELD: &str = "antrea_ip_pool";
+
 /// A WatchEvent schema one version ahead of this build, for tests of what a newer collector
-/// sends: today's schema with a kind this build does not know (`CALICO_BLOCK`, last of the
-/// `Stream` symbols) and a field (`calico_block`, an optional string).
+/// sends: today's schema with a kind this build does not know (`ANTREA_IP_POOL`, last of the
+/// `Stream` symbols) and a field (`antrea_ip_pool`, an optional string).
 pub struct NextVersion {
     /// The schema's JSON, as the collector publishes it.
     pub text: String,
@@ -333,11 +338,11 @@ impl NextVersion {
             .expect("a record schema has fields");
         if let Some(stream) = fields.iter_mut().find(|f| f["name"] == "stream") {
             if let Some(symbols) = stream["type"]["symbols"].as_array_mut() {
-                symbols.push("CALICO_BLOCK".into());
+                symbols.push(UNKNOWN_KIND.into());
             }
         }
         fields.push(
-            serde_json::json!({"name": "calico_block", "type": ["null", "string"], "default": null}),
+            serde_json::json!({"name": UNKNOWN_FIELD, "type": ["null", "string"], "default": null}),
         );
         let text = json.to_string();
         let schema = apache_avro::Schema::parse_str(&text).expect("the next version parses");
@@ -350,25 +355,30 @@ impl NextVersion {
         }
     }
 
-    /// `event`, single-object encoded with the next version (`calico_block` unset).
+    /// `event`, single-object encoded with the next version (`antrea_ip_pool` unset).
     pub fn encode(&self, event: &WatchEvent) -> Vec<u8> {
         self.encode_value(self.value_of(event))
     }
 
-    /// A `CALICO_BLOCK` event (a kind this build does not know) with `event`'s metadata and
-    /// versions, single-object encoded with the next version.
-    pub fn encode_calico_block(&self, event: &WatchEvent, block: &str) -> Vec<u8> {
+    /// An `ANTREA_IP_POOL` event (a kind this build does not know) with `event`'s metadata
+    /// and versions, single-object encoded with the next version.
+    pub fn encode_unknown_kind(&self, event: &WatchEvent, pool: &str) -> Vec<u8> {
         use apache_avro::types::Value;
         let mut value = self.value_of(event);
-        let calico = self.stream_symbols() - 1;
+        let unknown = self.stream_symbols() - 1;
         if let Value::Record(fields) = &mut value {
             for (name, v) in fields.iter_mut() {
                 match name.as_str() {
-                    "stream" => *v = Value::Enum(calico, "CALICO_BLOCK".into()),
-                    "ip" | "subnet" | "pod" | "ip_pool" | "ip_reservation" | "spider_ip_pool"
-                    | "spider_endpoint" => *v = Value::Union(0, Box::new(Value::Null)),
-                    "calico_block" => {
-                        *v = Value::Union(1, Box::new(Value::String(block.to_owned())))
+                    "stream" => *v = Value::Enum(unknown, UNKNOWN_KIND.into()),
+                    UNKNOWN_FIELD => *v = Value::Union(1, Box::new(Value::String(pool.to_owned()))),
+                    // Every kind's part: none of today's.
+                    "metadata"
+                    | "raw_object"
+                    | "remediation"
+                    | "resource_version_num"
+                    | "observed_at_ms" => {}
+                    _ if matches!(v, Value::Union(..)) => {
+                        *v = Value::Union(0, Box::new(Value::Null))
                     }
                     _ => {}
                 }
@@ -396,10 +406,7 @@ impl NextVersion {
         use apache_avro::types::Value;
         let mut value = apache_avro::to_value(event).expect("an event converts to a value");
         if let Value::Record(fields) = &mut value {
-            fields.push((
-                "calico_block".into(),
-                Value::Union(0, Box::new(Value::Null)),
-            ));
+            fields.push((UNKNOWN_FIELD.into(), Value::Union(0, Box::new(Value::Null))));
         }
         value
             .resolve(&self.schema)

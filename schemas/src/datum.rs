@@ -1,5 +1,5 @@
 //! A decoder specialised to the WatchEvent schema: one Avro binary datum of any kept
-//! version (`avro/watch_event.v1.avsc` to `v4`) straight into today's [`WatchEvent`], sans
+//! version (`avro/watch_event.v1.avsc` to `v5`) straight into today's [`WatchEvent`], sans
 //! I/O.
 //!
 //! apache-avro's serde path matches every field name as a string and allocates its way
@@ -28,25 +28,27 @@ use std::collections::BTreeMap;
 use std::str::Utf8Error;
 
 use crate::event::{
-    EventType, IpInfo, IpPoolAllocation, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus,
-    ObjectMeta, OwnerReference, PodAllocation, PodInfo, Remediation, RemediationOutcome,
-    SpiderAllocation, SpiderEndpointAddress, SpiderEndpointInfo, SpiderIpPoolInfo, Stream,
-    SubnetInfo, WatchEvent,
+    CalicoAffinityInfo, CalicoAllocation, CalicoBlockInfo, CalicoHandleBlock, CalicoHandleInfo,
+    CalicoPoolInfo, CiliumEndpointInfo, CiliumNodeInfo, CiliumUsedAddress, EventType, IpInfo,
+    IpPoolAllocation, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus, NodeInfo, ObjectMeta,
+    OwnerReference, PodAllocation, PodInfo, Remediation, RemediationOutcome, SpiderAllocation,
+    SpiderEndpointAddress, SpiderEndpointInfo, SpiderIpPoolInfo, Stream, SubnetInfo, WatchEvent,
 };
 
-/// CRC-64-AVRO fingerprint of today's schema this decoder is written for (WatchEvent v4),
+/// CRC-64-AVRO fingerprint of today's schema this decoder is written for (WatchEvent v5),
 /// as single-object headers carry it. A new schema version has another fingerprint: its
 /// data goes to apache-avro until this decoder is brought up to date (a test fails
 /// meanwhile).
-pub const WATCH_EVENT_FINGERPRINT: [u8; 8] = WATCH_EVENT_FINGERPRINTS[3];
+pub const WATCH_EVENT_FINGERPRINT: [u8; 8] = WATCH_EVENT_FINGERPRINTS[4];
 
 /// CRC-64-AVRO fingerprints of the versions this decoder reads, v1 first: the version of
 /// `schemas/avro/watch_event.v{N}.avsc` is its index plus one.
-pub const WATCH_EVENT_FINGERPRINTS: [[u8; 8]; 4] = [
+pub const WATCH_EVENT_FINGERPRINTS: [[u8; 8]; 5] = [
     [0x42, 0x76, 0x37, 0x77, 0x06, 0xf3, 0x63, 0x19],
     [0xb1, 0xad, 0x52, 0x42, 0x3b, 0xdd, 0x85, 0x0f],
     [0x85, 0x83, 0x66, 0xea, 0x9a, 0x6b, 0xc4, 0xa6],
     [0x1f, 0xa3, 0x3b, 0x5e, 0xb5, 0xd5, 0x1d, 0x63],
+    [0xab, 0x5f, 0x83, 0xbd, 0x05, 0x43, 0x60, 0x39],
 ];
 
 /// A WatchEvent schema version this decoder reads.
@@ -58,16 +60,19 @@ pub enum WireVersion {
     V2 = 2,
     /// v3 adds the REMEDIATION event type and `remediation`.
     V3 = 3,
-    /// v4 (today's) adds the whereabouts and spiderpool kinds, the UNKNOWN stream and the
-    /// pods' network-status and disruption target.
+    /// v4 adds the whereabouts and spiderpool kinds, the UNKNOWN stream and the pods'
+    /// network-status and disruption target.
     V4 = 4,
+    /// v5 (today's) adds Calico's kinds in both API groups, Cilium's and core Nodes, and the
+    /// pods' host network and Calico container id.
+    V5 = 5,
 }
 
 impl WireVersion {
     /// Every version, oldest first.
-    pub const ALL: [WireVersion; 4] = [Self::V1, Self::V2, Self::V3, Self::V4];
+    pub const ALL: [WireVersion; 5] = [Self::V1, Self::V2, Self::V3, Self::V4, Self::V5];
 
-    /// The version with this number (1 to 4).
+    /// The version with this number (1 to 5).
     pub fn from_number(number: u32) -> Option<Self> {
         Self::ALL.get((number as usize).checked_sub(1)?).copied()
     }
@@ -101,8 +106,8 @@ pub struct Fields {
     pub owner_references: bool,
     /// `metadata.labels`: every label, or only those with one of these keys.
     pub labels: Labels,
-    /// What a kind's part says that no rule reads: a pod's node, IPs and allocations
-    /// (its addresses come from its network-status and its IP records) and, of its
+    /// What a kind's part says that no rule reads: a pod's node and allocations (its
+    /// addresses come from its network-status, its IPs and its IP records) and, of its
     /// network-status, the default network (the primary CNI's: its IP records hold those
     /// addresses) and every network's interface and MAC address; an IP's node, per-family
     /// addresses and MAC address (`ip_address` holds both families).
@@ -151,7 +156,7 @@ impl Default for Fields {
     }
 }
 
-/// Why bytes are not a WatchEvent v4 datum. Offsets count from the start of the datum.
+/// Why bytes are not a WatchEvent datum. Offsets count from the start of the datum.
 /// None is retryable: the bytes are what they are.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
@@ -258,12 +263,12 @@ pub enum WireError {
     },
 }
 
-/// Decodes the WatchEvent v4 datum at the front of `input`, every field, and advances
+/// Decodes the WatchEvent v5 datum at the front of `input`, every field, and advances
 /// `input` past it (a datum in a container block is followed by the next one); on error
 /// `input` is left as it was.
 #[inline]
 pub fn read_watch_event(input: &mut &[u8]) -> Result<WatchEvent, WireError> {
-    read_watch_event_of(WireVersion::V4, &Fields::ALL, input)
+    read_watch_event_of(WireVersion::V5, &Fields::ALL, input)
 }
 
 /// Decodes the datum of WatchEvent schema `version` at the front of `input` into today's
@@ -295,6 +300,7 @@ pub fn read_watch_event_into(
     event: &mut WatchEvent,
 ) -> Result<(), WireError> {
     match version {
+        WireVersion::V5 => read::<5>(fields, input, event),
         WireVersion::V4 => read::<4>(fields, input, event),
         WireVersion::V3 => read::<3>(fields, input, event),
         WireVersion::V2 => read::<2>(fields, input, event),
@@ -332,9 +338,9 @@ fn read_checking_each<const V: u8>(
     Ok(())
 }
 
-/// Decodes `input` as exactly one WatchEvent v4 datum; bytes after it are an error.
+/// Decodes `input` as exactly one WatchEvent v5 datum; bytes after it are an error.
 pub fn decode_watch_event(input: &[u8]) -> Result<WatchEvent, WireError> {
-    decode_watch_event_of(WireVersion::V4, &Fields::ALL, input)
+    decode_watch_event_of(WireVersion::V5, &Fields::ALL, input)
 }
 
 /// Decodes `input` as exactly one datum of `version`, keeping `fields`; bytes after it
@@ -351,7 +357,7 @@ pub fn decode_watch_event_of(
     Ok(event)
 }
 
-const STREAMS: [Stream; 8] = Stream::ALL;
+const STREAMS: [Stream; 19] = Stream::ALL;
 
 const EVENT_TYPES: [EventType; 8] = [
     EventType::Added,
@@ -430,11 +436,19 @@ kind_part_of!(
     IpReservationInfo => IpReservation,
     SpiderIpPoolInfo => SpiderIpPool,
     SpiderEndpointInfo => SpiderEndpoint,
+    NodeInfo => Node,
+    CalicoBlockInfo => CalicoBlock,
+    CalicoHandleInfo => CalicoHandle,
+    CalicoAffinityInfo => CalicoAffinity,
+    CalicoPoolInfo => CalicoPool,
+    CiliumNodeInfo => CiliumNode,
+    CiliumEndpointInfo => CiliumEndpoint,
 );
 
 /// The kind parts of a datum being read: which one is kept, and the part of the event
 /// read before, to read the kept one into when it is of the same kind.
 struct Parts {
+    /// The event's stream, canonical: both of a Calico kind's streams carry its part.
     stream: Stream,
     before: Option<KindPart>,
     kept: Option<KindPart>,
@@ -916,7 +930,12 @@ impl<'a, const V: u8> Cursor<'a, V> {
         self.string_into("collector_id", &mut event.collector_id)?;
         event.sequence = self.long("sequence")?;
         // Older versions have the first symbols of today's enums, in the same order.
-        let stream = self.symbol("stream", &STREAMS[..if V >= 4 { 8 } else { 3 }])?;
+        let symbols = match V {
+            5.. => 19,
+            4 => 8,
+            _ => 3,
+        };
+        let stream = self.symbol("stream", &STREAMS[..symbols])?;
         event.stream = stream;
         event.event_type = self.symbol("event_type", &EVENT_TYPES[..if V >= 3 { 8 } else { 7 }])?;
         self.string_into("resource_version", &mut event.resource_version)?;
@@ -931,7 +950,7 @@ impl<'a, const V: u8> Cursor<'a, V> {
         // (the serde path reads them all and does the same), read into the part of the
         // event before when that was of the same kind.
         let mut parts = Parts {
-            stream,
+            stream: stream.canonical(),
             before: event.part.take(),
             kept: None,
         };
@@ -994,6 +1013,72 @@ impl<'a, const V: u8> Cursor<'a, V> {
                 &mut parts,
                 |c, endpoint: &mut SpiderEndpointInfo| {
                     *endpoint = c.spider_endpoint()?;
+                    Ok(())
+                },
+            )?;
+        }
+        // Nodes and the Calico and Cilium parts came with v5.
+        if V >= 5 {
+            self.part(
+                "node",
+                Stream::Node,
+                &mut parts,
+                |c, node: &mut NodeInfo| {
+                    node.pod_cidrs = c.strings("node.pod_cidrs")?;
+                    Ok(())
+                },
+            )?;
+            self.part(
+                "calico_block",
+                Stream::CalicoIpamBlock,
+                &mut parts,
+                |c, block: &mut CalicoBlockInfo| {
+                    *block = c.calico_block()?;
+                    Ok(())
+                },
+            )?;
+            self.part(
+                "calico_handle",
+                Stream::CalicoIpamHandle,
+                &mut parts,
+                |c, handle: &mut CalicoHandleInfo| {
+                    *handle = c.calico_handle()?;
+                    Ok(())
+                },
+            )?;
+            self.part(
+                "calico_affinity",
+                Stream::CalicoBlockAffinity,
+                &mut parts,
+                |c, affinity: &mut CalicoAffinityInfo| {
+                    *affinity = c.calico_affinity()?;
+                    Ok(())
+                },
+            )?;
+            self.part(
+                "calico_pool",
+                Stream::CalicoIpPool,
+                &mut parts,
+                |c, pool: &mut CalicoPoolInfo| {
+                    *pool = c.calico_pool()?;
+                    Ok(())
+                },
+            )?;
+            self.part(
+                "cilium_node",
+                Stream::CiliumNode,
+                &mut parts,
+                |c, node: &mut CiliumNodeInfo| {
+                    *node = c.cilium_node()?;
+                    Ok(())
+                },
+            )?;
+            self.part(
+                "cilium_endpoint",
+                Stream::CiliumEndpoint,
+                &mut parts,
+                |c, endpoint: &mut CiliumEndpointInfo| {
+                    *endpoint = c.cilium_endpoint()?;
                     Ok(())
                 },
             )?;
@@ -1124,12 +1209,8 @@ impl<'a, const V: u8> Cursor<'a, V> {
     fn pod(&mut self, pod: &mut PodInfo) -> Result<()> {
         self.string_into("pod.phase", &mut pod.phase)?;
         self.detail("pod.node_name", &mut pod.node_name)?;
-        if self.fields.part_details {
-            self.strings_into("pod.pod_ips", &mut pod.pod_ips)?;
-        } else {
-            pod.pod_ips.clear();
-            self.skip_array("pod.pod_ips", 1, |c| c.skip_str("pod.pod_ips"))?;
-        }
+        // Read for analysis too: the blocks of Calico hold a pod's status.podIPs.
+        self.strings_into("pod.pod_ips", &mut pod.pod_ips)?;
         // Five strings and a boolean.
         pod.allocations = if self.fields.part_details {
             self.array("pod.allocations", 6, Self::pod_allocation)?
@@ -1146,6 +1227,12 @@ impl<'a, const V: u8> Cursor<'a, V> {
             self.networks_read("pod.network_status")?
         };
         pod.disruption_target = V >= 4 && self.boolean("pod.disruption_target")?;
+        pod.host_network = V >= 5 && self.boolean("pod.host_network")?;
+        if V >= 5 {
+            self.string_into("pod.calico_container_id", &mut pod.calico_container_id)?;
+        } else {
+            pod.calico_container_id.clear();
+        }
         Ok(())
     }
 
@@ -1280,6 +1367,90 @@ impl<'a, const V: u8> Cursor<'a, V> {
             })?,
             owner_controller_type: self.string("spider_endpoint.owner_controller_type")?,
             owner_controller_name: self.string("spider_endpoint.owner_controller_name")?,
+        })
+    }
+
+    fn calico_block(&mut self) -> Result<CalicoBlockInfo> {
+        Ok(CalicoBlockInfo {
+            cidr: self.string("calico_block.cidr")?,
+            affinity: self.string("calico_block.affinity")?,
+            // An ordinal, six strings and two unions: nine bytes at least.
+            allocations: self.array("calico_block.allocations", 9, |c| {
+                const F: &str = "calico_block.allocations";
+                Ok(CalicoAllocation {
+                    ordinal: c.long(F)?,
+                    address: c.string(F)?,
+                    handle_id: c.string(F)?,
+                    sequence_number: c.optional_long(F)?,
+                    namespace: c.string(F)?,
+                    pod: c.string(F)?,
+                    node: c.string(F)?,
+                    r#type: c.string(F)?,
+                    released_at_ms: c.optional_long(F)?,
+                })
+            })?,
+            sequence_number: self.long("calico_block.sequence_number")?,
+            deleted: self.boolean("calico_block.deleted")?,
+        })
+    }
+
+    fn calico_handle(&mut self) -> Result<CalicoHandleInfo> {
+        Ok(CalicoHandleInfo {
+            handle_id: self.string("calico_handle.handle_id")?,
+            blocks: self.array("calico_handle.blocks", 2, |c| {
+                const F: &str = "calico_handle.blocks";
+                Ok(CalicoHandleBlock {
+                    cidr: c.string(F)?,
+                    count: c.long(F)?,
+                })
+            })?,
+            deleted: self.boolean("calico_handle.deleted")?,
+        })
+    }
+
+    fn calico_affinity(&mut self) -> Result<CalicoAffinityInfo> {
+        Ok(CalicoAffinityInfo {
+            node: self.string("calico_affinity.node")?,
+            cidr: self.string("calico_affinity.cidr")?,
+            state: self.string("calico_affinity.state")?,
+            r#type: self.string("calico_affinity.type")?,
+            deleted: self.boolean("calico_affinity.deleted")?,
+        })
+    }
+
+    fn calico_pool(&mut self) -> Result<CalicoPoolInfo> {
+        Ok(CalicoPoolInfo {
+            cidr: self.string("calico_pool.cidr")?,
+            block_size: self.optional_long("calico_pool.block_size")?,
+            disabled: self.boolean("calico_pool.disabled")?,
+            allowed_uses: self.strings("calico_pool.allowed_uses")?,
+        })
+    }
+
+    fn cilium_node(&mut self) -> Result<CiliumNodeInfo> {
+        Ok(CiliumNodeInfo {
+            pod_cidrs: self.strings("cilium_node.pod_cidrs")?,
+            allocated_cidrs: self.strings("cilium_node.allocated_cidrs")?,
+            used: self.array("cilium_node.used", 3, |c| {
+                const F: &str = "cilium_node.used";
+                Ok(CiliumUsedAddress {
+                    address: c.string(F)?,
+                    owner: c.string(F)?,
+                    resource: c.string(F)?,
+                })
+            })?,
+            operator_error: self.string("cilium_node.operator_error")?,
+        })
+    }
+
+    fn cilium_endpoint(&mut self) -> Result<CiliumEndpointInfo> {
+        Ok(CiliumEndpointInfo {
+            endpoint_id: self.optional_long("cilium_endpoint.endpoint_id")?,
+            addresses: self.strings("cilium_endpoint.addresses")?,
+            node_ip: self.string("cilium_endpoint.node_ip")?,
+            pod: self.string("cilium_endpoint.pod")?,
+            container_id: self.string("cilium_endpoint.container_id")?,
+            state: self.string("cilium_endpoint.state")?,
         })
     }
 }

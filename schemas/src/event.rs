@@ -1,4 +1,4 @@
-//! `WatchEvent`: one watch event of a Pod, kube-ovn IP or Subnet, as the collector saw it.
+//! `WatchEvent`: one watch event of a Pod, a Node or an IPAM object, as the collector saw it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -26,14 +26,37 @@ pub enum Stream {
     /// spiderpool.spidernet.io/v2beta1 SpiderEndpoints (schema v4).
     SpiderEndpoint,
     /// A kind this build does not know: written by a newer collector (the Avro enum's
-    /// default from v4 on). Counted and skipped by the analyzer.
+    /// default from v4 on). Counted and skipped by the analyzer. The symbols after it came
+    /// with v5, so that each version's symbols are the first of the next.
     Unknown,
+    /// crd.projectcalico.org/v1 IPAMBlocks (schema v5).
+    CalicoIpamBlock,
+    /// crd.projectcalico.org/v1 IPAMHandles (schema v5).
+    CalicoIpamHandle,
+    /// crd.projectcalico.org/v1 BlockAffinities (schema v5).
+    CalicoBlockAffinity,
+    /// crd.projectcalico.org/v1 IPPools (schema v5).
+    CalicoIpPool,
+    /// projectcalico.org/v3 IPAMBlocks, Calico 3.32's native CRDs (schema v5).
+    CalicoV3IpamBlock,
+    /// projectcalico.org/v3 IPAMHandles (schema v5).
+    CalicoV3IpamHandle,
+    /// projectcalico.org/v3 BlockAffinities (schema v5).
+    CalicoV3BlockAffinity,
+    /// projectcalico.org/v3 IPPools (schema v5).
+    CalicoV3IpPool,
+    /// cilium.io/v2 CiliumNodes (schema v5).
+    CiliumNode,
+    /// cilium.io/v2 CiliumEndpoints (schema v5).
+    CiliumEndpoint,
+    /// core/v1 Nodes (schema v5).
+    Node,
 }
 
 impl Stream {
     /// Every stream, in schema order (the order of the Avro enum's symbols and of the
     /// variants' discriminants).
-    pub const ALL: [Stream; 8] = [
+    pub const ALL: [Stream; 19] = [
         Stream::Pod,
         Stream::Ip,
         Stream::Subnet,
@@ -42,7 +65,32 @@ impl Stream {
         Stream::SpiderIpPool,
         Stream::SpiderEndpoint,
         Stream::Unknown,
+        Stream::CalicoIpamBlock,
+        Stream::CalicoIpamHandle,
+        Stream::CalicoBlockAffinity,
+        Stream::CalicoIpPool,
+        Stream::CalicoV3IpamBlock,
+        Stream::CalicoV3IpamHandle,
+        Stream::CalicoV3BlockAffinity,
+        Stream::CalicoV3IpPool,
+        Stream::CiliumNode,
+        Stream::CiliumEndpoint,
+        Stream::Node,
     ];
+
+    /// The stream whose objects are the same objects as this one's: a Calico kind's
+    /// `crd.projectcalico.org/v1` stream for its `projectcalico.org/v3` one (during a
+    /// migration an object exists in both groups, and is one object), else itself. The
+    /// two carry the same kind part.
+    pub fn canonical(self) -> Stream {
+        match self {
+            Stream::CalicoV3IpamBlock => Stream::CalicoIpamBlock,
+            Stream::CalicoV3IpamHandle => Stream::CalicoIpamHandle,
+            Stream::CalicoV3BlockAffinity => Stream::CalicoBlockAffinity,
+            Stream::CalicoV3IpPool => Stream::CalicoIpPool,
+            stream => stream,
+        }
+    }
 
     /// The Kubernetes kind of the stream's objects.
     pub fn kind(self) -> &'static str {
@@ -260,6 +308,14 @@ pub struct PodInfo {
     /// gone (schema v4).
     #[serde(default)]
     pub disruption_target: bool,
+    /// spec.hostNetwork: the pod uses its node's addresses and holds no IPAM address
+    /// (schema v5).
+    #[serde(default)]
+    pub host_network: bool,
+    /// The `cni.projectcalico.org/containerID` annotation: the sandbox whose Calico handle
+    /// is `k8s-pod-network.<id>` (schema v5).
+    #[serde(default)]
+    pub calico_container_id: String,
 }
 
 /// One entry of a pod's `k8s.v1.cni.cncf.io/network-status` annotation (schema v4).
@@ -371,6 +427,144 @@ pub struct SpiderEndpointInfo {
     pub owner_controller_name: String,
 }
 
+/// What ipaudit keeps of a core/v1 Node (schema v5): that it exists, and its pod CIDRs.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// spec.podCIDRs.
+    pub pod_cidrs: Vec<String>,
+}
+
+/// One allocated ordinal of a Calico IPAMBlock, with its attribute (schema v5).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CalicoAllocation {
+    /// The ordinal: the address's offset in the block.
+    pub ordinal: i64,
+    /// The address the ordinal stands for; empty when the block's CIDR does not parse.
+    pub address: String,
+    /// `attributes[].handle_id`, as written (Calico cuts it at the first `\r`).
+    pub handle_id: String,
+    /// `sequenceNumberForAllocation[ordinal]`: the block's sequence number when the
+    /// ordinal was allocated.
+    pub sequence_number: Option<i64>,
+    /// `attributes[].secondary.namespace`.
+    pub namespace: String,
+    /// `attributes[].secondary.pod`.
+    pub pod: String,
+    /// `attributes[].secondary.node`.
+    pub node: String,
+    /// `attributes[].secondary.type`: a tunnel address type (`ipipTunnelAddress`...), or a
+    /// LoadBalancer Service's type.
+    pub r#type: String,
+    /// `attributes[].releasedAt`, in Unix ms: released, cooling down.
+    pub released_at_ms: Option<i64>,
+}
+
+/// A Calico IPAMBlock, in either API group (schema v5).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CalicoBlockInfo {
+    /// spec.cidr.
+    pub cidr: String,
+    /// spec.affinity: `host:<node>`, `virtual:<name>`, or empty for none.
+    pub affinity: String,
+    /// spec.allocations with spec.attributes, in ordinal order.
+    pub allocations: Vec<CalicoAllocation>,
+    /// spec.sequenceNumber: bumped on every write of the block.
+    pub sequence_number: i64,
+    /// spec.deleted: soft-deleted, as good as gone.
+    pub deleted: bool,
+}
+
+/// One entry of a Calico IPAMHandle's `spec.block` (schema v5).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CalicoHandleBlock {
+    /// The block's CIDR.
+    pub cidr: String,
+    /// How many addresses of that block the handle holds.
+    pub count: i64,
+}
+
+/// A Calico IPAMHandle (schema v5).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CalicoHandleInfo {
+    /// spec.handleID, as written (the object's name is its lower case).
+    pub handle_id: String,
+    /// spec.block, in CIDR order.
+    pub blocks: Vec<CalicoHandleBlock>,
+    /// spec.deleted: soft-deleted, as good as gone.
+    pub deleted: bool,
+}
+
+/// A Calico BlockAffinity (schema v5).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CalicoAffinityInfo {
+    /// spec.node.
+    pub node: String,
+    /// spec.cidr.
+    pub cidr: String,
+    /// spec.state: `confirmed`, `pending`, `pendingDeletion` or empty.
+    pub state: String,
+    /// spec.type: `host` (also when empty) or `virtual`.
+    pub r#type: String,
+    /// spec.deleted (a string in v1, a boolean in v3): soft-deleted.
+    pub deleted: bool,
+}
+
+/// A Calico IPPool (schema v5).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CalicoPoolInfo {
+    /// spec.cidr.
+    pub cidr: String,
+    /// spec.blockSize.
+    pub block_size: Option<i64>,
+    /// spec.disabled.
+    pub disabled: bool,
+    /// spec.allowedUses.
+    pub allowed_uses: Vec<String>,
+}
+
+/// One entry of a CiliumNode's `status.ipam.used` (schema v5).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CiliumUsedAddress {
+    /// The address (the map key).
+    pub address: String,
+    /// `owner`: `<namespace>/<pod>` (with ` [restored]` after an agent restart), or
+    /// `router`, `health`, `ingress`.
+    pub owner: String,
+    /// `resource`: the ENI or interface.
+    pub resource: String,
+}
+
+/// A CiliumNode (schema v5): the node's CIDRs and, in CRD-backed IPAM modes, every
+/// address in use and its owner.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CiliumNodeInfo {
+    /// spec.ipam.podCIDRs.
+    pub pod_cidrs: Vec<String>,
+    /// spec.ipam.pools.allocated[].cidrs (multi-pool), of every pool.
+    pub allocated_cidrs: Vec<String>,
+    /// status.ipam.used, in address order.
+    pub used: Vec<CiliumUsedAddress>,
+    /// status.ipam.operator-status.error.
+    pub operator_error: String,
+}
+
+/// A CiliumEndpoint, named after its pod (schema v5).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CiliumEndpointInfo {
+    /// status.id.
+    pub endpoint_id: Option<i64>,
+    /// status.networking.addressing[].ipv4 and ipv6.
+    pub addresses: Vec<String>,
+    /// status.networking.node: the node's address.
+    pub node_ip: String,
+    /// status.external-identifiers: `<k8s-namespace>/<k8s-pod-name>`, or empty.
+    pub pod: String,
+    /// status.external-identifiers.container-id.
+    pub container_id: String,
+    /// status.state.
+    pub state: String,
+}
+
 /// The kind-specific part of an event: what the kind's converter read from the object.
 /// (Avro carries it as one optional field per kind; see the wire structs below.) Each
 /// variant is boxed: parts differ tenfold in size, and hundreds of thousands are held.
@@ -390,6 +584,20 @@ pub enum KindPart {
     SpiderIpPool(Box<SpiderIpPoolInfo>),
     /// A spiderpool SpiderEndpoint.
     SpiderEndpoint(Box<SpiderEndpointInfo>),
+    /// A core Node.
+    Node(Box<NodeInfo>),
+    /// A Calico IPAMBlock.
+    CalicoBlock(Box<CalicoBlockInfo>),
+    /// A Calico IPAMHandle.
+    CalicoHandle(Box<CalicoHandleInfo>),
+    /// A Calico BlockAffinity.
+    CalicoAffinity(Box<CalicoAffinityInfo>),
+    /// A Calico IPPool.
+    CalicoPool(Box<CalicoPoolInfo>),
+    /// A CiliumNode.
+    CiliumNode(Box<CiliumNodeInfo>),
+    /// A CiliumEndpoint.
+    CiliumEndpoint(Box<CiliumEndpointInfo>),
 }
 
 impl KindPart {
@@ -404,6 +612,19 @@ impl KindPart {
             Stream::OverlappingRangeIpReservation => KindPart::IpReservation(Box::default()),
             Stream::SpiderIpPool => KindPart::SpiderIpPool(Box::default()),
             Stream::SpiderEndpoint => KindPart::SpiderEndpoint(Box::default()),
+            Stream::Node => KindPart::Node(Box::default()),
+            Stream::CalicoIpamBlock | Stream::CalicoV3IpamBlock => {
+                KindPart::CalicoBlock(Box::default())
+            }
+            Stream::CalicoIpamHandle | Stream::CalicoV3IpamHandle => {
+                KindPart::CalicoHandle(Box::default())
+            }
+            Stream::CalicoBlockAffinity | Stream::CalicoV3BlockAffinity => {
+                KindPart::CalicoAffinity(Box::default())
+            }
+            Stream::CalicoIpPool | Stream::CalicoV3IpPool => KindPart::CalicoPool(Box::default()),
+            Stream::CiliumNode => KindPart::CiliumNode(Box::default()),
+            Stream::CiliumEndpoint => KindPart::CiliumEndpoint(Box::default()),
             Stream::Unknown => return None,
         })
     }
@@ -569,6 +790,13 @@ struct WireRef<'a> {
     ip_reservation: Option<&'a IpReservationInfo>,
     spider_ip_pool: Option<&'a SpiderIpPoolInfo>,
     spider_endpoint: Option<&'a SpiderEndpointInfo>,
+    node: Option<&'a NodeInfo>,
+    calico_block: Option<&'a CalicoBlockInfo>,
+    calico_handle: Option<&'a CalicoHandleInfo>,
+    calico_affinity: Option<&'a CalicoAffinityInfo>,
+    calico_pool: Option<&'a CalicoPoolInfo>,
+    cilium_node: Option<&'a CiliumNodeInfo>,
+    cilium_endpoint: Option<&'a CiliumEndpointInfo>,
 }
 
 #[derive(Deserialize)]
@@ -598,6 +826,20 @@ struct Wire {
     spider_ip_pool: Option<SpiderIpPoolInfo>,
     #[serde(default)]
     spider_endpoint: Option<SpiderEndpointInfo>,
+    #[serde(default)]
+    node: Option<NodeInfo>,
+    #[serde(default)]
+    calico_block: Option<CalicoBlockInfo>,
+    #[serde(default)]
+    calico_handle: Option<CalicoHandleInfo>,
+    #[serde(default)]
+    calico_affinity: Option<CalicoAffinityInfo>,
+    #[serde(default)]
+    calico_pool: Option<CalicoPoolInfo>,
+    #[serde(default)]
+    cilium_node: Option<CiliumNodeInfo>,
+    #[serde(default)]
+    cilium_endpoint: Option<CiliumEndpointInfo>,
 }
 
 impl Serialize for WatchEvent {
@@ -621,6 +863,13 @@ impl Serialize for WatchEvent {
             ip_reservation: None,
             spider_ip_pool: None,
             spider_endpoint: None,
+            node: None,
+            calico_block: None,
+            calico_handle: None,
+            calico_affinity: None,
+            calico_pool: None,
+            cilium_node: None,
+            cilium_endpoint: None,
         };
         match &self.part {
             None => {}
@@ -631,6 +880,13 @@ impl Serialize for WatchEvent {
             Some(KindPart::IpReservation(p)) => wire.ip_reservation = Some(p),
             Some(KindPart::SpiderIpPool(p)) => wire.spider_ip_pool = Some(p),
             Some(KindPart::SpiderEndpoint(p)) => wire.spider_endpoint = Some(p),
+            Some(KindPart::Node(p)) => wire.node = Some(p),
+            Some(KindPart::CalicoBlock(p)) => wire.calico_block = Some(p),
+            Some(KindPart::CalicoHandle(p)) => wire.calico_handle = Some(p),
+            Some(KindPart::CalicoAffinity(p)) => wire.calico_affinity = Some(p),
+            Some(KindPart::CalicoPool(p)) => wire.calico_pool = Some(p),
+            Some(KindPart::CiliumNode(p)) => wire.cilium_node = Some(p),
+            Some(KindPart::CiliumEndpoint(p)) => wire.cilium_endpoint = Some(p),
         }
         wire.serialize(serializer)
     }
@@ -653,6 +909,23 @@ impl<'de> Deserialize<'de> for WatchEvent {
             Stream::SpiderEndpoint => wire
                 .spider_endpoint
                 .map(|p| KindPart::SpiderEndpoint(Box::new(p))),
+            Stream::Node => wire.node.map(|p| KindPart::Node(Box::new(p))),
+            Stream::CalicoIpamBlock | Stream::CalicoV3IpamBlock => wire
+                .calico_block
+                .map(|p| KindPart::CalicoBlock(Box::new(p))),
+            Stream::CalicoIpamHandle | Stream::CalicoV3IpamHandle => wire
+                .calico_handle
+                .map(|p| KindPart::CalicoHandle(Box::new(p))),
+            Stream::CalicoBlockAffinity | Stream::CalicoV3BlockAffinity => wire
+                .calico_affinity
+                .map(|p| KindPart::CalicoAffinity(Box::new(p))),
+            Stream::CalicoIpPool | Stream::CalicoV3IpPool => {
+                wire.calico_pool.map(|p| KindPart::CalicoPool(Box::new(p)))
+            }
+            Stream::CiliumNode => wire.cilium_node.map(|p| KindPart::CiliumNode(Box::new(p))),
+            Stream::CiliumEndpoint => wire
+                .cilium_endpoint
+                .map(|p| KindPart::CiliumEndpoint(Box::new(p))),
             Stream::Unknown => None,
         };
         Ok(WatchEvent {

@@ -32,10 +32,11 @@ pub use command::{
 pub use container::{ContainerError, ContainerReader, ContainerWriter};
 pub use datum::{Fields, Labels, WireVersion};
 pub use event::{
-    EventType, IpInfo, IpPoolAllocation, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus,
-    ObjectMeta, OwnerReference, PodAllocation, PodInfo, Remediation, RemediationOutcome,
-    SpiderAllocation, SpiderEndpointAddress, SpiderEndpointInfo, SpiderIpPoolInfo, Stream,
-    SubnetInfo, WatchEvent,
+    CalicoAffinityInfo, CalicoAllocation, CalicoBlockInfo, CalicoHandleBlock, CalicoHandleInfo,
+    CalicoPoolInfo, CiliumEndpointInfo, CiliumNodeInfo, CiliumUsedAddress, EventType, IpInfo,
+    IpPoolAllocation, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus, NodeInfo, ObjectMeta,
+    OwnerReference, PodAllocation, PodInfo, Remediation, RemediationOutcome, SpiderAllocation,
+    SpiderEndpointAddress, SpiderEndpointInfo, SpiderIpPoolInfo, Stream, SubnetInfo, WatchEvent,
 };
 pub use kinds::{Ipam, KindSpec, KINDS};
 pub use message::{

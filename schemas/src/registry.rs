@@ -302,7 +302,8 @@ record!(
         "watch_event.v1.avsc",
         "watch_event.v2.avsc",
         "watch_event.v3.avsc",
-        "watch_event.v4.avsc"
+        "watch_event.v4.avsc",
+        "watch_event.v5.avsc"
     ],
     // The hot path of replay and live analysis. The decoder is written for one schema
     // version: a newer current version falls back to the serde path until the decoder

@@ -289,7 +289,7 @@ fn a_recording_by_a_newer_collector_reads_its_known_kinds_and_marks_new_ones_unk
     let mut value = to_value(&known).unwrap();
     if let Value::Record(fields) = &mut value {
         fields.push((
-            "calico_block".into(),
+            "antrea_ip_pool".into(),
             Value::Union(0, Box::new(Value::Null)),
         ));
     }
@@ -299,9 +299,9 @@ fn a_recording_by_a_newer_collector_reads_its_known_kinds_and_marks_new_ones_unk
     if let Value::Record(fields) = &mut value {
         for (name, v) in fields.iter_mut() {
             match name.as_str() {
-                "stream" => *v = Value::Enum(8, "CALICO_BLOCK".into()),
+                "stream" => *v = Value::Enum(Stream::ALL.len() as u32, "ANTREA_IP_POOL".into()),
                 "ip" => *v = Value::Union(0, Box::new(Value::Null)),
-                "calico_block" => *v = Value::Union(1, Box::new(Value::String("b-1".into()))),
+                "antrea_ip_pool" => *v = Value::Union(1, Box::new(Value::String("p-1".into()))),
                 _ => {}
             }
         }
@@ -420,7 +420,7 @@ fn messages_decoded_into_the_event_before_read_as_decoded_afresh() {
         let version = if older {
             WireVersion::V3
         } else {
-            WireVersion::V4
+            WireVersion::V5
         };
         assert_eq!(
             kept,
@@ -477,7 +477,7 @@ fn container_round_trips_many_events() {
     }
     let bytes = writer.finish().unwrap();
     let reader = ContainerReader::<WatchEvent, _>::new(&bytes[..]).unwrap();
-    assert_eq!(reader.writer_version(), Some(4));
+    assert_eq!(reader.writer_version(), Some(5));
     let read: Vec<WatchEvent> = reader.map(Result::unwrap).collect();
     assert_eq!(read, events);
 }
@@ -764,7 +764,7 @@ fn a_message_of_a_newer_schema_decodes_once_its_schema_is_learnt_and_a_new_kind_
     let next = NextVersion::new();
     let known = rich_ip_event();
     let message = next.encode(&known);
-    let calico = next.encode_calico_block(&known, "block-1");
+    let unknown_kind = next.encode_unknown_kind(&known, "pool-1");
     let mut learnt = WriterSchemas::new();
     assert!(matches!(
         decode_with::<WatchEvent>(&message, &learnt),
@@ -774,7 +774,7 @@ fn a_message_of_a_newer_schema_decodes_once_its_schema_is_learnt_and_a_new_kind_
         .learn::<WatchEvent>(&next.fingerprint, next.text.as_bytes())
         .unwrap());
     assert_eq!(decode_with::<WatchEvent>(&message, &learnt).unwrap(), known);
-    let unknown = decode_with::<WatchEvent>(&calico, &learnt).unwrap();
+    let unknown = decode_with::<WatchEvent>(&unknown_kind, &learnt).unwrap();
     assert_eq!(unknown.stream, Stream::Unknown);
     assert_eq!(unknown.resource_version, known.resource_version);
     assert!(unknown.part.is_none());

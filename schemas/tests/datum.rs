@@ -15,10 +15,12 @@ use ipaudit_schemas::datum::{
     WireError, WireVersion, WATCH_EVENT_FINGERPRINT,
 };
 use ipaudit_schemas::{
-    decode, encode, ContainerError, DecodeError, EventType, IpInfo, IpPoolAllocation, IpPoolInfo,
-    IpReservationInfo, KindPart, NetworkStatus, ObjectMeta, OwnerReference, PodAllocation, PodInfo,
-    Record, Remediation, RemediationOutcome, SpiderAllocation, SpiderEndpointAddress,
-    SpiderEndpointInfo, SpiderIpPoolInfo, Stream, SubnetInfo, WatchEvent,
+    decode, encode, CalicoAffinityInfo, CalicoAllocation, CalicoBlockInfo, CalicoHandleBlock,
+    CalicoHandleInfo, CalicoPoolInfo, CiliumEndpointInfo, CiliumNodeInfo, CiliumUsedAddress,
+    ContainerError, DecodeError, EventType, IpInfo, IpPoolAllocation, IpPoolInfo,
+    IpReservationInfo, KindPart, NetworkStatus, NodeInfo, ObjectMeta, OwnerReference,
+    PodAllocation, PodInfo, Record, Remediation, RemediationOutcome, SpiderAllocation,
+    SpiderEndpointAddress, SpiderEndpointInfo, SpiderIpPoolInfo, Stream, SubnetInfo, WatchEvent,
 };
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
@@ -217,15 +219,145 @@ fn pod_info() -> BoxedStrategy<PodInfo> {
         many(allocation),
         many(network),
         any::<bool>(),
+        any::<bool>(),
+        text(),
     )
         .prop_map(
-            |(phase, node_name, pod_ips, allocations, network_status, disruption_target)| PodInfo {
+            |(
                 phase,
                 node_name,
                 pod_ips,
                 allocations,
                 network_status,
                 disruption_target,
+                host_network,
+                calico_container_id,
+            )| PodInfo {
+                phase,
+                node_name,
+                pod_ips,
+                allocations,
+                network_status,
+                disruption_target,
+                host_network,
+                calico_container_id,
+            },
+        )
+        .boxed()
+}
+
+fn node_info() -> BoxedStrategy<NodeInfo> {
+    texts().prop_map(|pod_cidrs| NodeInfo { pod_cidrs }).boxed()
+}
+
+fn calico_block_info() -> BoxedStrategy<CalicoBlockInfo> {
+    let allocation = (
+        long(),
+        text(),
+        text(),
+        opt_long(),
+        (text(), text(), text(), text()),
+        opt_long(),
+    )
+        .prop_map(
+            |(
+                ordinal,
+                address,
+                handle_id,
+                sequence_number,
+                (namespace, pod, node, r#type),
+                released_at_ms,
+            )| {
+                CalicoAllocation {
+                    ordinal,
+                    address,
+                    handle_id,
+                    sequence_number,
+                    namespace,
+                    pod,
+                    node,
+                    r#type,
+                    released_at_ms,
+                }
+            },
+        );
+    (text(), text(), many(allocation), long(), any::<bool>())
+        .prop_map(
+            |(cidr, affinity, allocations, sequence_number, deleted)| CalicoBlockInfo {
+                cidr,
+                affinity,
+                allocations,
+                sequence_number,
+                deleted,
+            },
+        )
+        .boxed()
+}
+
+fn calico_handle_info() -> BoxedStrategy<CalicoHandleInfo> {
+    let block = (text(), long()).prop_map(|(cidr, count)| CalicoHandleBlock { cidr, count });
+    (text(), many(block), any::<bool>())
+        .prop_map(|(handle_id, blocks, deleted)| CalicoHandleInfo {
+            handle_id,
+            blocks,
+            deleted,
+        })
+        .boxed()
+}
+
+fn calico_affinity_info() -> BoxedStrategy<CalicoAffinityInfo> {
+    (text(), text(), text(), text(), any::<bool>())
+        .prop_map(|(node, cidr, state, r#type, deleted)| CalicoAffinityInfo {
+            node,
+            cidr,
+            state,
+            r#type,
+            deleted,
+        })
+        .boxed()
+}
+
+fn calico_pool_info() -> BoxedStrategy<CalicoPoolInfo> {
+    (text(), opt_long(), any::<bool>(), texts())
+        .prop_map(
+            |(cidr, block_size, disabled, allowed_uses)| CalicoPoolInfo {
+                cidr,
+                block_size,
+                disabled,
+                allowed_uses,
+            },
+        )
+        .boxed()
+}
+
+fn cilium_node_info() -> BoxedStrategy<CiliumNodeInfo> {
+    let used = (text(), text(), text()).prop_map(|(address, owner, resource)| CiliumUsedAddress {
+        address,
+        owner,
+        resource,
+    });
+    (texts(), texts(), many(used), text())
+        .prop_map(
+            |(pod_cidrs, allocated_cidrs, used, operator_error)| CiliumNodeInfo {
+                pod_cidrs,
+                allocated_cidrs,
+                used,
+                operator_error,
+            },
+        )
+        .boxed()
+}
+
+fn cilium_endpoint_info() -> BoxedStrategy<CiliumEndpointInfo> {
+    (opt_long(), texts(), text(), text(), text(), text())
+        .prop_map(
+            |(endpoint_id, addresses, node_ip, pod, container_id, state)| CiliumEndpointInfo {
+                endpoint_id,
+                addresses,
+                node_ip,
+                pod,
+                container_id,
+                state,
             },
         )
         .boxed()
@@ -312,11 +444,18 @@ fn kind_part() -> BoxedStrategy<KindPart> {
         ip_reservation_info().prop_map(|p| KindPart::IpReservation(Box::new(p))),
         spider_ip_pool_info().prop_map(|p| KindPart::SpiderIpPool(Box::new(p))),
         spider_endpoint_info().prop_map(|p| KindPart::SpiderEndpoint(Box::new(p))),
+        node_info().prop_map(|p| KindPart::Node(Box::new(p))),
+        calico_block_info().prop_map(|p| KindPart::CalicoBlock(Box::new(p))),
+        calico_handle_info().prop_map(|p| KindPart::CalicoHandle(Box::new(p))),
+        calico_affinity_info().prop_map(|p| KindPart::CalicoAffinity(Box::new(p))),
+        calico_pool_info().prop_map(|p| KindPart::CalicoPool(Box::new(p))),
+        cilium_node_info().prop_map(|p| KindPart::CiliumNode(Box::new(p))),
+        cilium_endpoint_info().prop_map(|p| KindPart::CiliumEndpoint(Box::new(p))),
     ]
     .boxed()
 }
 
-const STREAMS: [Stream; 8] = Stream::ALL;
+const STREAMS: [Stream; 19] = Stream::ALL;
 
 const EVENT_TYPES: [EventType; 8] = [
     EventType::Added,
@@ -329,6 +468,7 @@ const EVENT_TYPES: [EventType; 8] = [
     EventType::Remediation,
 ];
 
+/// The (canonical) stream of a part.
 fn stream_of(part: &KindPart) -> Stream {
     match part {
         KindPart::Pod(_) => Stream::Pod,
@@ -338,6 +478,13 @@ fn stream_of(part: &KindPart) -> Stream {
         KindPart::IpReservation(_) => Stream::OverlappingRangeIpReservation,
         KindPart::SpiderIpPool(_) => Stream::SpiderIpPool,
         KindPart::SpiderEndpoint(_) => Stream::SpiderEndpoint,
+        KindPart::Node(_) => Stream::Node,
+        KindPart::CalicoBlock(_) => Stream::CalicoIpamBlock,
+        KindPart::CalicoHandle(_) => Stream::CalicoIpamHandle,
+        KindPart::CalicoAffinity(_) => Stream::CalicoBlockAffinity,
+        KindPart::CalicoPool(_) => Stream::CalicoIpPool,
+        KindPart::CiliumNode(_) => Stream::CiliumNode,
+        KindPart::CiliumEndpoint(_) => Stream::CiliumEndpoint,
     }
 }
 
@@ -351,6 +498,13 @@ fn wire_field(part: &KindPart) -> &'static str {
         KindPart::IpReservation(_) => "ip_reservation",
         KindPart::SpiderIpPool(_) => "spider_ip_pool",
         KindPart::SpiderEndpoint(_) => "spider_endpoint",
+        KindPart::Node(_) => "node",
+        KindPart::CalicoBlock(_) => "calico_block",
+        KindPart::CalicoHandle(_) => "calico_handle",
+        KindPart::CalicoAffinity(_) => "calico_affinity",
+        KindPart::CalicoPool(_) => "calico_pool",
+        KindPart::CiliumNode(_) => "cilium_node",
+        KindPart::CiliumEndpoint(_) => "cilium_endpoint",
     }
 }
 
@@ -456,7 +610,7 @@ fn apache_decode(bytes: &[u8]) -> Result<WatchEvent, String> {
 
 /// What a reader sees of an event: only the part of its stream.
 fn as_read(mut event: WatchEvent) -> WatchEvent {
-    if event.part.as_ref().map(stream_of) != Some(event.stream) {
+    if event.part.as_ref().map(stream_of) != Some(event.stream.canonical()) {
         event.part = None;
     }
     event
@@ -606,15 +760,15 @@ proptest! {
         let mut into = WatchEvent::blank();
         for (event, cut) in events.iter().zip(&cuts) {
             let bytes = encode_datum(event, None);
-            let fresh = decode_watch_event_of(WireVersion::V4, &fields, &bytes).unwrap();
+            let fresh = decode_watch_event_of(WireVersion::V5, &fields, &bytes).unwrap();
             // A failed read leaves parts of two events behind: the next read overwrites
             // them all the same.
             let mut cut_input = &bytes[..cut.index(bytes.len())];
             let before = cut_input;
-            prop_assert!(read_watch_event_into(WireVersion::V4, &fields, &mut cut_input, &mut into).is_err());
+            prop_assert!(read_watch_event_into(WireVersion::V5, &fields, &mut cut_input, &mut into).is_err());
             prop_assert_eq!(cut_input, before, "a failed read consumes nothing");
             let mut input = &bytes[..];
-            read_watch_event_into(WireVersion::V4, &fields, &mut input, &mut into).unwrap();
+            read_watch_event_into(WireVersion::V5, &fields, &mut input, &mut into).unwrap();
             prop_assert!(input.is_empty());
             prop_assert_eq!(&into, &fresh);
         }
@@ -654,7 +808,7 @@ fn prefix() -> Vec<u8> {
 /// A whole minimal event: every optional field null.
 fn minimal() -> Vec<u8> {
     let mut bytes = prefix();
-    bytes.extend([0; 10]);
+    bytes.extend([0; 17]);
     bytes
 }
 
@@ -724,11 +878,11 @@ fn malformed_values_are_typed_errors() {
         decode_watch_event(&bytes).unwrap_err()
     };
     assert!(matches!(
-        at(3, 16),
+        at(3, 38),
         WireError::EnumSymbol {
             field: "stream",
-            index: 8,
-            symbols: 8,
+            index: 19,
+            symbols: 19,
             ..
         }
     ));
@@ -789,7 +943,8 @@ fn malformed_values_are_typed_errors() {
     // A boolean byte of 2 (pod.disruption_target of an empty pod part).
     let mut bytes = prefix();
     bytes.extend([0, 0, 0, 2, 0, 0, 0, 0, 0, 2]);
-    bytes.extend([0; 6]);
+    bytes.extend([0, 0]); // host_network, calico_container_id
+    bytes.extend([0; 13]);
     assert!(matches!(
         decode_watch_event(&bytes),
         Err(WireError::Boolean {
@@ -813,7 +968,7 @@ fn a_block_size_that_disagrees_with_its_items_is_an_error() {
         bytes.extend([2, 0, 0, 0, 0, 0, 0]); // metadata: uid, name, 4 null unions
         bytes.extend([1, size, 2, b'a', 0]); // count -1, byte size, "a", end of array
         bytes.extend([0, 0, 0, 0]); // owner_references, labels, annotations, last_update_ms
-        bytes.extend([0; 9]);
+        bytes.extend([0; 16]);
         bytes
     };
     let good = finalizers(4); // zigzag(2) = 4: the item "a" takes two bytes
@@ -851,7 +1006,7 @@ fn a_map_key_written_twice_keeps_its_last_value_as_on_the_serde_path() {
         bytes.extend([0, 0]);
     }
     bytes.extend([0, 2, b'z', 0]); // the last entry, then the end of the map
-    bytes.extend([0; 10]); // last_update_ms, then the nine unions after metadata
+    bytes.extend([0; 17]); // last_update_ms, then the sixteen unions after metadata
     let event = decode_watch_event(&bytes).unwrap();
     assert_eq!(event, apache_decode(&bytes).unwrap());
     let annotations = event.metadata.unwrap().annotations;
@@ -908,7 +1063,7 @@ proptest! {
         for codec in codecs() {
             let bytes = container(&events, codec, per_block);
             let reader = ContainerReader::<WatchEvent, _>::new(&bytes[..]).unwrap();
-            prop_assert_eq!(reader.writer_version(), Some(4));
+            prop_assert_eq!(reader.writer_version(), Some(5));
             let counter = reader.bytes_read();
             let ours: Vec<WatchEvent> = reader.map(Result::unwrap).collect();
             prop_assert_eq!(&ours, &apache_read_container(&bytes));
@@ -1071,24 +1226,35 @@ fn a_sync_marker_mismatch_and_leftover_block_bytes_are_corrupt_blocks() {
 /// The event as a collector of schema `version` wrote it: what that version lacks left out
 /// (the same stripping as `tests/codec.rs`), then resolved to that version's schema.
 fn old_value(version: WireVersion, event: &WatchEvent) -> Value {
-    fn strip(version: WireVersion, value: &mut Value) {
+    fn strip(version: WireVersion, value: &mut Value, top: bool) {
         if let Value::Record(fields) = value {
             fields.retain(|(name, _)| match name.as_str() {
                 "raw_object" | "last_update_ms" => version >= WireVersion::V2,
                 "remediation" => version >= WireVersion::V3,
                 "ip_pool" | "ip_reservation" | "spider_ip_pool" | "spider_endpoint"
                 | "network_status" | "disruption_target" => version >= WireVersion::V4,
+                // `node` is also a field of parts: only the event's own is v5's.
+                "node" if !top => true,
+                "node"
+                | "calico_block"
+                | "calico_handle"
+                | "calico_affinity"
+                | "calico_pool"
+                | "cilium_node"
+                | "cilium_endpoint"
+                | "host_network"
+                | "calico_container_id" => version >= WireVersion::V5,
                 _ => true,
             });
             for (_, v) in fields.iter_mut() {
-                strip(version, v);
+                strip(version, v, false);
             }
         } else if let Value::Union(_, inner) = value {
-            strip(version, inner);
+            strip(version, inner, false);
         }
     }
     let mut value = to_value(event).unwrap();
-    strip(version, &mut value);
+    strip(version, &mut value, true);
     value.resolve(schema_of(version)).unwrap()
 }
 
@@ -1111,7 +1277,7 @@ fn encode_as(version: WireVersion, event: &WatchEvent, block: Option<usize>) -> 
 /// registry did before the specialised decoder read every version) or its serde path for
 /// today's; the whole input is one datum.
 fn apache_decode_as(version: WireVersion, bytes: &[u8]) -> Result<WatchEvent, String> {
-    if version == WireVersion::V4 {
+    if version == WireVersion::V5 {
         return apache_decode(bytes);
     }
     let mut body = bytes;
@@ -1134,6 +1300,9 @@ fn event_of(version: WireVersion) -> BoxedStrategy<WatchEvent> {
             {
                 event.stream = Stream::Ip;
             }
+            if version < WireVersion::V5 && event.stream > Stream::Unknown {
+                event.stream = Stream::Pod;
+            }
             if version < WireVersion::V3 && event.event_type == EventType::Remediation {
                 event.event_type = EventType::Bookmark;
             }
@@ -1152,7 +1321,6 @@ fn analysis_view(mut event: WatchEvent, keys: &[&str]) -> WatchEvent {
     match &mut event.part {
         Some(ipaudit_schemas::KindPart::Pod(pod)) => {
             pod.node_name.clear();
-            pod.pod_ips.clear();
             pod.allocations.clear();
             pod.network_status.retain(|network| !network.default);
             for network in &mut pod.network_status {
@@ -1183,7 +1351,7 @@ fn analysis_view(mut event: WatchEvent, keys: &[&str]) -> WatchEvent {
 /// earlier in the datum makes up the difference. The specialised decoder says truncated,
 /// rightly: that is the one disagreement allowed, and only at the end of the input.
 fn value_path_reads_a_cut_datum(version: WireVersion, bytes: &[u8], error: &WireError) -> bool {
-    version < WireVersion::V4
+    version < WireVersion::V5
         && matches!(error, WireError::Truncated { offset, .. } if *offset == bytes.len())
 }
 
@@ -1409,10 +1577,10 @@ fn a_skipped_string_that_is_not_utf8_is_reported_where_it_is_as_when_read() {
     let mut bad = good.clone();
     bad[at + 1] = 0xC3; // "a", then a lead byte whose continuation never comes
     assert_eq!(bad[at + 2], 0x8C);
-    let expected = |bytes: &[u8]| decode_watch_event_of(WireVersion::V4, &Fields::ALL, bytes);
+    let expected = |bytes: &[u8]| decode_watch_event_of(WireVersion::V5, &Fields::ALL, bytes);
     for fields in [Fields::ANALYSIS, Fields::ALL] {
-        assert!(decode_watch_event_of(WireVersion::V4, &fields, &good).is_ok());
-        let error = decode_watch_event_of(WireVersion::V4, &fields, &bad).unwrap_err();
+        assert!(decode_watch_event_of(WireVersion::V5, &fields, &good).is_ok());
+        let error = decode_watch_event_of(WireVersion::V5, &fields, &bad).unwrap_err();
         assert!(
             matches!(
                 error,
@@ -1429,7 +1597,7 @@ fn a_skipped_string_that_is_not_utf8_is_reported_where_it_is_as_when_read() {
         // the bytes.
         let cut = &bad[..bad.len() - 3];
         assert!(matches!(
-            decode_watch_event_of(WireVersion::V4, &fields, cut),
+            decode_watch_event_of(WireVersion::V5, &fields, cut),
             Err(WireError::Utf8 { offset, .. }) if offset == at
         ));
     }

@@ -555,8 +555,9 @@ impl ReorderBuffer {
 const AN_IPAM_STREAM: Stream = Stream::Unknown;
 
 /// A collector showed `stream` for the first time: adds its clock, and clocks for the
-/// streams expected with it (the other kinds of its IPAM, and Pods, which every IPAM
-/// reads; for Pods, some IPAM's stream); returns the index of `stream`'s clock.
+/// streams expected with it (the other kinds of its IPAM in its API group, Pods, which
+/// every IPAM reads, and Nodes for the IPAMs that read them; for Pods and Nodes, some
+/// IPAM's stream); returns the index of `stream`'s clock.
 fn expect_streams_with(streams: &mut Vec<(Stream, StreamClock)>, stream: Stream) -> usize {
     let ipam = stream.spec().and_then(|k| k.ipam);
     if ipam.is_some() {
@@ -571,9 +572,18 @@ fn expect_streams_with(streams: &mut Vec<(Stream, StreamClock)>, stream: Stream)
             .iter()
             .any(|(s, _)| s.spec().and_then(|k| k.ipam).is_some()))
     .then_some(AN_IPAM_STREAM);
+    // An IPAM's kinds of the same API group (a Calico cluster serves one of its two),
+    // Pods, and the kinds read by that IPAM (Nodes, for Calico and Cilium).
+    let group = stream.spec().map_or("", |k| k.group);
     let expected = KINDS
         .iter()
-        .filter(|k| ipam.is_some() && (k.ipam == ipam || k.ipam.is_none()))
+        .filter(|k| {
+            let Some(ipam) = ipam else {
+                return false;
+            };
+            (k.ipam == Some(ipam) && k.group == group)
+                || (k.ipam.is_none() && (k.read_by.is_empty() || k.read_by.contains(&ipam)))
+        })
         .map(|k| k.stream)
         .chain(std::iter::once(stream))
         .chain(an_ipam_stream);

@@ -330,7 +330,8 @@ fn incident(alerts: Vec<&AlertHistory>) -> Incident<'_> {
             }
         }
     }
-    // Pools first, then addresses, then pods; within a kind, by first appearance.
+    // Pools and nodes first, then blocks, then addresses, then pods; within a kind, by
+    // first appearance.
     lanes.sort_by_key(|(key, _, first)| (lane_rank(key.0), *first));
     Incident {
         alerts,
@@ -341,10 +342,25 @@ fn incident(alerts: Vec<&AlertHistory>) -> Incident<'_> {
 
 fn lane_rank(stream: Stream) -> u8 {
     match stream {
-        Stream::Subnet | Stream::IpPool | Stream::SpiderIpPool => 0,
-        Stream::Ip | Stream::OverlappingRangeIpReservation | Stream::SpiderEndpoint => 1,
-        Stream::Pod => 2,
-        Stream::Unknown => 3,
+        Stream::Subnet
+        | Stream::IpPool
+        | Stream::SpiderIpPool
+        | Stream::CalicoIpPool
+        | Stream::CalicoV3IpPool
+        | Stream::Node
+        | Stream::CiliumNode => 0,
+        Stream::CalicoIpamBlock
+        | Stream::CalicoV3IpamBlock
+        | Stream::CalicoBlockAffinity
+        | Stream::CalicoV3BlockAffinity => 1,
+        Stream::Ip
+        | Stream::OverlappingRangeIpReservation
+        | Stream::SpiderEndpoint
+        | Stream::CalicoIpamHandle
+        | Stream::CalicoV3IpamHandle
+        | Stream::CiliumEndpoint => 2,
+        Stream::Pod => 3,
+        Stream::Unknown => 4,
     }
 }
 

@@ -28,50 +28,84 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 
 {{/*
 What each IPAM brings, in the order of ipaudit's kind table (schemas/src/kinds/mod.rs):
-the API group, the plurals the collector reads, the writes its cleanups make, and the
-pool kind the admission guard reviews.
+per API group, the plurals the collector reads; the writes its cleanups make; the pool
+kinds the admission guard reviews; and whether its rules read Nodes. Calico serves its
+kinds in crd.projectcalico.org (v1) or, from Calico 3.32, projectcalico.org (v3): both are
+read, so that a cluster on either, or migrating, is watched.
 */}}
 {{- define "ipaudit.ipamTable" -}}
 kubeOvn:
-  group: kubeovn.io
-  read: [ips, subnets]
+  read:
+    - {group: kubeovn.io, resources: [ips, subnets]}
   remediate:
-    - {resource: ips, verb: patch}
-  guard: {resource: subnets, scope: Cluster}
+    - {group: kubeovn.io, resource: ips, verb: patch}
+  guard:
+    - {group: kubeovn.io, resource: subnets, scope: Cluster}
 whereabouts:
-  group: whereabouts.cni.cncf.io
-  read: [ippools, overlappingrangeipreservations]
+  read:
+    - {group: whereabouts.cni.cncf.io, resources: [ippools, overlappingrangeipreservations]}
   remediate:
-    - {resource: ippools, verb: patch}
-    - {resource: overlappingrangeipreservations, verb: delete}
-  guard: {resource: ippools, scope: Namespaced}
+    - {group: whereabouts.cni.cncf.io, resource: ippools, verb: patch}
+    - {group: whereabouts.cni.cncf.io, resource: overlappingrangeipreservations, verb: delete}
+  guard:
+    - {group: whereabouts.cni.cncf.io, resource: ippools, scope: Namespaced}
 spiderpool:
-  group: spiderpool.spidernet.io
-  read: [spiderippools, spiderendpoints]
+  read:
+    - {group: spiderpool.spidernet.io, resources: [spiderippools, spiderendpoints]}
   remediate:
-    - {resource: spiderendpoints, verb: patch}
-    - {resource: spiderippools/status, verb: patch}
-  guard: {resource: spiderippools, scope: Cluster}
+    - {group: spiderpool.spidernet.io, resource: spiderendpoints, verb: patch}
+    - {group: spiderpool.spidernet.io, resource: spiderippools/status, verb: patch}
+  guard:
+    - {group: spiderpool.spidernet.io, resource: spiderippools, scope: Cluster}
+calico:
+  read:
+    - {group: crd.projectcalico.org, resources: [ipamblocks, ipamhandles, blockaffinities, ippools]}
+    - {group: projectcalico.org, resources: [ipamblocks, ipamhandles, blockaffinities, ippools]}
+  remediate: []
+  guard: []
+  nodes: true
+cilium:
+  read:
+    - {group: cilium.io, resources: [ciliumnodes, ciliumendpoints]}
+  remediate: []
+  guard: []
+  nodes: true
+{{- end -}}
+
+{{/* The IPAMs values.ipams may name, in table order. */}}
+{{- define "ipaudit.ipamNames" -}}
+{{- list "kubeOvn" "whereabouts" "spiderpool" "calico" "cilium" | toJson -}}
 {{- end -}}
 
 {{/* The chosen IPAMs' entries of the table, as {"ipams": [...]}, in table order. */}}
 {{- define "ipaudit.ipams" -}}
 {{- $table := include "ipaudit.ipamTable" . | fromYaml -}}
 {{- $chosen := list -}}
-{{- range $name := list "kubeOvn" "whereabouts" "spiderpool" -}}
+{{- range $name := include "ipaudit.ipamNames" . | fromJsonArray -}}
 {{- if index $.Values.ipams $name -}}
 {{- $chosen = append $chosen (index $table $name) -}}
 {{- end -}}
 {{- end -}}
 {{- if not $chosen -}}
-{{- fail "ipams: choose at least one of kubeOvn, whereabouts, spiderpool" -}}
+{{- fail "ipams: choose at least one of kubeOvn, whereabouts, spiderpool, calico, cilium" -}}
 {{- end -}}
 {{- dict "ipams" $chosen | toYaml -}}
 {{- end -}}
 
+{{/* Whether a chosen IPAM's rules read Nodes ("true" or ""). */}}
+{{- define "ipaudit.readsNodes" -}}
+{{- range (include "ipaudit.ipams" . | fromYaml).ipams -}}
+{{- if .nodes -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Whether every IPAM is chosen ("true" or ""). */}}
 {{- define "ipaudit.allIpams" -}}
-{{- if and .Values.ipams.kubeOvn .Values.ipams.whereabouts .Values.ipams.spiderpool -}}true{{- end -}}
+{{- $all := true -}}
+{{- range $name := include "ipaudit.ipamNames" . | fromJsonArray -}}
+{{- if not (index $.Values.ipams $name) -}}{{- $all = false -}}{{- end -}}
+{{- end -}}
+{{- if $all -}}true{{- end -}}
 {{- end -}}
 
 {{/* collector.remediation as off, dry-run or on (a bare YAML off/on is a boolean). */}}
@@ -245,9 +279,10 @@ capabilities:
 {{- define "ipaudit.kinds" -}}
 {{- $kinds := list -}}
 {{- range (include "ipaudit.ipams" . | fromYaml).ipams -}}
-{{- $group := .group -}}
-{{- range .read -}}
-{{- $kinds = append $kinds (printf "%s.%s" . $group) -}}
+{{- range $rule := .read -}}
+{{- range $rule.resources -}}
+{{- $kinds = append $kinds (printf "%s.%s" . $rule.group) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- join "," $kinds -}}

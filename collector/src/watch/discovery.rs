@@ -8,7 +8,7 @@
 
 use std::collections::hash_map::{Entry, HashMap};
 
-use ipaudit_schemas::{KindSpec, Stream, KINDS};
+use ipaudit_schemas::{Ipam, KindSpec, Stream, KINDS};
 use kube::Client;
 use tracing::warn;
 
@@ -65,7 +65,7 @@ fn resource_list(kinds: &[&'static KindSpec]) -> String {
         .join(", ")
 }
 
-/// "kube-ovn, whereabouts or spiderpool", from the table.
+/// "kube-ovn, whereabouts, spiderpool, calico or cilium", from the table.
 fn ipam_names() -> String {
     let mut names: Vec<&str> = Vec::new();
     for ipam in KINDS.iter().filter_map(|k| k.ipam) {
@@ -135,22 +135,34 @@ async fn served_plurals(client: &Client, kind: &KindSpec) -> Result<Vec<String>,
 /// The kinds to watch, in table order, given what the API server serves.
 ///
 /// `requested` is `--kinds` (`None`: every served kind). Kinds every IPAM reads (Pods) are
-/// always added. A requested kind that is not served is an error; so is a selection with
-/// no IPAM kind. Without `--kinds`, an IPAM served only in part is watched in part, with a
-/// warning (its rules then see half the story).
+/// always added, and kinds some IPAMs read (Nodes, for Calico and Cilium) whenever a kind
+/// of one of those IPAMs is chosen. A requested kind that is not served is an error; so
+/// is a selection with no IPAM kind. Without `--kinds`, an IPAM served only in part (in an
+/// API group it serves) is watched in part, with a warning (its rules then see half the
+/// story).
 pub fn choose(
     served: &[Stream],
     requested: Option<&[Stream]>,
 ) -> Result<Vec<&'static KindSpec>, DiscoveryError> {
     let is_served = |k: &KindSpec| served.contains(&k.stream);
+    let is_requested = |k: &KindSpec| match requested {
+        Some(names) => names.contains(&k.stream),
+        None => is_served(k),
+    };
+    let ipams_chosen: Vec<Ipam> = KINDS
+        .iter()
+        .filter(|k| is_requested(k))
+        .filter_map(|k| k.ipam)
+        .collect();
     let chosen: Vec<&'static KindSpec> = KINDS
         .iter()
-        .filter(|k| {
-            k.ipam.is_none()
-                || match requested {
-                    Some(names) => names.contains(&k.stream),
-                    None => is_served(k),
-                }
+        .filter(|k| match k.ipam {
+            Some(_) => is_requested(k),
+            None if k.read_by.is_empty() => true,
+            None => {
+                requested.is_some_and(|names| names.contains(&k.stream))
+                    || k.read_by.iter().any(|ipam| ipams_chosen.contains(ipam))
+            }
         })
         .collect();
     let missing: Vec<&'static KindSpec> =
@@ -175,7 +187,12 @@ pub fn choose(
     if requested.is_none() {
         for kind in KINDS.iter().filter(|k| !is_served(k)) {
             let Some(ipam) = kind.ipam else { continue };
-            if chosen.iter().any(|c| c.ipam == Some(ipam)) {
+            // Calico serves its kinds in one API group or the other: only a kind missing
+            // from a group that serves others is missing.
+            if chosen
+                .iter()
+                .any(|c| c.ipam == Some(ipam) && c.group == kind.group)
+            {
                 warn!(%ipam, missing = %served_name(kind),
                     "this IPAM is served only in part: its other kinds are watched without this one");
             }
@@ -262,8 +279,46 @@ mod tests {
             assert!(text.contains(&served_name(kind)), "{text}");
         }
         assert!(
-            text.ends_with("is kube-ovn, whereabouts or spiderpool installed?"),
+            text.ends_with("is kube-ovn, whereabouts, spiderpool, calico or cilium installed?"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_calico_cluster_watches_its_api_group_and_nodes_and_a_kube_ovn_one_no_nodes() {
+        let served = streams(&[
+            "pods",
+            "nodes",
+            "ipamblocks.crd.projectcalico.org",
+            "ipamhandles.crd.projectcalico.org",
+            "blockaffinities.crd.projectcalico.org",
+            "ippools.crd.projectcalico.org",
+        ]);
+        let chosen = choose(&served, None).unwrap();
+        assert_eq!(
+            resources(&chosen),
+            [
+                "pods",
+                "nodes",
+                "ipamblocks.crd.projectcalico.org",
+                "ipamhandles.crd.projectcalico.org",
+                "blockaffinities.crd.projectcalico.org",
+                "ippools.crd.projectcalico.org",
+            ]
+        );
+        let kube_ovn = choose(&streams(&["pods", "nodes", "ips", "subnets"]), None).unwrap();
+        assert_eq!(
+            resources(&kube_ovn),
+            ["pods", "ips.kubeovn.io", "subnets.kubeovn.io"]
+        );
+        let cilium = choose(
+            &kinds::streams().collect::<Vec<_>>(),
+            Some(&streams(&["ciliumendpoints"])),
+        )
+        .unwrap();
+        assert_eq!(
+            resources(&cilium),
+            ["pods", "nodes", "ciliumendpoints.cilium.io"]
         );
     }
 

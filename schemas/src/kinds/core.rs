@@ -1,16 +1,21 @@
 //! Pods (core/v1): phase, node, addresses as the CNI reported them (multus'
-//! network-status), kube-ovn's per-provider allocation annotations, and whether the pod is
-//! a disruption target.
+//! network-status), kube-ovn's per-provider allocation annotations, Calico's container id,
+//! whether the pod is a disruption target and whether it uses its node's network. Nodes
+//! (core/v1): that they exist, and their pod CIDRs.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::event::{KindPart, NetworkStatus, PodAllocation, PodInfo};
+use crate::event::{KindPart, NetworkStatus, NodeInfo, PodAllocation, PodInfo};
 use crate::kubernetes::{FieldReader, ObjectParts};
 
 /// The annotation multus writes with the addresses a pod holds, per network.
 pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
+
+/// The annotation Calico's CNI plugin writes with the pod's sandbox: its handle is
+/// `k8s-pod-network.<id>`. Calico keeps it when it empties the IP annotations on release.
+pub const CALICO_CONTAINER_ID_ANNOTATION: &str = "cni.projectcalico.org/containerID";
 
 /// What ipaudit keeps of a Pod.
 pub(super) fn pod(fields: &mut FieldReader, object: &ObjectParts<'_>) -> KindPart {
@@ -42,6 +47,19 @@ pub(super) fn pod(fields: &mut FieldReader, object: &ObjectParts<'_>) -> KindPar
         allocations: pod_allocations(annotations),
         network_status: network_status(fields, annotations),
         disruption_target,
+        host_network: spec.get("hostNetwork").and_then(Value::as_bool) == Some(true),
+        calico_container_id: fields.string(
+            annotations,
+            "metadata.annotations[cni.projectcalico.org/containerID]",
+            CALICO_CONTAINER_ID_ANNOTATION,
+        ),
+    }))
+}
+
+/// What ipaudit keeps of a Node: its pod CIDRs (that it exists is the event itself).
+pub(super) fn node(fields: &mut FieldReader, object: &ObjectParts<'_>) -> KindPart {
+    KindPart::Node(Box::new(NodeInfo {
+        pod_cidrs: fields.strings(object.spec, "spec.podCIDRs", "podCIDRs"),
     }))
 }
 

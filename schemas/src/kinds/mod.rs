@@ -7,12 +7,16 @@
 //! (the contract), a [`KindPart`] record, one entry here, and its
 //! converter in the IPAM's module.
 
+mod calico;
+mod cilium;
 mod core;
 mod kube_ovn;
 mod spiderpool;
 mod whereabouts;
 
 use std::fmt;
+
+pub use self::core::{CALICO_CONTAINER_ID_ANNOTATION, NETWORK_STATUS_ANNOTATION};
 
 use crate::event::{KindPart, Stream};
 use crate::kubernetes::{FieldReader, ObjectParts};
@@ -26,6 +30,10 @@ pub enum Ipam {
     Whereabouts,
     /// spiderpool (spiderpool.spidernet.io).
     Spiderpool,
+    /// Calico (crd.projectcalico.org and, from Calico 3.32, projectcalico.org).
+    Calico,
+    /// Cilium (cilium.io).
+    Cilium,
 }
 
 impl Ipam {
@@ -35,6 +43,8 @@ impl Ipam {
             Ipam::KubeOvn => "kube-ovn",
             Ipam::Whereabouts => "whereabouts",
             Ipam::Spiderpool => "spiderpool",
+            Ipam::Calico => "calico",
+            Ipam::Cilium => "cilium",
         }
     }
 }
@@ -65,6 +75,8 @@ pub struct KindSpec {
     pub namespaced: bool,
     /// The IPAM it belongs to; `None` for Pods, which every IPAM reads.
     pub ipam: Option<Ipam>,
+    /// The IPAMs that read it besides its own: Nodes are Calico's and Cilium's.
+    pub read_by: &'static [Ipam],
     /// Lower-case name, for metric labels and reports.
     pub label: &'static str,
     /// Reads the kind-specific part.
@@ -109,7 +121,9 @@ impl KindSpec {
     }
 }
 
-/// Every watched kind. Pods first: every IPAM reads them.
+/// Every watched kind. Pods first: every IPAM reads them. A stream's entry; each Calico kind
+/// twice, once per API group (`crd.projectcalico.org/v1` and Calico 3.32's native
+/// `projectcalico.org/v3`: during a migration objects exist in both).
 pub static KINDS: &[KindSpec] = &[
     KindSpec {
         stream: Stream::Pod,
@@ -120,6 +134,7 @@ pub static KINDS: &[KindSpec] = &[
         namespaced: true,
         ipam: None,
         label: "pod",
+        read_by: &[],
         convert: core::pod,
     },
     KindSpec {
@@ -131,6 +146,7 @@ pub static KINDS: &[KindSpec] = &[
         namespaced: false,
         ipam: Some(Ipam::KubeOvn),
         label: "ip",
+        read_by: &[],
         convert: kube_ovn::ip,
     },
     KindSpec {
@@ -142,6 +158,7 @@ pub static KINDS: &[KindSpec] = &[
         namespaced: false,
         ipam: Some(Ipam::KubeOvn),
         label: "subnet",
+        read_by: &[],
         convert: kube_ovn::subnet,
     },
     KindSpec {
@@ -153,6 +170,7 @@ pub static KINDS: &[KindSpec] = &[
         namespaced: true,
         ipam: Some(Ipam::Whereabouts),
         label: "ippool",
+        read_by: &[],
         convert: whereabouts::ip_pool,
     },
     KindSpec {
@@ -164,6 +182,7 @@ pub static KINDS: &[KindSpec] = &[
         namespaced: true,
         ipam: Some(Ipam::Whereabouts),
         label: "overlappingrangeipreservation",
+        read_by: &[],
         convert: whereabouts::reservation,
     },
     KindSpec {
@@ -175,6 +194,7 @@ pub static KINDS: &[KindSpec] = &[
         namespaced: false,
         ipam: Some(Ipam::Spiderpool),
         label: "spiderippool",
+        read_by: &[],
         convert: spiderpool::ip_pool,
     },
     KindSpec {
@@ -186,7 +206,140 @@ pub static KINDS: &[KindSpec] = &[
         namespaced: true,
         ipam: Some(Ipam::Spiderpool),
         label: "spiderendpoint",
+        read_by: &[],
         convert: spiderpool::endpoint,
+    },
+    KindSpec {
+        stream: Stream::Node,
+        kind: "Node",
+        group: "",
+        version: "v1",
+        plural: "nodes",
+        namespaced: false,
+        ipam: None,
+        label: "node",
+        read_by: &[Ipam::Calico, Ipam::Cilium],
+        convert: core::node,
+    },
+    KindSpec {
+        stream: Stream::CalicoIpamBlock,
+        kind: "IPAMBlock",
+        group: "crd.projectcalico.org",
+        version: "v1",
+        plural: "ipamblocks",
+        namespaced: false,
+        ipam: Some(Ipam::Calico),
+        label: "ipamblock",
+        read_by: &[],
+        convert: calico::block,
+    },
+    KindSpec {
+        stream: Stream::CalicoIpamHandle,
+        kind: "IPAMHandle",
+        group: "crd.projectcalico.org",
+        version: "v1",
+        plural: "ipamhandles",
+        namespaced: false,
+        ipam: Some(Ipam::Calico),
+        label: "ipamhandle",
+        read_by: &[],
+        convert: calico::handle,
+    },
+    KindSpec {
+        stream: Stream::CalicoBlockAffinity,
+        kind: "BlockAffinity",
+        group: "crd.projectcalico.org",
+        version: "v1",
+        plural: "blockaffinities",
+        namespaced: false,
+        ipam: Some(Ipam::Calico),
+        label: "blockaffinity",
+        read_by: &[],
+        convert: calico::affinity,
+    },
+    KindSpec {
+        stream: Stream::CalicoIpPool,
+        kind: "IPPool",
+        group: "crd.projectcalico.org",
+        version: "v1",
+        plural: "ippools",
+        namespaced: false,
+        ipam: Some(Ipam::Calico),
+        label: "calico-ippool",
+        read_by: &[],
+        convert: calico::pool,
+    },
+    KindSpec {
+        stream: Stream::CalicoV3IpamBlock,
+        kind: "IPAMBlock",
+        group: "projectcalico.org",
+        version: "v3",
+        plural: "ipamblocks",
+        namespaced: false,
+        ipam: Some(Ipam::Calico),
+        label: "ipamblock-v3",
+        read_by: &[],
+        convert: calico::block,
+    },
+    KindSpec {
+        stream: Stream::CalicoV3IpamHandle,
+        kind: "IPAMHandle",
+        group: "projectcalico.org",
+        version: "v3",
+        plural: "ipamhandles",
+        namespaced: false,
+        ipam: Some(Ipam::Calico),
+        label: "ipamhandle-v3",
+        read_by: &[],
+        convert: calico::handle,
+    },
+    KindSpec {
+        stream: Stream::CalicoV3BlockAffinity,
+        kind: "BlockAffinity",
+        group: "projectcalico.org",
+        version: "v3",
+        plural: "blockaffinities",
+        namespaced: false,
+        ipam: Some(Ipam::Calico),
+        label: "blockaffinity-v3",
+        read_by: &[],
+        convert: calico::affinity,
+    },
+    KindSpec {
+        stream: Stream::CalicoV3IpPool,
+        kind: "IPPool",
+        group: "projectcalico.org",
+        version: "v3",
+        plural: "ippools",
+        namespaced: false,
+        ipam: Some(Ipam::Calico),
+        label: "calico-ippool-v3",
+        read_by: &[],
+        convert: calico::pool,
+    },
+    KindSpec {
+        stream: Stream::CiliumNode,
+        kind: "CiliumNode",
+        group: "cilium.io",
+        version: "v2",
+        plural: "ciliumnodes",
+        namespaced: false,
+        ipam: Some(Ipam::Cilium),
+        label: "ciliumnode",
+        read_by: &[],
+        convert: cilium::node,
+    },
+    KindSpec {
+        stream: Stream::CiliumEndpoint,
+        kind: "CiliumEndpoint",
+        group: "cilium.io",
+        version: "v2",
+        plural: "ciliumendpoints",
+        namespaced: true,
+        ipam: Some(Ipam::Cilium),
+        label: "ciliumendpoint",
+        read_by: &[],
+        convert: cilium::endpoint,
     },
 ];
 
@@ -231,7 +384,7 @@ mod tests {
             assert_eq!(KINDS.iter().filter(|k| k.stream == stream).count(), 1);
         }
         assert!(Stream::Unknown.spec().is_none());
-        assert_eq!(KINDS.len(), 7);
+        assert_eq!(KINDS.len(), 18);
     }
 
     #[test]
@@ -243,6 +396,20 @@ mod tests {
             "kube-ovn's own IPPool is not whereabouts'"
         );
         assert_eq!(of_object("", "IP").unwrap().stream, Stream::Ip);
+        assert_eq!(
+            of_object("crd.projectcalico.org/v1", "IPPool")
+                .unwrap()
+                .stream,
+            Stream::CalicoIpPool
+        );
+        assert_eq!(
+            of_object("projectcalico.org/v3", "IPAMBlock")
+                .unwrap()
+                .stream
+                .canonical(),
+            Stream::CalicoIpamBlock,
+            "one object in either group"
+        );
     }
 
     #[test]
@@ -260,6 +427,7 @@ mod tests {
             "/apis/spiderpool.spidernet.io/v2beta1/spiderendpoints"
         );
         assert_eq!(named("pods").unwrap().collection_path(), "/api/v1/pods");
-        assert!(named("nodes").is_none());
+        assert_eq!(named("nodes").unwrap().collection_path(), "/api/v1/nodes");
+        assert!(named("endpoints").is_none());
     }
 }

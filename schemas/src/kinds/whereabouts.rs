@@ -61,7 +61,7 @@ pub(super) fn reservation(fields: &mut FieldReader, object: &ObjectParts<'_>) ->
 }
 
 /// The network address of a CIDR (`10.128.40.0/24` -> 10.128.40.0).
-fn network_address(cidr: &str) -> Option<IpAddr> {
+pub(super) fn network_address(cidr: &str) -> Option<IpAddr> {
     let (address, prefix) = cidr.split_once('/')?;
     let address: IpAddr = address.trim().parse().ok()?;
     let prefix: u32 = prefix.trim().parse().ok()?;
@@ -82,7 +82,7 @@ fn network_address(cidr: &str) -> Option<IpAddr> {
 }
 
 /// `network + offset`, in 128-bit arithmetic; `None` past the end of the address family.
-fn add_offset(network: IpAddr, offset: u128) -> Option<IpAddr> {
+pub(super) fn add_offset(network: IpAddr, offset: u128) -> Option<IpAddr> {
     match network {
         IpAddr::V4(v4) => {
             let sum = u128::from(u32::from(v4)).checked_add(offset)?;

@@ -5,11 +5,12 @@
 //! A *pool* is a kube-ovn Subnet, a whereabouts IPPool or a SpiderIPPool. A *holding* is
 //! one address one record holds on behalf of one owner (a pod, or a VM for kept KubeVirt
 //! addresses). A *scope* is where two holders of one address are a conflict: one subnet,
-//! one pool, one network of pods' network-status.
+//! one pool, one network of pods' network-status, Calico's address space (its blocks and
+//! the pods on its network), Cilium's (its nodes' used addresses and its endpoints).
 
 use std::borrow::Cow;
 
-use ipaudit_schemas::Stream;
+use ipaudit_schemas::{CalicoAllocation, Stream};
 
 use super::part::{IpPart, Part};
 
@@ -57,6 +58,11 @@ pub enum Scope<'a> {
     SpiderPool(&'a str),
     /// One network of pods' network-status.
     Network(&'a str),
+    /// Calico's blocks and the pods on its network, cluster-wide: blocks do not overlap, so
+    /// an address is one pod's at a time.
+    Calico,
+    /// Cilium's nodes' used addresses and its endpoints, cluster-wide.
+    Cilium,
 }
 
 impl Scope<'_> {
@@ -64,7 +70,7 @@ impl Scope<'_> {
     pub fn place(&self) -> &str {
         match self {
             Scope::Subnet(n) | Scope::IpPool(n) | Scope::SpiderPool(n) | Scope::Network(n) => n,
-            Scope::Reservations => "",
+            Scope::Reservations | Scope::Calico | Scope::Cilium => "",
         }
     }
 }
@@ -77,6 +83,8 @@ impl std::fmt::Display for Scope<'_> {
             Scope::Reservations => f.write_str("whereabouts-reservation"),
             Scope::SpiderPool(n) => write!(f, "spiderippool/{n}"),
             Scope::Network(n) => write!(f, "network/{n}"),
+            Scope::Calico => f.write_str("calico"),
+            Scope::Cilium => f.write_str("cilium"),
         }
     }
 }
@@ -258,7 +266,54 @@ pub fn part_holdings<'a>(key: &'a str, part: &'a Part) -> Holdings<'a> {
                 }
             }
         }
+        Part::CalicoBlock(block) if !block.deleted => {
+            for allocation in &block.allocations {
+                if let Some(owner) = calico_pod_owner(allocation) {
+                    held.push(Holding {
+                        address: &allocation.address,
+                        scope: Scope::Calico,
+                        owner: Cow::Owned(owner),
+                        owner_uid: None,
+                        kept: false,
+                    });
+                }
+            }
+        }
+        Part::CiliumNode(node) => {
+            for used in &node.used {
+                if let Some(owner) = cilium_pod_owner(&used.owner) {
+                    held.push(Holding {
+                        address: &used.address,
+                        scope: Scope::Cilium,
+                        owner: Cow::Borrowed(owner),
+                        owner_uid: None,
+                        kept: false,
+                    });
+                }
+            }
+        }
+        Part::CiliumEndpoint(endpoint) => {
+            for address in &endpoint.addresses {
+                held.push(Holding {
+                    address: bare(address),
+                    scope: Scope::Cilium,
+                    owner: Cow::Borrowed(key),
+                    owner_uid: None,
+                    kept: false,
+                });
+            }
+        }
         Part::Pod(pod) => {
+            // A pod on Calico's network shows the addresses its blocks hold.
+            for address in pod.calico_ips() {
+                held.push(Holding {
+                    address: bare(address),
+                    scope: Scope::Calico,
+                    owner: Cow::Borrowed(key),
+                    owner_uid: None,
+                    kept: false,
+                });
+            }
             // The default network's address is the primary CNI's (kube-ovn's IP records
             // hold it, in its subnet); its network name is the same in every VPC, so it
             // says nothing about duplicates.
@@ -274,9 +329,35 @@ pub fn part_holdings<'a>(key: &'a str, part: &'a Part) -> Holdings<'a> {
                 }
             }
         }
-        Part::Subnet(_) => {}
+        Part::Subnet(_)
+        | Part::Node
+        | Part::CalicoBlock(_)
+        | Part::CalicoHandle(_)
+        | Part::CalicoAffinity(_)
+        | Part::CalicoPool(_) => {}
     }
     held
+}
+
+/// The pod a Calico allocation is for, as `namespace/name`: none for an allocation cooling
+/// down after its release, a tunnel or LoadBalancer address (they carry a `type`), or one
+/// whose attribute names no pod.
+pub fn calico_pod_owner(allocation: &CalicoAllocation) -> Option<String> {
+    let for_pod = allocation.released_at_ms.is_none()
+        && allocation.r#type.is_empty()
+        && !allocation.address.is_empty()
+        && !allocation.namespace.is_empty()
+        && !allocation.pod.is_empty();
+    for_pod.then(|| format!("{}/{}", allocation.namespace, allocation.pod))
+}
+
+/// The pod a CiliumNode's used address is for: its owner `namespace/pod` without the
+/// ` [restored]` an agent restart appends; none for the agent's own addresses (`router`,
+/// `health`, `ingress`) or an endpoint id.
+pub fn cilium_pod_owner(owner: &str) -> Option<&str> {
+    let owner = owner.strip_suffix(" [restored]").unwrap_or(owner).trim();
+    let (namespace, pod) = owner.split_once('/')?;
+    (!namespace.is_empty() && !pod.is_empty()).then_some(owner)
 }
 
 /// Whether a holding is an IPAM record's (as opposed to what a pod's network-status shows).

@@ -148,7 +148,11 @@ impl<'de> Deserialize<'de> for AddressUids {
 pub(super) fn binds_owner_uid(stream: Stream) -> bool {
     matches!(
         stream,
-        Stream::IpPool | Stream::OverlappingRangeIpReservation
+        Stream::IpPool
+            | Stream::OverlappingRangeIpReservation
+            | Stream::CalicoIpamBlock
+            | Stream::CalicoV3IpamBlock
+            | Stream::CiliumNode
     )
 }
 

@@ -12,8 +12,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use smol_str::SmolStr;
 
 use ipaudit_schemas::{
-    IpInfo, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus, PodInfo, SpiderEndpointInfo,
-    SpiderIpPoolInfo, SubnetInfo,
+    CalicoAffinityInfo, CalicoBlockInfo, CalicoHandleInfo, CalicoPoolInfo, CiliumEndpointInfo,
+    CiliumNodeInfo, IpInfo, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus, PodInfo,
+    SpiderEndpointInfo, SpiderIpPoolInfo, SubnetInfo,
 };
 
 use super::shared::SharedTable;
@@ -35,6 +36,20 @@ pub enum Part {
     SpiderIpPool(Box<SpiderIpPoolInfo>),
     /// A spiderpool SpiderEndpoint.
     SpiderEndpoint(Box<SpiderEndpointInfo>),
+    /// A core Node: the rules read only that it exists.
+    Node,
+    /// A Calico IPAMBlock, in either API group.
+    CalicoBlock(Box<CalicoBlockInfo>),
+    /// A Calico IPAMHandle.
+    CalicoHandle(Box<CalicoHandleInfo>),
+    /// A Calico BlockAffinity.
+    CalicoAffinity(Box<CalicoAffinityInfo>),
+    /// A Calico IPPool.
+    CalicoPool(Box<CalicoPoolInfo>),
+    /// A CiliumNode.
+    CiliumNode(Box<CiliumNodeInfo>),
+    /// A CiliumEndpoint.
+    CiliumEndpoint(Box<CiliumEndpointInfo>),
 }
 
 /// What the rules read of a kube-ovn IP (the fields of `IpInfo` by the same names): 64
@@ -119,6 +134,17 @@ struct PodFields {
     phase: SmolStr,
     disruption_target: bool,
     network_status: Box<[NetworkStatus]>,
+    /// Of a pod on Calico's network (it carries Calico's container id and does not use its
+    /// node's network): the id, and its status.podIPs, which Calico's blocks hold. Empty
+    /// for every other pod.
+    calico: Option<Box<CalicoPod>>,
+}
+
+/// What the rules read of a pod on Calico's network.
+#[derive(Debug, PartialEq, Eq, Default)]
+struct CalicoPod {
+    container_id: String,
+    pod_ips: Box<[String]>,
 }
 
 impl PodFields {
@@ -148,6 +174,11 @@ impl PodPart {
         &self.0.network_status
     }
 
+    /// status.podIPs of a pod on Calico's network (empty for any other pod).
+    pub fn calico_ips(&self) -> &[String] {
+        self.0.calico.as_deref().map_or(&[], |c| &c.pod_ips)
+    }
+
     /// The part of `pod`, sharing its fields with `like` (the object's version before) or
     /// the table when it shows no networks but the default one. Of its network-status it
     /// keeps what rules read (as the Avro decoder reads it, `Fields::part_details`): the
@@ -158,23 +189,32 @@ impl PodPart {
     /// is left for the event's next reading to reuse.
     pub fn new(pod: &mut PodInfo, like: Option<&PodPart>) -> Self {
         pod.network_status.retain(|network| !network.default);
-        if !pod.network_status.is_empty() {
-            // Its own networks: nothing to share.
+        let on_calico = !pod.calico_container_id.is_empty() && !pod.host_network;
+        if !pod.network_status.is_empty() || on_calico {
+            // Its own networks or addresses: nothing to share.
             let mut network_status = std::mem::take(&mut pod.network_status);
             for network in &mut network_status {
                 network.interface = String::new();
                 network.mac = String::new();
             }
+            let calico = on_calico.then(|| {
+                Box::new(CalicoPod {
+                    container_id: std::mem::take(&mut pod.calico_container_id),
+                    pod_ips: std::mem::take(&mut pod.pod_ips).into_boxed_slice(),
+                })
+            });
             return PodPart(Arc::new(PodFields {
                 phase: SmolStr::new(&pod.phase),
                 disruption_target: pod.disruption_target,
                 network_status: network_status.into_boxed_slice(),
+                calico,
             }));
         }
         let alike = |f: &PodFields| {
             f.phase == pod.phase
                 && f.disruption_target == pod.disruption_target
                 && f.network_status.is_empty()
+                && f.calico.is_none()
         };
         if let Some(like) = like.filter(|l| alike(&l.0)) {
             return PodPart(Arc::clone(&like.0));
@@ -186,6 +226,7 @@ impl PodPart {
                 phase: SmolStr::new(&pod.phase),
                 disruption_target: pod.disruption_target,
                 network_status: Box::default(),
+                calico: None,
             },
             |f| PodFields::hash(&f.phase, f.disruption_target),
         ))
@@ -200,10 +241,13 @@ impl From<PodInfo> for PodPart {
 
 impl From<&PodPart> for PodInfo {
     fn from(pod: &PodPart) -> Self {
+        let calico = pod.0.calico.as_deref();
         PodInfo {
             phase: pod.phase().to_owned(),
             network_status: pod.network_status().to_vec(),
             disruption_target: pod.disruption_target(),
+            pod_ips: pod.calico_ips().to_vec(),
+            calico_container_id: calico.map(|c| c.container_id.clone()).unwrap_or_default(),
             ..PodInfo::default()
         }
     }
@@ -319,6 +363,13 @@ impl Part {
             }
             KindPart::SpiderIpPool(pool) => Part::SpiderIpPool(Box::new(take(pool))),
             KindPart::SpiderEndpoint(endpoint) => Part::SpiderEndpoint(Box::new(take(endpoint))),
+            KindPart::Node(_) => Part::Node,
+            KindPart::CalicoBlock(block) => Part::CalicoBlock(Box::new(take(block))),
+            KindPart::CalicoHandle(handle) => Part::CalicoHandle(Box::new(take(handle))),
+            KindPart::CalicoAffinity(affinity) => Part::CalicoAffinity(Box::new(take(affinity))),
+            KindPart::CalicoPool(pool) => Part::CalicoPool(Box::new(take(pool))),
+            KindPart::CiliumNode(node) => Part::CiliumNode(Box::new(take(node))),
+            KindPart::CiliumEndpoint(endpoint) => Part::CiliumEndpoint(Box::new(take(endpoint))),
         }
     }
 
@@ -360,6 +411,13 @@ impl From<&Part> for KindPart {
             Part::IpReservation(reservation) => KindPart::IpReservation(reservation.clone()),
             Part::SpiderIpPool(pool) => KindPart::SpiderIpPool(pool.clone()),
             Part::SpiderEndpoint(endpoint) => KindPart::SpiderEndpoint(endpoint.clone()),
+            Part::Node => KindPart::Node(Box::default()),
+            Part::CalicoBlock(block) => KindPart::CalicoBlock(block.clone()),
+            Part::CalicoHandle(handle) => KindPart::CalicoHandle(handle.clone()),
+            Part::CalicoAffinity(affinity) => KindPart::CalicoAffinity(affinity.clone()),
+            Part::CalicoPool(pool) => KindPart::CalicoPool(pool.clone()),
+            Part::CiliumNode(node) => KindPart::CiliumNode(node.clone()),
+            Part::CiliumEndpoint(endpoint) => KindPart::CiliumEndpoint(endpoint.clone()),
         }
     }
 }

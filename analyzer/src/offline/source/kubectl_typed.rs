@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
-use ipaudit_schemas::kinds;
+use ipaudit_schemas::kinds::{self, CALICO_CONTAINER_ID_ANNOTATION, NETWORK_STATUS_ANNOTATION};
 use ipaudit_schemas::kubernetes::parse_timestamp_ms;
 use ipaudit_schemas::{
     EventType, IpInfo, KindPart, NetworkStatus, ObjectMeta, OwnerReference, PodAllocation, PodInfo,
@@ -464,6 +464,8 @@ struct SubnetStatus {
 struct PodSpec<'a> {
     #[serde(borrow, default)]
     node_name: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    host_network: Option<Loose<'a>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -675,9 +677,6 @@ fn subnet_part(
     })))
 }
 
-/// The annotation multus writes with the addresses a pod holds, per network.
-const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
-
 fn pod_part(
     spec: Option<PodSpec<'_>>,
     status: Option<PodStatus<'_>>,
@@ -687,7 +686,13 @@ fn pod_part(
     let status = status.unwrap_or_default();
     let mut by_provider: BTreeMap<&str, PodAllocation> = BTreeMap::new();
     let mut network_status = Vec::new();
+    let mut calico_container_id = String::new();
     for (key, value) in annotations.iter().flat_map(|pairs| pairs.0.iter()) {
+        if key.0 == CALICO_CONTAINER_ID_ANNOTATION {
+            // Anything but a string (even null) is left to the generic path.
+            calico_container_id = value.str()?.to_owned();
+            continue;
+        }
         if key.0 == NETWORK_STATUS_ANNOTATION {
             // A JSON list in the string; anything but a list of objects of the expected
             // types is left to the generic path, which says what was wrong.
@@ -757,6 +762,8 @@ fn pod_part(
                         && c.status.as_ref().and_then(Loose::str) == Some("True")
                 })
             }),
+        host_network: spec.host_network.as_ref().and_then(Loose::bool) == Some(true),
+        calico_container_id,
     })))
 }
 
