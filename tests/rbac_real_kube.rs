@@ -28,7 +28,7 @@ fn resource(kind: &ipaudit_schemas::KindSpec) -> String {
 
 /// One object of every kind the collector watches, made by the admin.
 fn one_of_each_kind(kube: &KubeServer) {
-    let objects: [Value; 7] = [
+    let mut objects: Vec<Value> = vec![
         json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "web-1", "namespace": "default"},
             "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}),
@@ -51,7 +51,35 @@ fn one_of_each_kind(kube: &KubeServer) {
         json!({"apiVersion": "spiderpool.spidernet.io/v2beta1", "kind": "SpiderEndpoint",
             "metadata": {"name": "web-1", "namespace": "default"},
             "status": {"current": {"uid": "uid-web-1", "node": "worker-1", "ips": []}}}),
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1"},
+            "spec": {"podCIDRs": ["10.244.1.0/24"]}}),
+        json!({"apiVersion": "cilium.io/v2", "kind": "CiliumNode", "metadata": {"name": "worker-1"},
+            "spec": {"ipam": {"podCIDRs": ["10.0.1.0/24"]}}}),
+        json!({"apiVersion": "cilium.io/v2", "kind": "CiliumEndpoint",
+            "metadata": {"name": "web-1", "namespace": "default"},
+            "status": {"networking": {"addressing": [{"ipv4": "10.0.1.9"}], "node": "192.168.0.10"}}}),
     ];
+    // Calico's four kinds in each of its API groups.
+    for api_version in ["crd.projectcalico.org/v1", "projectcalico.org/v3"] {
+        objects.extend([
+            json!({"apiVersion": api_version, "kind": "IPPool", "metadata": {"name": "default-ipv4"},
+                "spec": {"cidr": "10.244.0.0/16", "blockSize": 26}}),
+            json!({"apiVersion": api_version, "kind": "IPAMBlock",
+                "metadata": {"name": "10-244-1-0-26"},
+                "spec": {"cidr": "10.244.1.0/26", "affinity": "host:worker-1",
+                    "allocations": [0], "unallocated": [],
+                    "attributes": [{"handle_id": "k8s-pod-network.c0ffee",
+                        "secondary": {"namespace": "default", "pod": "web-1", "node": "worker-1"}}],
+                    "sequenceNumber": 1, "sequenceNumberForAllocation": {"0": 1}}}),
+            json!({"apiVersion": api_version, "kind": "IPAMHandle",
+                "metadata": {"name": "k8s-pod-network.c0ffee"},
+                "spec": {"handleID": "k8s-pod-network.c0ffee", "block": {"10.244.1.0/26": 1}}}),
+            json!({"apiVersion": api_version, "kind": "BlockAffinity",
+                "metadata": {"name": "worker-1-10-244-1-0-26"},
+                "spec": {"node": "worker-1", "cidr": "10.244.1.0/26", "state": "confirmed",
+                    "deleted": if api_version.starts_with("crd.") { json!("false") } else { json!(false) }}}),
+        ]);
+    }
     for object in &objects {
         kube.create(object);
     }
