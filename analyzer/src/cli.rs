@@ -26,6 +26,20 @@ pub struct RuleArgs {
     /// `allocation-records-disagree` fires.
     #[arg(long, default_value = "5m", value_parser = parse::duration, env = "IPAUDIT_RECORDS_GRACE")]
     pub records_grace: Duration,
+    /// How long a Calico allocation may outlive its pod before `ip-without-pod` fires
+    /// (Calico's own leak grace period), and a node be gone while Calico blocks or a
+    /// CiliumNode still hold its addresses before `block-of-missing-node`.
+    #[arg(long, default_value = "15m", value_parser = parse::duration, env = "IPAUDIT_CALICO_GRACE")]
+    pub calico_grace: Duration,
+    /// How long a CiliumNode's used address may outlive its pod before `ip-without-pod`
+    /// fires (Cilium's 10-minute IPAM expiration plus its 15 s write lag).
+    #[arg(long, default_value = "11m", value_parser = parse::duration, env = "IPAUDIT_CILIUM_GRACE")]
+    pub cilium_grace: Duration,
+    /// How long a Calico allocation and its IPAMHandle may disagree before
+    /// `ip-without-handle` or `handle-without-ip` fires (Calico writes the handle before
+    /// the block on allocation and after it on release).
+    #[arg(long, default_value = "60s", value_parser = parse::duration, env = "IPAUDIT_HANDLE_GRACE")]
+    pub handle_grace: Duration,
 }
 
 impl RuleArgs {
@@ -35,6 +49,9 @@ impl RuleArgs {
             subnet_terminating_grace_ms: millis(self.subnet_grace),
             owner_grace_ms: millis(self.owner_grace),
             records_grace_ms: millis(self.records_grace),
+            calico_grace_ms: millis(self.calico_grace),
+            cilium_grace_ms: millis(self.cilium_grace),
+            handle_grace_ms: millis(self.handle_grace),
         }
     }
 }

@@ -2,9 +2,10 @@
 //! `EventBuilder::ip("vm-1.ns", "subnet-x").rv(12).deleting(t).build(EventType::Modified)`.
 
 use crate::event::{
-    EventType, IpInfo, IpPoolAllocation, IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus,
-    ObjectMeta, PodInfo, SpiderAllocation, SpiderEndpointAddress, SpiderEndpointInfo,
-    SpiderIpPoolInfo, Stream, SubnetInfo, WatchEvent,
+    CalicoAffinityInfo, CalicoAllocation, CalicoBlockInfo, CalicoHandleBlock, CalicoHandleInfo,
+    CiliumEndpointInfo, CiliumNodeInfo, CiliumUsedAddress, EventType, IpInfo, IpPoolAllocation,
+    IpPoolInfo, IpReservationInfo, KindPart, NetworkStatus, ObjectMeta, PodInfo, SpiderAllocation,
+    SpiderEndpointAddress, SpiderEndpointInfo, SpiderIpPoolInfo, Stream, SubnetInfo, WatchEvent,
 };
 use crate::{KUBE_OVN_FINALIZER, SPIDERPOOL_FINALIZER};
 
@@ -110,6 +111,85 @@ impl EventBuilder {
             pod_uid: pod_uid.to_owned(),
             owner_controller_type: "Deployment".into(),
             ..SpiderEndpointInfo::default()
+        })));
+        b
+    }
+
+    /// A core Node.
+    pub fn node(name: &str) -> Self {
+        let mut b = Self::object(Stream::Node, name);
+        b.event.part = Some(KindPart::Node(Box::default()));
+        b
+    }
+
+    /// A Calico IPAMBlock (crd.projectcalico.org/v1) over `cidr`, affine to `node`
+    /// (`host:<node>`; none when empty), named as Calico names it, with no allocation.
+    pub fn calico_block(cidr: &str, node: &str) -> Self {
+        let name = cidr.replace(['.', ':', '/'], "-");
+        let mut b = Self::object(Stream::CalicoIpamBlock, &name);
+        b.event.part = Some(KindPart::CalicoBlock(Box::new(CalicoBlockInfo {
+            cidr: cidr.to_owned(),
+            affinity: if node.is_empty() {
+                String::new()
+            } else {
+                format!("host:{node}")
+            },
+            ..CalicoBlockInfo::default()
+        })));
+        b
+    }
+
+    /// A Calico IPAMHandle of `handle_id`, named as Calico names it (lower case), holding
+    /// `count` addresses of each block CIDR given.
+    pub fn calico_handle(handle_id: &str, blocks: &[(&str, i64)]) -> Self {
+        let mut b = Self::object(Stream::CalicoIpamHandle, &handle_id.to_lowercase());
+        b.event.part = Some(KindPart::CalicoHandle(Box::new(CalicoHandleInfo {
+            handle_id: handle_id.to_owned(),
+            blocks: blocks
+                .iter()
+                .map(|(cidr, count)| CalicoHandleBlock {
+                    cidr: (*cidr).to_owned(),
+                    count: *count,
+                })
+                .collect(),
+            deleted: false,
+        })));
+        b
+    }
+
+    /// A confirmed Calico BlockAffinity of `cidr` to `node`.
+    pub fn calico_affinity(node: &str, cidr: &str) -> Self {
+        let name = format!("{node}-{}", cidr.replace(['.', ':', '/'], "-"));
+        let mut b = Self::object(Stream::CalicoBlockAffinity, &name);
+        b.event.part = Some(KindPart::CalicoAffinity(Box::new(CalicoAffinityInfo {
+            node: node.to_owned(),
+            cidr: cidr.to_owned(),
+            state: "confirmed".into(),
+            r#type: "host".into(),
+            deleted: false,
+        })));
+        b
+    }
+
+    /// A CiliumNode with `pod_cidrs` and no used address.
+    pub fn cilium_node(name: &str, pod_cidrs: &[&str]) -> Self {
+        let mut b = Self::object(Stream::CiliumNode, name);
+        b.event.part = Some(KindPart::CiliumNode(Box::new(CiliumNodeInfo {
+            pod_cidrs: pod_cidrs.iter().map(|c| (*c).to_owned()).collect(),
+            ..CiliumNodeInfo::default()
+        })));
+        b
+    }
+
+    /// A CiliumEndpoint of pod `namespace/name` with `addresses`.
+    pub fn cilium_endpoint(namespace: &str, name: &str, addresses: &[&str]) -> Self {
+        let mut b = Self::object(Stream::CiliumEndpoint, name);
+        b.meta().namespace = Some(namespace.to_owned());
+        b.event.part = Some(KindPart::CiliumEndpoint(Box::new(CiliumEndpointInfo {
+            addresses: addresses.iter().map(|a| (*a).to_owned()).collect(),
+            pod: format!("{namespace}/{name}"),
+            state: "ready".into(),
+            ..CiliumEndpointInfo::default()
         })));
         b
     }
@@ -281,6 +361,78 @@ impl EventBuilder {
         self
     }
 
+    /// Moves a Calico kind's event to the `projectcalico.org/v3` API group.
+    pub fn in_calico_v3(mut self) -> Self {
+        self.event.stream = match self.event.stream {
+            Stream::CalicoIpamBlock => Stream::CalicoV3IpamBlock,
+            Stream::CalicoIpamHandle => Stream::CalicoV3IpamHandle,
+            Stream::CalicoBlockAffinity => Stream::CalicoV3BlockAffinity,
+            Stream::CalicoIpPool => Stream::CalicoV3IpPool,
+            stream => stream,
+        };
+        self
+    }
+
+    /// Makes a pod one on Calico's network: its sandbox `container_id` and its address.
+    pub fn on_calico(mut self, container_id: &str, address: &str) -> Self {
+        if let Some(KindPart::Pod(pod)) = self.event.part.as_mut() {
+            pod.calico_container_id = container_id.to_owned();
+            pod.pod_ips = vec![address.to_owned()];
+        }
+        self
+    }
+
+    /// Allocates ordinal `ordinal` of a Calico block (its address from the block's CIDR) to
+    /// pod `pod` (`namespace/name`, or "" for none) under `handle_id`, at the block's next
+    /// sequence number.
+    pub fn calico_allocation(mut self, ordinal: u32, pod: &str, handle_id: &str) -> Self {
+        if let Some(KindPart::CalicoBlock(block)) = self.event.part.as_mut() {
+            block.sequence_number += 1;
+            let address = calico_address(&block.cidr, ordinal);
+            let (namespace, name) = pod.split_once('/').unwrap_or(("", ""));
+            block.allocations.push(CalicoAllocation {
+                ordinal: i64::from(ordinal),
+                address,
+                handle_id: handle_id.to_owned(),
+                sequence_number: Some(block.sequence_number),
+                namespace: namespace.to_owned(),
+                pod: name.to_owned(),
+                node: block
+                    .affinity
+                    .strip_prefix("host:")
+                    .unwrap_or_default()
+                    .to_owned(),
+                ..CalicoAllocation::default()
+            });
+            block.allocations.sort_by_key(|a| a.ordinal);
+        }
+        self
+    }
+
+    /// Adds a used address of pod `owner` to a CiliumNode.
+    pub fn cilium_used(mut self, address: &str, owner: &str) -> Self {
+        if let Some(KindPart::CiliumNode(node)) = self.event.part.as_mut() {
+            node.used.push(CiliumUsedAddress {
+                address: address.to_owned(),
+                owner: owner.to_owned(),
+                resource: String::new(),
+            });
+            node.used.sort_by(|a, b| a.address.cmp(&b.address));
+        }
+        self
+    }
+
+    /// Soft-deletes a Calico object (`spec.deleted: true`).
+    pub fn soft_deleted(mut self) -> Self {
+        match self.event.part.as_mut() {
+            Some(KindPart::CalicoBlock(block)) => block.deleted = true,
+            Some(KindPart::CalicoHandle(handle)) => handle.deleted = true,
+            Some(KindPart::CalicoAffinity(affinity)) => affinity.deleted = true,
+            _ => {}
+        }
+        self
+    }
+
     /// Sets the collector that saw the event.
     pub fn collector(mut self, collector_id: &str) -> Self {
         self.event.collector_id = collector_id.to_owned();
@@ -307,6 +459,16 @@ impl EventBuilder {
     pub fn deleted(self) -> WatchEvent {
         self.build(EventType::Deleted)
     }
+}
+
+/// The address of `ordinal` in an IPv4 block `cidr` (tests use IPv4 blocks).
+fn calico_address(cidr: &str, ordinal: u32) -> String {
+    let network: std::net::Ipv4Addr = cidr
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+    std::net::Ipv4Addr::from(u32::from(network).wrapping_add(ordinal)).to_string()
 }
 
 /// The kind of [`NextVersion`] that this build does not know.

@@ -508,7 +508,7 @@ mod tests {
         metrics.sink_started("webhook:https://h/…#1");
         let text = metrics.encode();
         let rules = crate::analysis::rules::all();
-        assert_eq!(rules.len(), 8);
+        assert_eq!(rules.len(), 11);
         for rule in rules {
             let line = format!(
                 "ipaudit_analyzer_firing_alerts{{rule=\"{}\"}} 0",

@@ -1,7 +1,10 @@
 //! `duplicate-ip`: one address held by two distinct live owners at once within one scope:
 //! one kube-ovn subnet (two IP objects), one whereabouts pool, one spiderpool pool (its
 //! entries and endpoints), or one network of pods' network-status (two live pods showing
-//! the address on the same network). The same address in two subnets, VPCs or networks is
+//! the address on the same network); in Calico, cluster-wide: two live pods on its network
+//! with one address in status.podIPs, or two blocks allocating it to two pods; in Cilium,
+//! cluster-wide: two CiliumEndpoints, or the used addresses of two CiliumNodes, with one
+//! address for two pods. The same address in two subnets, VPCs or networks is
 //! not a duplicate. A terminating pod's network-status does not count: its CNI may have
 //! released the address already. Resolved when fewer than two owners hold it.
 
@@ -103,9 +106,17 @@ impl DuplicateIp {
                 continue;
             }
             let (what, place) = scope.split_once('/').unwrap_or(("pool", scope.as_str()));
-            let what = match what {
-                "network" | "subnet" => what,
-                _ => "pool",
+            // Calico's and Cilium's address spaces are cluster-wide, not one pool.
+            let on = match scope.as_str() {
+                "calico" => "in Calico's IPAM".to_owned(),
+                "cilium" => "in Cilium's IPAM".to_owned(),
+                _ => {
+                    let what = match what {
+                        "network" | "subnet" => what,
+                        _ => "pool",
+                    };
+                    format!("on {what} {place}")
+                }
             };
             let names: Vec<&str> = owners.keys().map(String::as_str).collect();
             let namespace = names.iter().find_map(|owner| super::owner_namespace(owner));
@@ -114,7 +125,7 @@ impl DuplicateIp {
                 for record in records {
                     if let Some(r) = ctx.state.get(record.0, &record.1) {
                         let who = if record.0 == Stream::Pod {
-                            format!("Pod {owner} shows {address} on {what} {place}")
+                            format!("Pod {owner} shows {address} {on}")
                         } else {
                             format!(
                                 "{} {} holds {address} for {owner}",
@@ -138,7 +149,7 @@ impl DuplicateIp {
                 subnet: Some(place.to_owned()),
                 namespace,
                 summary: format!(
-                    "{address} is held by {} owners at once on {what} {place}: {}",
+                    "{address} is held by {} owners at once {on}: {}",
                     names.len(),
                     names.join(", ")
                 ),
@@ -269,5 +280,47 @@ mod tests {
             ip("c.ns", "c", "s1").rv(3).added(),
         ]);
         assert_eq!(got, [t(NAME, "firing", "10.16.0.9")]);
+    }
+
+    #[test]
+    fn two_live_calico_pods_with_one_address_are_a_duplicate_but_a_pod_and_its_own_block_are_not() {
+        let got = transitions(vec![
+            EventBuilder::pod("default", "web-0")
+                .on_calico("c1", "10.244.1.1")
+                .rv(1)
+                .added(),
+            EventBuilder::calico_block("10.244.1.0/26", "node-a")
+                .calico_allocation(1, "default/web-0", "k8s-pod-network.c1")
+                .rv(2)
+                .added(),
+            // calico#12257: the address released and given to a second pod while the first runs.
+            EventBuilder::calico_block("10.244.1.0/26", "node-a")
+                .calico_allocation(1, "default/web-9", "k8s-pod-network.c9")
+                .rv(3)
+                .modified(),
+            EventBuilder::pod("default", "web-9")
+                .on_calico("c9", "10.244.1.1")
+                .rv(4)
+                .added(),
+        ]);
+        let mine: Vec<_> = got.into_iter().filter(|t| t.0 == NAME).collect();
+        assert_eq!(mine, [t(NAME, "firing", "10.244.1.1")]);
+    }
+
+    #[test]
+    fn two_cilium_endpoints_with_one_address_are_a_duplicate() {
+        let got = transitions(vec![
+            EventBuilder::cilium_endpoint("default", "web-0", &["10.0.1.9"])
+                .rv(1)
+                .added(),
+            EventBuilder::cilium_node("node-a", &["10.0.1.0/24"])
+                .cilium_used("10.0.1.9", "default/web-0")
+                .rv(2)
+                .added(),
+            EventBuilder::cilium_endpoint("default", "web-1", &["10.0.1.9"])
+                .rv(3)
+                .added(),
+        ]);
+        assert_eq!(got, [t(NAME, "firing", "10.0.1.9")]);
     }
 }

@@ -1,8 +1,10 @@
 //! `ip-released-while-pod-alive`: an allocation is removed — a whereabouts pool
-//! allocation or reservation, a spiderpool pool entry — while its pod still exists with
-//! the same uid, is not terminating and has not finished (a Pending pod is alive). The
-//! whereabouts reconciler race (#162): the next pod gets the same address. Resolved when
-//! the pod is gone.
+//! allocation or reservation, a spiderpool pool entry, a Calico block's allocation (freed,
+//! or put in cooldown) — while its pod still exists with the same uid, is not terminating
+//! and has not finished (a Pending pod is alive); for Calico, while the pod still shows
+//! the address in status.podIPs. The whereabouts reconciler race (#162) and Calico's
+//! garbage collector misreading a pod's node (calico#12257): the next pod gets the same
+//! address. Resolved when the pod is gone.
 
 use ipaudit_schemas::{Severity, Stream};
 
@@ -31,10 +33,13 @@ impl Rule for IpReleasedWhilePodAlive {
             }
             return;
         }
-        if !matches!(
-            stream,
-            Stream::IpPool | Stream::OverlappingRangeIpReservation | Stream::SpiderIpPool
-        ) {
+        let calico = stream.canonical() == Stream::CalicoIpamBlock;
+        if !calico
+            && !matches!(
+                stream,
+                Stream::IpPool | Stream::OverlappingRangeIpReservation | Stream::SpiderIpPool
+            )
+        {
             return;
         }
         resolve_reallocated(ctx, change);
@@ -56,6 +61,9 @@ impl Rule for IpReleasedWhilePodAlive {
                 continue;
             };
             if pod.uid != uid || pod.is_terminating() || !pod.is_live_pod() {
+                continue;
+            }
+            if calico && !still_uses_calico_address(ctx, change, &holding.owner, &holding.address) {
                 continue;
             }
             let phase = pod.phase().unwrap_or("unknown");
@@ -106,6 +114,32 @@ impl Rule for IpReleasedWhilePodAlive {
             });
         }
     }
+}
+
+/// Whether a pod whose Calico allocation went still shows the address, and no copy of the
+/// block in Calico's other API group still allocates it to the pod (during a migration a
+/// block is in both groups, and the old copy's deletion frees nothing).
+fn still_uses_calico_address(
+    ctx: &Context<'_>,
+    change: &Change<'_>,
+    owner: &str,
+    address: &str,
+) -> bool {
+    let shows = ctx
+        .state
+        .pod(owner)
+        .and_then(|pod| pod.part().pod())
+        .is_some_and(|pod| pod.calico_ips().iter().any(|ip| ip == address));
+    let still_allocated = crate::analysis::state::calico::BLOCK_STREAMS
+        .into_iter()
+        .filter(|stream| *stream != change.stream())
+        .any(|stream| {
+            ctx.state
+                .holdings_of(&(stream, change.event.name.clone()))
+                .iter()
+                .any(|h| h.address == address && h.owner == owner)
+        });
+    shows && !still_allocated
 }
 
 /// A pod whose allocation was released and that got a new one from its IPAM (its sandbox
@@ -240,5 +274,43 @@ mod tests {
             pool().rv(8).modified(),
         ]);
         assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn a_calico_allocation_freed_while_its_pod_runs_with_the_address_is_reported() {
+        let block = || EventBuilder::calico_block("10.244.1.0/26", "node-a");
+        let pod = || {
+            EventBuilder::pod("default", "web-0")
+                .uid("w0")
+                .on_calico("c1", "10.244.1.1")
+        };
+        let got = transitions(vec![
+            pod().rv(1).added(),
+            block()
+                .calico_allocation(1, "default/web-0", "k8s-pod-network.c1")
+                .rv(2)
+                .added(),
+            EventBuilder::calico_handle("k8s-pod-network.c1", &[("10.244.1.0/26", 1)])
+                .rv(3)
+                .added(),
+            // Freed from the block while web-0 runs with it (calico#12257).
+            block().rv(4).modified(),
+        ]);
+        assert_eq!(got, [t(NAME, "firing", "default/web-0")]);
+        // A pod that no longer shows the address lost nothing that it uses.
+        let moved = transitions(vec![
+            pod().rv(1).added(),
+            block()
+                .calico_allocation(1, "default/web-0", "k8s-pod-network.c1")
+                .rv(2)
+                .added(),
+            EventBuilder::pod("default", "web-0")
+                .uid("w0")
+                .on_calico("c1", "10.244.1.2")
+                .rv(3)
+                .modified(),
+            block().rv(4).modified(),
+        ]);
+        assert!(moved.iter().all(|(rule, _, _)| rule != NAME), "{moved:?}");
     }
 }

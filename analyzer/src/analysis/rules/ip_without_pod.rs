@@ -1,8 +1,12 @@
 //! `ip-without-pod`: an allocation whose pod is gone (by namespace/name, and by uid where
 //! the record carries one) for longer than the owner grace: a kube-ovn IP of a plain pod,
 //! a whereabouts pool allocation or reservation, a spiderpool pool entry or (not
-//! terminating) SpiderEndpoint. Addresses kept on purpose (StatefulSet, VM) and addresses
-//! that belong to no pod (node, U2O, multicast, reserved IPs) are never reported. A pod is
+//! terminating) SpiderEndpoint, a Calico block's allocation (after Calico's 15-minute leak
+//! grace), a CiliumNode's used address (after 11 minutes: Cilium's IPAM expiration and its
+//! write lag) or a CiliumEndpoint. Addresses kept on purpose (StatefulSet, VM) and
+//! addresses that belong to no pod (node, U2O, multicast, reserved IPs; Calico's tunnel
+//! and LoadBalancer addresses and those cooling down after release; Cilium's router,
+//! health and ingress addresses) are never reported. A pod is
 //! gone once deleted, replaced by a pod of another uid, or absent from a complete list of
 //! pods; the grace runs on event time from then (or from the allocation's first sighting,
 //! if later). Resolved when the allocation is gone or its pod is back.
@@ -21,13 +25,32 @@ use crate::analysis::state::{EventRef, ObjectRecord, Part, RecordKey};
 const NAME: &str = "ip-without-pod";
 
 /// The kinds whose records hold addresses for pods.
-const HOLDING_STREAMS: [Stream; 5] = [
+const HOLDING_STREAMS: [Stream; 9] = [
     Stream::Ip,
     Stream::IpPool,
     Stream::OverlappingRangeIpReservation,
     Stream::SpiderIpPool,
     Stream::SpiderEndpoint,
+    Stream::CalicoIpamBlock,
+    Stream::CalicoV3IpamBlock,
+    Stream::CiliumNode,
+    Stream::CiliumEndpoint,
 ];
+
+/// Whether each address a record of `stream` holds is a subject of its own: a pool's
+/// entries, a Calico block's allocations, a CiliumNode's used addresses, a CiliumEndpoint's
+/// addresses (whose alerts are named after the address).
+fn per_address(stream: Stream) -> bool {
+    matches!(
+        stream,
+        Stream::IpPool
+            | Stream::SpiderIpPool
+            | Stream::CalicoIpamBlock
+            | Stream::CalicoV3IpamBlock
+            | Stream::CiliumNode
+            | Stream::CiliumEndpoint
+    )
+}
 
 /// Rule 5.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -52,27 +75,36 @@ fn parse_unit(unit: &str) -> Option<(RecordKey, String)> {
     Some(((stream, key.into()), address))
 }
 
-/// The alert subject of an allocation: a pool entry is its own subject; other records are
-/// one subject each, whatever addresses they hold. (kind, name, uid.)
+/// The alert subject of an allocation: a pool entry is its own subject (`pool/address`),
+/// and so is a Calico or Cilium allocation (named by its address, as Calico's and Cilium's
+/// own tools name them); other records are one subject each, whatever addresses they hold.
+/// (kind, name, uid.)
 fn subject(key: &RecordKey, record_uid: &str, address: &str) -> (&'static str, String, String) {
     (
         match key.0 {
             Stream::IpPool | Stream::SpiderIpPool => "Allocation",
+            stream if per_address(stream) => "Address",
             stream => stream.kind(),
         },
         match key.0 {
             Stream::IpPool | Stream::SpiderIpPool => format!("{}/{address}", key.1),
+            stream if per_address(stream) => address.to_owned(),
             _ => key.1.to_string(),
         },
         subject_uid(key, record_uid, address).into_owned(),
     )
 }
 
-/// The uid of an allocation's alert subject (see [`subject`]); allocates only for pool
-/// entries.
+/// The uid of an allocation's alert subject (see [`subject`]); allocates only for
+/// per-address subjects. A Calico block of either API group gives the same uid to one
+/// allocation (the block's name and the address), so that a block seen in both groups
+/// during a migration fires once.
 fn subject_uid<'a>(key: &RecordKey, record_uid: &'a str, address: &str) -> Cow<'a, str> {
     match key.0 {
-        Stream::IpPool | Stream::SpiderIpPool => Cow::Owned(format!("{record_uid}/{address}")),
+        Stream::CalicoIpamBlock | Stream::CalicoV3IpamBlock => {
+            Cow::Owned(format!("calico/{}/{address}", key.1))
+        }
+        stream if per_address(stream) => Cow::Owned(format!("{record_uid}/{address}")),
         _ => Cow::Borrowed(record_uid),
     }
 }
@@ -160,6 +192,20 @@ impl Rule for IpWithoutPod {
     state_is_self!();
 }
 
+/// Whether the block of the same name in Calico's other API group still holds `address`
+/// (during a migration a block is in both: one object, whose allocation is not gone).
+fn held_in_the_other_group(ctx: &Context<'_>, key: &RecordKey, address: &str) -> bool {
+    let other = match key.0 {
+        Stream::CalicoIpamBlock => Stream::CalicoV3IpamBlock,
+        Stream::CalicoV3IpamBlock => Stream::CalicoIpamBlock,
+        _ => return false,
+    };
+    ctx.state
+        .holdings_of(&(other, key.1.clone()))
+        .iter()
+        .any(|h| h.address == address)
+}
+
 /// Whether a pod's network-status changed.
 fn shown_addresses_changed(change: &Change<'_>) -> bool {
     fn shown(record: Option<&ObjectRecord>) -> Option<&[NetworkStatus]> {
@@ -183,7 +229,7 @@ impl IpWithoutPod {
     ) {
         self.cancel(key, address);
         let uid = subject_uid(key, record_uid, address);
-        if ctx.firing_about(NAME, &uid).is_empty() {
+        if ctx.firing_about(NAME, &uid).is_empty() || held_in_the_other_group(ctx, key, address) {
             return;
         }
         let (_, name, _) = subject(key, record_uid, address);
@@ -301,13 +347,14 @@ impl IpWithoutPod {
             .time_ms()
             .unwrap_or(0)
             .max(record.first_ms().unwrap_or(0));
-        let due = since.saturating_add(ctx.config.owner_grace_ms);
+        let grace_ms = ctx.config.owner_grace_of(key.0);
+        let due = since.saturating_add(grace_ms);
         if ctx.now_ms <= due {
             self.schedule(key, address, due);
             return;
         }
         self.cancel(key, address);
-        let finding = finding(ctx.config.owner_grace_ms, key, record, holding, uid, gone);
+        let finding = finding(grace_ms, key, record, holding, uid, gone);
         ctx.fire_at(finding, due);
     }
 }
@@ -426,6 +473,14 @@ fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String 
         }
         Part::SpiderIpPool(_) => format!(
             "spiderpool's garbage collector releases entries of gone pods (every 10 min by default); if it does not, check spiderpool-controller's logs for pool {}; a collector with --remediate on removes this entry (a status patch that tests the pool's resourceVersion)",
+            key.1
+        ),
+        Part::CalicoBlock(_) => format!(
+            "Calico's kube-controllers releases allocations of gone pods after its leak grace period; if it does not (is kube-controllers running? its logs name the handle it is stuck on), release it with its handle and sequence number checked: kubectl ipaudit release, or calicoctl ipam release --ip={}",
+            holding.address
+        ),
+        Part::CiliumNode(_) => format!(
+            "The Cilium agent on node {} releases it when it restarts or garbage-collects its endpoints; check that agent's logs (cilium-dbg status --all-addresses there lists its owner)",
             key.1
         ),
         _ => format!("Delete it: {}", crate::analysis::fix::delete(&resource, &key.1)),
@@ -612,5 +667,125 @@ mod tests {
                 .added(),
         ]);
         assert!(got.is_empty(), "{got:?}");
+    }
+
+    fn calico_pod() -> EventBuilder {
+        EventBuilder::pod("default", "web-0")
+            .uid("p1")
+            .on_calico("c0ffee", "10.244.1.1")
+    }
+
+    fn block() -> EventBuilder {
+        EventBuilder::calico_block("10.244.1.0/26", "node-a")
+    }
+
+    /// This rule's transitions only (the tests' blocks have no handles: another rule's).
+    fn mine(events: Vec<ipaudit_schemas::WatchEvent>) -> Vec<(String, String, String)> {
+        transitions(events)
+            .into_iter()
+            .filter(|(rule, _, _)| rule == NAME)
+            .collect()
+    }
+
+    /// A pod on Calico's network, its allocation (ordinal 1) and a tunnel address (0), the
+    /// pod deleted at one minute; then the clock at `until`.
+    fn calico_leak(block: EventBuilder, until: i64) -> Vec<(String, String, String)> {
+        let mut tunnel = block
+            .clone()
+            .calico_allocation(0, "", "vxlan-tunnel-addr-node-a");
+        if let Some(ipaudit_schemas::KindPart::CalicoBlock(b)) = tunnel.clone().added().part {
+            assert_eq!(b.allocations[0].address, "10.244.1.0");
+        }
+        tunnel = tunnel.calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee");
+        mine(vec![
+            calico_pod().rv(1).at(0).added(),
+            tunnel.rv(2).at(1).added(),
+            calico_pod().rv(3).at(MIN).deleted(),
+            EventBuilder::pod("default", "other")
+                .rv(4)
+                .at(until)
+                .added(),
+        ])
+    }
+
+    #[test]
+    fn a_calico_allocation_of_a_gone_pod_is_reported_after_calicos_grace_and_its_tunnel_never() {
+        assert_eq!(
+            calico_leak(block(), 12 * MIN),
+            [],
+            "within Calico's 15 minutes"
+        );
+        assert_eq!(
+            calico_leak(block(), 17 * MIN),
+            [t(NAME, "firing", "10.244.1.1")],
+            "the address is the subject; the tunnel address is nobody's pod"
+        );
+    }
+
+    #[test]
+    fn a_calico_block_seen_in_both_api_groups_fires_once_and_stays_firing_when_one_copy_goes() {
+        let allocated =
+            |b: EventBuilder| b.calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee");
+        let got = mine(vec![
+            calico_pod().rv(1).at(0).added(),
+            allocated(block()).rv(2).at(1).added(),
+            allocated(block().in_calico_v3()).rv(3).at(2).added(),
+            calico_pod().rv(4).at(MIN).deleted(),
+            EventBuilder::pod("default", "other")
+                .rv(5)
+                .at(17 * MIN)
+                .added(),
+            // The migration deletes the v1 copy: the allocation is still the v3 block's.
+            allocated(block()).rv(6).at(18 * MIN).deleted(),
+            EventBuilder::pod("default", "other-2")
+                .rv(7)
+                .at(19 * MIN)
+                .added(),
+        ]);
+        assert_eq!(got, [t(NAME, "firing", "10.244.1.1")]);
+    }
+
+    #[test]
+    fn a_cilium_used_address_of_a_gone_pod_is_reported_after_eleven_minutes_restored_or_not() {
+        let node = || {
+            EventBuilder::cilium_node("node-a", &["10.0.1.0/24"])
+                .cilium_used("10.0.1.1", "router")
+                .cilium_used("10.0.1.9", "default/web-0 [restored]")
+        };
+        let run = |until: i64| {
+            transitions(vec![
+                pod().rv(1).at(0).added(),
+                node().rv(2).at(1).added(),
+                pod().rv(3).at(MIN).deleted(),
+                EventBuilder::pod("default", "other")
+                    .rv(4)
+                    .at(until)
+                    .added(),
+            ])
+        };
+        assert_eq!(run(11 * MIN), []);
+        assert_eq!(run(13 * MIN), [t(NAME, "firing", "10.0.1.9")]);
+    }
+
+    #[test]
+    fn a_cilium_endpoint_of_a_gone_pod_is_reported_and_resolved_when_it_goes() {
+        let endpoint = || EventBuilder::cilium_endpoint("default", "web-0", &["10.0.1.9"]);
+        let got = transitions(vec![
+            pod().rv(1).at(0).added(),
+            endpoint().rv(2).at(1).added(),
+            pod().rv(3).at(MIN).deleted(),
+            EventBuilder::pod("default", "other")
+                .rv(4)
+                .at(12 * MIN)
+                .added(),
+            endpoint().rv(5).at(13 * MIN).deleted(),
+        ]);
+        assert_eq!(
+            got,
+            [
+                t(NAME, "firing", "10.0.1.9"),
+                t(NAME, "resolved", "10.0.1.9")
+            ]
+        );
     }
 }

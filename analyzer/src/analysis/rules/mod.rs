@@ -21,11 +21,14 @@ macro_rules! state_is_self {
 }
 
 mod allocation_records_disagree;
+mod block_of_missing_node;
 mod deadlines;
 mod duplicate_ip;
+mod handle_without_ip;
 mod ip_orphaned;
 mod ip_released_while_pod_alive;
 mod ip_stuck_terminating;
+mod ip_without_handle;
 mod ip_without_pod;
 mod subnet_deleted_before_ip;
 mod subnet_stuck_terminating;
@@ -52,6 +55,9 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(duplicate_ip::DuplicateIp::default()),
         Box::new(ip_released_while_pod_alive::IpReleasedWhilePodAlive),
         Box::new(allocation_records_disagree::AllocationRecordsDisagree::default()),
+        Box::new(ip_without_handle::IpWithoutHandle::default()),
+        Box::new(handle_without_ip::HandleWithoutIp::default()),
+        Box::new(block_of_missing_node::BlockOfMissingNode::default()),
     ]
 }
 
@@ -94,6 +100,49 @@ pub struct RuleConfig {
     /// How long the two records of one allocation may disagree before
     /// `allocation-records-disagree`.
     pub records_grace_ms: i64,
+    /// How long a Calico allocation may outlive its pod before `ip-without-pod`, and a node
+    /// be gone while it still holds blocks or a CiliumNode's CIDRs before
+    /// `block-of-missing-node`.
+    #[serde(default = "defaults::calico_grace_ms")]
+    pub calico_grace_ms: i64,
+    /// How long a CiliumNode's used address may outlive its pod before `ip-without-pod`.
+    #[serde(default = "defaults::cilium_grace_ms")]
+    pub cilium_grace_ms: i64,
+    /// How long a Calico allocation and its handle may disagree before `ip-without-handle`
+    /// or `handle-without-ip`.
+    #[serde(default = "defaults::handle_grace_ms")]
+    pub handle_grace_ms: i64,
+}
+
+/// The defaults of [`RuleConfig`], also for settings saved before they existed.
+mod defaults {
+    /// Calico's own leak grace period (kube-controllers' `leakGracePeriod`).
+    pub fn calico_grace_ms() -> i64 {
+        15 * 60 * 1_000
+    }
+
+    /// Cilium's IPAM expiration (10 min) plus its `status.ipam.used` write lag (15 s),
+    /// rounded up.
+    pub fn cilium_grace_ms() -> i64 {
+        11 * 60 * 1_000
+    }
+
+    /// Seconds of handle-before-block and block-before-handle are normal.
+    pub fn handle_grace_ms() -> i64 {
+        60 * 1_000
+    }
+}
+
+impl RuleConfig {
+    /// How long an allocation held by a record of `stream` may outlive its pod before
+    /// `ip-without-pod`.
+    pub fn owner_grace_of(&self, stream: Stream) -> i64 {
+        match stream.canonical() {
+            Stream::CalicoIpamBlock => self.calico_grace_ms,
+            Stream::CiliumNode => self.cilium_grace_ms,
+            _ => self.owner_grace_ms,
+        }
+    }
 }
 
 impl Default for RuleConfig {
@@ -102,6 +151,9 @@ impl Default for RuleConfig {
             subnet_terminating_grace_ms: 10 * 60 * 1_000,
             owner_grace_ms: 10 * 60 * 1_000,
             records_grace_ms: 5 * 60 * 1_000,
+            calico_grace_ms: defaults::calico_grace_ms(),
+            cilium_grace_ms: defaults::cilium_grace_ms(),
+            handle_grace_ms: defaults::handle_grace_ms(),
         }
     }
 }

@@ -11,6 +11,7 @@
 //! `records` (slots and `RecordId`s), `indexes`, `holder_index` and `holdings`.
 
 mod apply;
+pub mod calico;
 mod event_ref;
 mod finalizers;
 mod holder_index;
