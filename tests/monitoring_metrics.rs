@@ -148,6 +148,9 @@ fn every_metric_and_series_the_rules_and_the_dashboard_read_is_exported_from_the
         "duplicate-ip",
         "ip-released-while-pod-alive",
         "allocation-records-disagree",
+        "ip-without-handle",
+        "handle-without-ip",
+        "block-of-missing-node",
     ] {
         let line = format!("ipaudit_analyzer_firing_alerts{{rule=\"{rule}\"}} 0");
         assert!(exported.contains(&line), "{line} missing");

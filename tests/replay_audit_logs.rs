@@ -351,11 +351,17 @@ fn the_audit_policy_logs_every_write_of_the_watched_kinds_with_its_object_and_no
                 spec.resource()
             );
         }
-        if spec.stream == ipaudit_schemas::Stream::Pod {
-            assert_eq!(level("create", "pods"), "RequestResponse");
-            assert_eq!(level("delete", "pods"), "RequestResponse");
-            assert_eq!(level("patch", "pods"), "Metadata");
-            assert_eq!(level("update", "pods/status"), "Metadata");
+        if spec.group.is_empty() {
+            // Pods and Nodes: their objects when created and deleted, who changed them.
+            let plural = spec.plural;
+            assert_eq!(level("create", plural), "RequestResponse", "{plural}");
+            assert_eq!(level("delete", plural), "RequestResponse", "{plural}");
+            assert_eq!(level("patch", plural), "Metadata", "{plural}");
+            assert_eq!(
+                level("update", &format!("{plural}/status")),
+                "Metadata",
+                "{plural}"
+            );
             continue;
         }
         for write in ["create", "update", "patch", "delete"] {

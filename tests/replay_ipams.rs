@@ -1,6 +1,8 @@
 //! The recorded incidents of every IPAM, replayed: the whereabouts reconciler race, the
-//! spiderpool reclaim failures, the addresses kept on purpose, healthy churn, and kube-ovn
-//! recordings that begin after the subnet went. Each folder of `fixtures/incidents/` is a
+//! spiderpool reclaim failures, the addresses kept on purpose, healthy churn, kube-ovn
+//! recordings that begin after the subnet went, and Calico's and Cilium's leaks (dead
+//! pods' allocations, orphan and missing handles, blocks of gone nodes, a live pod's
+//! address released, stale used addresses and endpoints, dangling CiliumNodes). Each folder of `fixtures/incidents/` is a
 //! set of kubectl watch recordings (one file per kind, written by `make_fixtures.py`, whose
 //! docstrings tell each story); each test replays one with the default grace periods and
 //! asserts exactly the alerts it raises (rule, status, subject) and the resourceVersions
@@ -25,6 +27,12 @@ const INCIDENTS: &[&str] = &[
     "spiderpool-healthy-churn",
     "kube-ovn-starts-after-subnet-gone",
     "kube-ovn-ip-added-after-subnet-deleted",
+    "calico-node-crash-leaks",
+    "calico-orphan-handles",
+    "calico-gc-released-live-pod",
+    "calico-healthy-churn",
+    "cilium-stale-entries",
+    "cilium-dangling-node",
 ];
 
 /// (rule, status, subject name).
@@ -331,7 +339,172 @@ fn every_alert_about_a_pods_address_names_the_pods_namespace_and_a_pools_own_ale
             some("kube-ovn-dangling-ips"),
         ),
         ("ip-orphaned", "app-5d8c7b9f6-qwz4r.tenant-b", some("tenant-b")),
+        ("ip-without-pod", "10.244.2.1", some("shop")),
+        ("ip-without-pod", "10.244.2.2", some("shop")),
+        ("block-of-missing-node", "worker-2", None),
+        (
+            "handle-without-ip",
+            "k8s-pod-network.9be6fc0c853e779ad5409c3cbba287cfdfb35f1e0603f446fc7b7659a02df715",
+            None,
+        ),
+        ("ip-without-handle", "10.244.1.3", some("shop")),
+        ("ip-released-while-pod-alive", "payments/payments-0", some("payments")),
+        ("duplicate-ip", "10.244.1.5", some("payments")),
+        ("ip-without-pod", "10.0.1.22", some("search")),
+        ("ip-without-pod", "10.0.1.21", some("search")),
+        ("block-of-missing-node", "worker-3", None),
     ]
     .map(|(rule, subject, namespace)| (rule.to_owned(), subject.to_owned(), namespace));
     assert_eq!(namespaces, expected);
+}
+
+fn sorted_found(findings: &Findings) -> Vec<Found> {
+    let mut seen = found(findings);
+    seen.sort();
+    seen
+}
+
+#[test]
+fn a_crashed_calico_node_leaves_its_dead_pods_addresses_and_its_block() {
+    const FIRST_POD_DELETED: &str = "8800220";
+    const NODE_DELETED: &str = "8800275";
+    let findings = replay_incident("calico-node-crash-leaks");
+    assert_eq!(
+        sorted_found(&findings),
+        [
+            firing("block-of-missing-node", "worker-2"),
+            firing("ip-without-pod", "10.244.2.1"),
+            firing("ip-without-pod", "10.244.2.2"),
+        ],
+        "never the tunnel address 10.244.2.0, nothing for the replacements"
+    );
+    let leaked = alert(&findings, "ip-without-pod", "10.244.2.1");
+    assert_cites(leaked, Stream::Pod, EventType::Deleted, FIRST_POD_DELETED);
+    assert!(
+        leaked.fired.summary.contains("15 min"),
+        "{}",
+        leaked.fired.summary
+    );
+    let node = alert(&findings, "block-of-missing-node", "worker-2");
+    assert_cites(node, Stream::Node, EventType::Deleted, NODE_DELETED);
+    assert_cites(
+        node,
+        Stream::CalicoBlockAffinity,
+        EventType::Added,
+        "8800115",
+    );
+}
+
+#[test]
+fn calico_handles_left_behind_or_deleted_by_hand_are_found_and_migrated_ones_are_not() {
+    const RELEASE_WITHOUT_DECREMENT: &str = "6120482";
+    const LAST_BLOCK_WRITE: &str = "6120476";
+    let findings = replay_incident("calico-orphan-handles");
+    let orphan = findings
+        .alerts
+        .iter()
+        .find(|h| h.fired.rule == "handle-without-ip")
+        .expect("the orphan handle");
+    assert!(orphan.fired.subject_name.starts_with("k8s-pod-network."));
+    assert_eq!(
+        sorted_found(&findings),
+        [
+            firing("handle-without-ip", &orphan.fired.subject_name),
+            firing("ip-without-handle", "10.244.1.3"),
+        ],
+        "the `\\r\\neth0` handle of the migrated allocation is its clean id's"
+    );
+    assert_eq!(
+        orphan.fired.fired_resource_version,
+        RELEASE_WITHOUT_DECREMENT
+    );
+    let missing = alert(&findings, "ip-without-handle", "10.244.1.3");
+    assert_cites(
+        missing,
+        Stream::CalicoIpamBlock,
+        EventType::Modified,
+        LAST_BLOCK_WRITE,
+    );
+}
+
+#[test]
+fn calicos_gc_releasing_a_live_pods_address_is_a_release_while_alive_then_a_duplicate() {
+    const RELEASED: &str = "9301265";
+    const REALLOCATED: &str = "9301274";
+    let findings = replay_incident("calico-gc-released-live-pod");
+    assert_eq!(
+        sorted_found(&findings),
+        [
+            firing("duplicate-ip", "10.244.1.5"),
+            firing("ip-released-while-pod-alive", "payments/payments-0"),
+        ]
+    );
+    let released = alert(
+        &findings,
+        "ip-released-while-pod-alive",
+        "payments/payments-0",
+    );
+    assert_eq!(released.fired.fired_resource_version, RELEASED);
+    assert_cites(
+        released,
+        Stream::CalicoIpamBlock,
+        EventType::Modified,
+        RELEASED,
+    );
+    let duplicate = alert(&findings, "duplicate-ip", "10.244.1.5");
+    assert_eq!(duplicate.fired.fired_resource_version, REALLOCATED);
+    assert!(
+        duplicate.fired.summary.contains("in Calico's IPAM"),
+        "{}",
+        duplicate.fired.summary
+    );
+}
+
+#[test]
+fn healthy_calico_churn_raises_nothing() {
+    assert_eq!(found(&replay_incident("calico-healthy-churn")), []);
+}
+
+#[test]
+fn cilium_used_addresses_and_endpoints_of_gone_pods_are_found_after_their_graces() {
+    let findings = replay_incident("cilium-stale-entries");
+    assert_eq!(
+        sorted_found(&findings),
+        [
+            firing("ip-without-pod", "10.0.1.21"),
+            firing("ip-without-pod", "10.0.1.22"),
+        ],
+        "never the router or health addresses, nothing for the pod that went cleanly"
+    );
+    let used = alert(&findings, "ip-without-pod", "10.0.1.21");
+    assert_cites(used, Stream::Pod, EventType::Deleted, "7702334");
+    assert!(
+        used.fired.summary.contains("11 min"),
+        "{}",
+        used.fired.summary
+    );
+    let endpoint = alert(&findings, "ip-without-pod", "10.0.1.22");
+    assert_cites(
+        endpoint,
+        Stream::CiliumEndpoint,
+        EventType::Added,
+        "7702316",
+    );
+    assert!(
+        endpoint.fired.summary.contains("10 min"),
+        "{}",
+        endpoint.fired.summary
+    );
+}
+
+#[test]
+fn a_ciliumnode_left_by_its_deleted_node_is_found_and_one_collected_with_it_is_not() {
+    let findings = replay_incident("cilium-dangling-node");
+    assert_eq!(
+        found(&findings),
+        [firing("block-of-missing-node", "worker-3")]
+    );
+    let node = alert(&findings, "block-of-missing-node", "worker-3");
+    assert_cites(node, Stream::Node, EventType::Deleted, "5500757");
+    assert_cites(node, Stream::CiliumNode, EventType::Added, "5500713");
 }

@@ -48,7 +48,7 @@ pub const WATCH_EVENT_FINGERPRINTS: [[u8; 8]; 5] = [
     [0xb1, 0xad, 0x52, 0x42, 0x3b, 0xdd, 0x85, 0x0f],
     [0x85, 0x83, 0x66, 0xea, 0x9a, 0x6b, 0xc4, 0xa6],
     [0x1f, 0xa3, 0x3b, 0x5e, 0xb5, 0xd5, 0x1d, 0x63],
-    [0xab, 0x5f, 0x83, 0xbd, 0x05, 0x43, 0x60, 0x39],
+    [0x5c, 0x78, 0xd7, 0xa7, 0x6a, 0x08, 0xde, 0x10],
 ];
 
 /// A WatchEvent schema version this decoder reads.
@@ -63,8 +63,8 @@ pub enum WireVersion {
     /// v4 adds the whereabouts and spiderpool kinds, the UNKNOWN stream and the pods'
     /// network-status and disruption target.
     V4 = 4,
-    /// v5 (today's) adds Calico's kinds in both API groups, Cilium's and core Nodes, and the
-    /// pods' host network and Calico container id.
+    /// v5 (today's) adds Calico's kinds in both API groups, Cilium's and core Nodes, the
+    /// pods' host network and Calico container id, and metadata's deletion grace period.
     V5 = 5,
 }
 
@@ -1139,6 +1139,11 @@ impl<'a, const V: u8> Cursor<'a, V> {
         };
         meta.last_update_ms = if V >= 2 {
             self.optional_long("metadata.last_update_ms")?
+        } else {
+            None
+        };
+        meta.deletion_grace_period_seconds = if V >= 5 {
+            self.optional_long("metadata.deletion_grace_period_seconds")?
         } else {
             None
         };

@@ -220,6 +220,10 @@ pub struct ObjectMeta {
     /// Latest metadata.managedFields[].time, in Unix milliseconds (schema v2).
     #[serde(default)]
     pub last_update_ms: Option<i64>,
+    /// metadata.deletionGracePeriodSeconds: a graceful deletion's deletionTimestamp lies
+    /// this far after the request (schema v5).
+    #[serde(default)]
+    pub deletion_grace_period_seconds: Option<i64>,
 }
 
 /// spec of a kube-ovn IP.
@@ -673,6 +677,21 @@ pub struct Remediation {
     pub finalizer: Option<String>,
 }
 
+impl ObjectMeta {
+    /// When deletion was requested: the deletionTimestamp less the grace period (a graceful
+    /// deletion's deletionTimestamp lies in the future, when the grace ends); the
+    /// deletionTimestamp itself when the grace is not known.
+    pub fn deletion_requested_ms(&self) -> Option<i64> {
+        let at = self.deletion_timestamp_ms?;
+        let grace_ms = self
+            .deletion_grace_period_seconds
+            .unwrap_or(0)
+            .clamp(0, i64::MAX / 1_000)
+            * 1_000;
+        Some(at.saturating_sub(grace_ms))
+    }
+}
+
 /// One watch event (the Avro record `io.ipaudit.WatchEvent`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchEvent {
@@ -752,7 +771,7 @@ impl WatchEvent {
         let m = self.metadata.as_ref()?;
         [
             m.last_update_ms,
-            m.deletion_timestamp_ms,
+            m.deletion_requested_ms(),
             m.creation_timestamp_ms,
         ]
         .into_iter()

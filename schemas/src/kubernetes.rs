@@ -189,6 +189,16 @@ impl FieldReader {
     }
 
     pub(crate) fn metadata(&mut self, meta: &Map<String, Value>) -> ObjectMeta {
+        let deletion_grace_period_seconds = match meta.get("deletionGracePeriodSeconds") {
+            None | Some(Value::Null) => None,
+            Some(value) => match value.as_i64() {
+                Some(seconds) => Some(seconds),
+                None => {
+                    self.problem("metadata.deletionGracePeriodSeconds", "expected an integer");
+                    None
+                }
+            },
+        };
         let generation = match meta.get("generation") {
             None | Some(Value::Null) => None,
             Some(v) => {
@@ -251,6 +261,7 @@ impl FieldReader {
                 "metadata.deletionTimestamp",
                 "deletionTimestamp",
             ),
+            deletion_grace_period_seconds,
             finalizers: self.strings(meta, "metadata.finalizers", "finalizers"),
             owner_references,
             labels: self.string_map(meta, "metadata.labels", "labels", |_| true),

@@ -119,12 +119,20 @@ fn object_meta() -> BoxedStrategy<ObjectMeta> {
             string_map(),
             string_map(),
             opt_long(),
+            opt_long(),
         ),
     )
         .prop_map(
             |(
                 (uid, name, namespace, generation, creation_timestamp_ms, deletion_timestamp_ms),
-                (finalizers, owner_references, labels, annotations, last_update_ms),
+                (
+                    finalizers,
+                    owner_references,
+                    labels,
+                    annotations,
+                    last_update_ms,
+                    deletion_grace_period_seconds,
+                ),
             )| ObjectMeta {
                 uid,
                 name,
@@ -137,6 +145,7 @@ fn object_meta() -> BoxedStrategy<ObjectMeta> {
                 labels,
                 annotations,
                 last_update_ms,
+                deletion_grace_period_seconds,
             },
         )
         .boxed()
@@ -967,7 +976,8 @@ fn a_block_size_that_disagrees_with_its_items_is_an_error() {
         let mut bytes = prefix();
         bytes.extend([2, 0, 0, 0, 0, 0, 0]); // metadata: uid, name, 4 null unions
         bytes.extend([1, size, 2, b'a', 0]); // count -1, byte size, "a", end of array
-        bytes.extend([0, 0, 0, 0]); // owner_references, labels, annotations, last_update_ms
+                                             // owner_references, labels, annotations, last_update_ms, deletion_grace_period_seconds
+        bytes.extend([0, 0, 0, 0, 0]);
         bytes.extend([0; 16]);
         bytes
     };
@@ -1006,7 +1016,8 @@ fn a_map_key_written_twice_keeps_its_last_value_as_on_the_serde_path() {
         bytes.extend([0, 0]);
     }
     bytes.extend([0, 2, b'z', 0]); // the last entry, then the end of the map
-    bytes.extend([0; 17]); // last_update_ms, then the sixteen unions after metadata
+                                   // last_update_ms, deletion_grace_period_seconds, then the sixteen unions after metadata
+    bytes.extend([0; 18]);
     let event = decode_watch_event(&bytes).unwrap();
     assert_eq!(event, apache_decode(&bytes).unwrap());
     let annotations = event.metadata.unwrap().annotations;

@@ -26,8 +26,10 @@ const NAME: &str = "block-of-missing-node";
 pub struct BlockOfMissingNode {
     /// Nodes gone while something holds their addresses, due at gone + grace.
     deadlines: Deadlines,
-    /// The deletion of each node something still holds addresses for.
-    deleted: BTreeMap<String, EventRef>,
+    /// The deletion of each node something still holds addresses for, and when it was
+    /// noticed: a Node's DELETED carries no deletion time (its last change may be hours
+    /// old), so it went no earlier than history had reached.
+    deleted: BTreeMap<String, (EventRef, i64)>,
 }
 
 /// What holds addresses for a node: (record, what it holds, for a person).
@@ -114,7 +116,9 @@ impl Rule for BlockOfMissingNode {
             }
             let node = change.event.name.to_string();
             if change.removed().is_some() && change.after.is_none() {
-                self.deleted.insert(node.clone(), change.event.clone());
+                let noticed = change.event.time_ms().unwrap_or(ctx.now_ms).max(ctx.now_ms);
+                self.deleted
+                    .insert(node.clone(), (change.event.clone(), noticed));
             } else if change.after.is_some() {
                 self.deleted.remove(&node);
             }
@@ -146,7 +150,7 @@ impl Rule for BlockOfMissingNode {
 
     fn on_time(&mut self, ctx: &mut Context<'_>, now_ms: i64) {
         for (due, node) in self.deadlines.take_due(now_ms) {
-            let Some(gone) = self.gone_since(ctx.state, &node).cloned() else {
+            let Some((gone, _)) = self.gone_since(ctx, &node) else {
                 continue;
             };
             let holders = holders(ctx.state, &node);
@@ -165,15 +169,18 @@ impl Rule for BlockOfMissingNode {
 }
 
 impl BlockOfMissingNode {
-    /// Since when the Node is gone: its deletion, or a complete list of Nodes without it;
-    /// `None` while it exists or nothing says it is gone.
-    fn gone_since<'a>(&'a self, state: &'a ClusterState, node: &str) -> Option<&'a EventRef> {
-        if state.get(Stream::Node, node).is_some() {
+    /// Since when the Node is gone (the event that says so, and its time): its deletion,
+    /// or a complete list of Nodes without it; `None` while it exists or nothing says it
+    /// is gone.
+    fn gone_since(&self, ctx: &Context<'_>, node: &str) -> Option<(EventRef, i64)> {
+        if ctx.state.get(Stream::Node, node).is_some() {
             return None;
         }
-        self.deleted
-            .get(node)
-            .or_else(|| state.listed(Stream::Node))
+        if let Some(deleted) = self.deleted.get(node) {
+            return Some(deleted.clone());
+        }
+        let listed = ctx.state.listed(Stream::Node)?;
+        Some((listed.clone(), listed.time_ms().unwrap_or(ctx.now_ms)))
     }
 
     /// After a complete list of Nodes or of a holding kind: every node something holds
@@ -204,9 +211,9 @@ impl BlockOfMissingNode {
         let gone = if holders.is_empty() {
             None
         } else {
-            self.gone_since(state, node).cloned()
+            self.gone_since(ctx, node)
         };
-        let Some(gone) = gone else {
+        let Some((gone, gone_ms)) = gone else {
             self.deadlines.cancel(node);
             if holders.is_empty() {
                 self.deleted.remove(node);
@@ -225,10 +232,7 @@ impl BlockOfMissingNode {
         if ctx.is_firing(&id) {
             return;
         }
-        let due = gone
-            .time_ms()
-            .unwrap_or(ctx.now_ms)
-            .saturating_add(ctx.config.calico_grace_ms);
+        let due = gone_ms.saturating_add(ctx.config.calico_grace_ms);
         if ctx.now_ms <= due {
             self.deadlines.set(node, due);
             return;

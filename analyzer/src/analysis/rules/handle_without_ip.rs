@@ -3,8 +3,9 @@
 //! high) for longer than the handle grace (60 s: a handle is written before the block on
 //! allocation and after it on release). Calico's kube-controllers never deletes such
 //! handles (calico#8548: 30,000 of them; #10759); `calicoctl ipam check` counts them as
-//! "handles with no matching IPs" only when asked. Resolved when the counts match or the
-//! handle goes. A handle or block seen in both API groups is one.
+//! "handles with no matching IPs" only when asked. Judged once blocks and handles were both
+//! listed completely. Resolved when the counts match or the handle goes. A handle or block
+//! seen in both API groups is one.
 
 use ipaudit_schemas::{Severity, Stream};
 use serde::{Deserialize, Serialize};
@@ -112,6 +113,9 @@ impl Rule for HandleWithoutIp {
 impl HandleWithoutIp {
     /// Schedules, or stops and resolves, the rule for one handle.
     fn evaluate(&mut self, ctx: &mut Context<'_>, name: &str, cause: &EventRef) {
+        if !calico::blocks_and_handles_listed(ctx.state) {
+            return;
+        }
         if shortfalls(ctx.state, name).is_some() {
             let id = ctx.alert_id(NAME, &subject_uid(name), None);
             if !ctx.is_firing(&id) {
@@ -190,6 +194,7 @@ mod tests {
     use super::super::testing::{t, transitions, MIN};
     use super::NAME;
     use ipaudit_schemas::builders::EventBuilder;
+    use ipaudit_schemas::{EventType, Stream};
 
     fn block() -> EventBuilder {
         EventBuilder::calico_block("10.244.1.0/26", "node-a")
@@ -197,6 +202,14 @@ mod tests {
 
     fn handle() -> EventBuilder {
         EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 1)])
+    }
+
+    /// Complete (empty) lists of blocks and handles: from here on their counts compare.
+    fn listed() -> Vec<ipaudit_schemas::WatchEvent> {
+        [Stream::CalicoIpamBlock, Stream::CalicoIpamHandle]
+            .into_iter()
+            .map(|stream| EventBuilder::marker(stream, EventType::SyncEnd, 0))
+            .collect()
     }
 
     fn tick(rv: i64, at: i64) -> ipaudit_schemas::WatchEvent {
@@ -208,18 +221,24 @@ mod tests {
 
     #[test]
     fn a_handle_left_behind_by_a_release_is_an_orphan_reported_after_the_grace() {
-        let got = transitions(vec![
-            handle().rv(1).at(0).added(),
-            block()
-                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
-                .rv(2)
-                .at(1)
-                .added(),
-            // Released from the block; the handle's decrement never comes.
-            block().rv(3).at(MIN).modified(),
-            tick(4, 3 * MIN),
-            handle().rv(5).at(4 * MIN).deleted(),
-        ]);
+        let got = transitions(
+            [
+                listed(),
+                vec![
+                    handle().rv(1).at(0).added(),
+                    block()
+                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
+                        .rv(2)
+                        .at(1)
+                        .added(),
+                    // Released from the block; the handle's decrement never comes.
+                    block().rv(3).at(MIN).modified(),
+                    tick(4, 3 * MIN),
+                    handle().rv(5).at(4 * MIN).deleted(),
+                ],
+            ]
+            .concat(),
+        );
         assert_eq!(
             got,
             [
@@ -231,34 +250,46 @@ mod tests {
 
     #[test]
     fn a_handle_written_before_its_block_and_decremented_after_it_is_no_finding() {
-        let got = transitions(vec![
-            handle().rv(1).at(0).added(),
-            block()
-                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
-                .rv(2)
-                .at(3_000)
-                .added(),
-            block().rv(3).at(MIN).modified(),
-            handle().rv(4).at(MIN + 2_000).deleted(),
-            tick(5, 5 * MIN),
-        ]);
+        let got = transitions(
+            [
+                listed(),
+                vec![
+                    handle().rv(1).at(0).added(),
+                    block()
+                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
+                        .rv(2)
+                        .at(3_000)
+                        .added(),
+                    block().rv(3).at(MIN).modified(),
+                    handle().rv(4).at(MIN + 2_000).deleted(),
+                    tick(5, 5 * MIN),
+                ],
+            ]
+            .concat(),
+        );
         assert_eq!(got, []);
     }
 
     #[test]
     fn a_count_too_high_is_reported() {
-        let got = transitions(vec![
-            EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 2)])
-                .rv(1)
-                .at(0)
-                .added(),
-            block()
-                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
-                .rv(2)
-                .at(1)
-                .added(),
-            tick(3, 2 * MIN),
-        ]);
+        let got = transitions(
+            [
+                listed(),
+                vec![
+                    EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 2)])
+                        .rv(1)
+                        .at(0)
+                        .added(),
+                    block()
+                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
+                        .rv(2)
+                        .at(1)
+                        .added(),
+                    tick(3, 2 * MIN),
+                ],
+            ]
+            .concat(),
+        );
         assert_eq!(got, [t(NAME, "firing", "k8s-pod-network.c0ffee")]);
     }
 }

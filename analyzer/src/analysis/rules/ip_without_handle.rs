@@ -5,8 +5,9 @@
 //! the address is lost (`calicoctl ipam check`: "handles mentioned in blocks with no
 //! matching handle resource"; calico#3940, #10759). Allocations cooling down after their
 //! release and those under Windows' reserved handle (which has no IPAMHandle by design)
-//! are never reported; a block or handle seen in both API groups is one. Resolved when the
-//! handle appears or the allocation goes.
+//! are never reported; a block or handle seen in both API groups is one. Judged once
+//! blocks and handles were both listed completely. Resolved when the handle appears or the
+//! allocation goes.
 
 use std::collections::BTreeMap;
 
@@ -166,6 +167,9 @@ impl IpWithoutHandle {
         let Some((block_name, address)) = unit.split_once('|') else {
             return;
         };
+        if !calico::blocks_and_handles_listed(ctx.state) {
+            return;
+        }
         match missing(ctx.state, block_name, address) {
             Some(missing) => {
                 let id = ctx.alert_id(NAME, &subject_uid(unit), None);
@@ -237,9 +241,18 @@ mod tests {
     use super::super::testing::{t, transitions, MIN};
     use super::NAME;
     use ipaudit_schemas::builders::EventBuilder;
+    use ipaudit_schemas::{EventType, Stream};
 
     fn block() -> EventBuilder {
         EventBuilder::calico_block("10.244.1.0/26", "node-a")
+    }
+
+    /// Complete (empty) lists of blocks and handles: from here on their counts compare.
+    fn listed() -> Vec<ipaudit_schemas::WatchEvent> {
+        [Stream::CalicoIpamBlock, Stream::CalicoIpamHandle]
+            .into_iter()
+            .map(|stream| EventBuilder::marker(stream, EventType::SyncEnd, 0))
+            .collect()
     }
 
     fn tick(rv: i64, at: i64) -> ipaudit_schemas::WatchEvent {
@@ -251,20 +264,26 @@ mod tests {
 
     #[test]
     fn an_allocation_whose_handle_is_missing_past_the_grace_is_reported_by_its_address() {
-        let got = transitions(vec![
-            block()
-                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee\r\neth0")
-                .calico_allocation(2, "", "windows-reserved-ipam-handle")
-                .rv(1)
-                .at(0)
-                .added(),
-            tick(2, 2 * MIN),
-            // The handle appears: resolved.
-            EventBuilder::calico_handle("K8S-pod-network.c0ffee", &[("10.244.1.0/26", 1)])
-                .rv(3)
-                .at(3 * MIN)
-                .added(),
-        ]);
+        let got = transitions(
+            [
+                listed(),
+                vec![
+                    block()
+                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee\r\neth0")
+                        .calico_allocation(2, "", "windows-reserved-ipam-handle")
+                        .rv(1)
+                        .at(0)
+                        .added(),
+                    tick(2, 2 * MIN),
+                    // The handle appears: resolved.
+                    EventBuilder::calico_handle("K8S-pod-network.c0ffee", &[("10.244.1.0/26", 1)])
+                        .rv(3)
+                        .at(3 * MIN)
+                        .added(),
+                ],
+            ]
+            .concat(),
+        );
         assert_eq!(
             got,
             [
@@ -276,19 +295,25 @@ mod tests {
 
     #[test]
     fn the_handle_written_seconds_after_the_block_is_no_finding() {
-        let got = transitions(vec![
-            block()
-                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
-                .rv(1)
-                .at(0)
-                .added(),
-            EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 1)])
-                .in_calico_v3()
-                .rv(2)
-                .at(5_000)
-                .added(),
-            tick(3, 5 * MIN),
-        ]);
+        let got = transitions(
+            [
+                listed(),
+                vec![
+                    block()
+                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
+                        .rv(1)
+                        .at(0)
+                        .added(),
+                    EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 1)])
+                        .in_calico_v3()
+                        .rv(2)
+                        .at(5_000)
+                        .added(),
+                    tick(3, 5 * MIN),
+                ],
+            ]
+            .concat(),
+        );
         assert_eq!(got, []);
     }
 
@@ -296,17 +321,23 @@ mod tests {
     fn a_handle_deleted_while_its_block_still_allocates_under_it_is_reported() {
         let handle =
             || EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 1)]);
-        let got = transitions(vec![
-            handle().rv(1).at(0).added(),
-            block()
-                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
-                .rv(2)
-                .at(1)
-                .added(),
-            handle().soft_deleted().rv(3).at(MIN).modified(),
-            handle().rv(4).at(MIN + 1).deleted(),
-            tick(5, 3 * MIN),
-        ]);
+        let got = transitions(
+            [
+                listed(),
+                vec![
+                    handle().rv(1).at(0).added(),
+                    block()
+                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
+                        .rv(2)
+                        .at(1)
+                        .added(),
+                    handle().soft_deleted().rv(3).at(MIN).modified(),
+                    handle().rv(4).at(MIN + 1).deleted(),
+                    tick(5, 3 * MIN),
+                ],
+            ]
+            .concat(),
+        );
         assert_eq!(got, [t(NAME, "firing", "10.244.1.1")]);
     }
 }

@@ -91,6 +91,15 @@ pub fn addresses_of_handle_in(state: &ClusterState, cidr: &str, handle_id: &str)
         .unwrap_or(0)
 }
 
+/// Whether blocks and handles were both listed completely (a collector's first list, or the
+/// initial list of a kubectl recording), in either API group: only then do their counts
+/// compare. A recording's lists are merged by resourceVersion, each object at its own
+/// version: until both lists end, a handle may show up long before the block it counts.
+pub fn blocks_and_handles_listed(state: &ClusterState) -> bool {
+    let listed = |streams: [Stream; 2]| streams.iter().any(|s| state.listed(*s).is_some());
+    listed(BLOCK_STREAMS) && listed(HANDLE_STREAMS)
+}
+
 /// The node a block is affine to (`host:<node>`); none for no affinity or a `virtual`
 /// one (`virtual:load-balancer` is not a node).
 pub fn block_host(block: &CalicoBlockInfo) -> Option<&str> {

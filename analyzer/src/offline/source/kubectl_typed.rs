@@ -378,6 +378,8 @@ struct Meta<'a> {
     creation_timestamp: Option<Text<'a>>,
     #[serde(borrow, default)]
     deletion_timestamp: Option<Text<'a>>,
+    #[serde(default)]
+    deletion_grace_period_seconds: Option<i64>,
     #[serde(borrow, default)]
     finalizers: Option<Vec<Text<'a>>>,
     #[serde(borrow, default)]
@@ -616,6 +618,7 @@ where
         generation: meta.generation,
         creation_timestamp_ms: time(&meta.creation_timestamp).ok()?,
         deletion_timestamp_ms: time(&meta.deletion_timestamp).ok()?,
+        deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
         finalizers: texts(&meta.finalizers),
         owner_references,
         labels,
