@@ -1,0 +1,230 @@
+//! Calico's and Cilium's leaks through the whole live pipeline on a real kube-apiserver
+//! (`scripts/kube`, their CRDs from `scripts/kube-build/crds`): objects written through
+//! the API as Calico's CNI plugin and Cilium's agent write them, the collector watching
+//! them (both of Calico's API groups are served there), Kafka, `analyzer run`, the webhook.
+//! One test per IPAM; the grace periods are seconds so that the leaks are found while the
+//! test waits, and a pod's label is touched now and then to move event time.
+
+use std::time::Duration;
+
+use ipaudit_tests::analyzer::AnalyzerProcess;
+use ipaudit_tests::collector::{CollectorProcess, CollectorSetup};
+use ipaudit_tests::kube::KubeServer;
+use ipaudit_tests::receiver::Receiver;
+use ipaudit_tests::wait_for;
+use ipaudit_tests::world::World;
+use serde_json::{json, Value};
+
+/// A pod that exists (Pending for ever: there is no kubelet), with `annotations`; its
+/// addresses written to its status as a kubelet would.
+fn pod(kube: &KubeServer, name: &str, annotations: Value, address: &str) {
+    kube.create(&json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}));
+    kube.patch_status(
+        "pods",
+        name,
+        &json!({"status": {"podIP": address, "podIPs": [{"ip": address}]}}),
+    );
+}
+
+/// Deletes a pod at once, as `kubectl delete --force --grace-period=0` does (no kubelet
+/// would ever confirm a graceful deletion here).
+fn force_delete(kube: &KubeServer, name: &str) {
+    kube.kubectl(
+        &[
+            "delete",
+            "pod",
+            name,
+            "--force",
+            "--grace-period=0",
+            "--wait=false",
+        ],
+        None,
+    );
+}
+
+/// The firing alert of `rule` about `subject` the webhook received, waiting up to a minute
+/// while a pod's label is touched twice a second (event time moves with the events).
+fn firing(kube: &KubeServer, receiver: &Receiver, rule: &str, subject: &str) -> Value {
+    let mut tick = 0;
+    wait_for(
+        &format!("{rule} about {subject}"),
+        Duration::from_secs(60),
+        || {
+            tick += 1;
+            if tick % 10 == 0 {
+                kube.patch(
+                    "pods",
+                    "ticker",
+                    &json!({"metadata": {"labels": {"tick": tick.to_string()}}}),
+                );
+            }
+            receiver
+                .received("/hook")
+                .into_iter()
+                .map(|r| r.body)
+                .find(|a| {
+                    a["rule"] == rule && a["subject_name"] == subject && a["status"] == "FIRING"
+                })
+        },
+    )
+}
+
+/// A collector (as admin) and an analyzer with second-long graces, sending to a webhook.
+fn pipeline(
+    kube: &KubeServer,
+    world: &World,
+    receiver: &Receiver,
+) -> (CollectorProcess, AnalyzerProcess) {
+    let setup = CollectorSetup {
+        kubeconfig: &kube.kubeconfig,
+        ..world.setup()
+    };
+    let collector = CollectorProcess::start(&setup, &[]);
+    let analyzer = AnalyzerProcess::start(
+        &world.brokers,
+        &world.topic,
+        &format!("analyzer-{}", world.topic),
+        &world.dir.path().join("analyzer"),
+        &[
+            "--webhook-url",
+            &format!("{}/hook", receiver.url),
+            "--owner-grace",
+            "3s",
+            "--calico-grace",
+            "3s",
+            "--cilium-grace",
+            "3s",
+            "--handle-grace",
+            "2s",
+        ],
+    );
+    analyzer.wait_joined(Duration::from_secs(30));
+    (collector, analyzer)
+}
+
+#[test]
+fn calicos_leaks_written_through_a_real_api_server_are_alerted_live() {
+    let kube = KubeServer::start();
+    let world = World::new("calico-live", None);
+    let receiver = Receiver::start(&world.runtime);
+    let (collector, analyzer) = pipeline(&kube, &world, &receiver);
+    kube.create(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1"}}));
+    pod(&kube, "ticker", json!({}), "10.6.0.99");
+    // Two pods on Calico's network, each with its handle (written first) and its ordinal
+    // of worker-1's block, in the v1 API group.
+    let calico = |container: &str| json!({"cni.projectcalico.org/containerID": container});
+    pod(&kube, "web-0", calico("c0"), "10.244.1.1");
+    pod(&kube, "web-1", calico("c1"), "10.244.1.2");
+    for container in ["c0", "c1"] {
+        kube.create(
+            &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMHandle",
+            "metadata": {"name": format!("k8s-pod-network.{container}")},
+            "spec": {"handleID": format!("k8s-pod-network.{container}"),
+                "block": {"10.244.1.0/26": 1}, "deleted": false}}),
+        );
+    }
+    let attribute = |pod: &str, container: &str| {
+        json!({"handle_id": format!("k8s-pod-network.{container}"),
+        "secondary": {"namespace": "default", "pod": pod, "node": "worker-1"}})
+    };
+    let mut allocations = vec![Value::Null; 64];
+    allocations[1] = json!(0);
+    allocations[2] = json!(1);
+    kube.create(
+        &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock",
+        "metadata": {"name": "10-244-1-0-26"},
+        "spec": {"cidr": "10.244.1.0/26", "affinity": "host:worker-1",
+            "allocations": allocations, "unallocated": (3..64).collect::<Vec<_>>(),
+            "attributes": [attribute("web-0", "c0"), attribute("web-1", "c1")],
+            "sequenceNumber": 2, "sequenceNumberForAllocation": {"1": 1, "2": 2},
+            "deleted": false, "strictAffinity": false}}),
+    );
+    kube.create(
+        &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "BlockAffinity",
+        "metadata": {"name": "worker-1-10-244-1-0-26"},
+        "spec": {"node": "worker-1", "cidr": "10.244.1.0/26", "state": "confirmed",
+            "type": "host", "deleted": "false"}}),
+    );
+
+    // web-0 is force-deleted: the CNI DEL never ran, its allocation stays.
+    force_delete(&kube, "web-0");
+    let leaked = firing(&kube, &receiver, "ip-without-pod", "10.244.1.1");
+    assert_eq!(leaked["namespace"], "default");
+    // web-1's handle is deleted by hand while web-1 runs.
+    kube.delete("ipamhandles.crd.projectcalico.org", "k8s-pod-network.c1");
+    firing(&kube, &receiver, "ip-without-handle", "10.244.1.2");
+    // worker-1 goes while its block and affinity are kept. (web-0's handle still counts
+    // the address its block still allocates: no handle-without-ip.)
+    kube.delete("nodes", "worker-1");
+    let node = firing(&kube, &receiver, "block-of-missing-node", "worker-1");
+    assert!(
+        node["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("10.244.1.0/26"),
+        "{node}"
+    );
+    let all: Vec<Value> = receiver
+        .received("/hook")
+        .into_iter()
+        .map(|r| r.body)
+        .collect();
+    assert!(
+        all.iter()
+            .all(|a| a["rule"] != "handle-without-ip" && a["rule"] != "duplicate-ip"),
+        "nothing else: {all:?}\n{}",
+        analyzer.log_text()
+    );
+    drop(collector);
+}
+
+#[test]
+fn ciliums_leaks_written_through_a_real_api_server_are_alerted_live() {
+    let kube = KubeServer::start();
+    let world = World::new("cilium-live", None);
+    let receiver = Receiver::start(&world.runtime);
+    let (collector, analyzer) = pipeline(&kube, &world, &receiver);
+    kube.create(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-2"}}));
+    pod(&kube, "ticker", json!({}), "10.6.0.99");
+    pod(&kube, "api-0", json!({}), "10.0.2.10");
+    pod(&kube, "api-1", json!({}), "10.0.2.11");
+    kube.create(&json!({"apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+        "metadata": {"name": "worker-2"}, "spec": {"ipam": {"podCIDRs": ["10.0.2.0/24"]}}}));
+    // The agent writes the addresses in use through the status subresource; after its
+    // restart the owners read "[restored]".
+    kube.patch_status(
+        "ciliumnodes.cilium.io",
+        "worker-2",
+        &json!({"status": {"ipam": {"used": {
+            "10.0.2.1": {"owner": "router"},
+            "10.0.2.2": {"owner": "health"},
+            "10.0.2.10": {"owner": "default/api-0 [restored]"}}}}}),
+    );
+    kube.create(
+        &json!({"apiVersion": "cilium.io/v2", "kind": "CiliumEndpoint",
+        "metadata": {"name": "api-1", "namespace": "default"},
+        "status": {"id": 812, "state": "ready",
+            "networking": {"addressing": [{"ipv4": "10.0.2.11"}], "node": "10.6.0.12"},
+            "external-identifiers": {"k8s-namespace": "default", "k8s-pod-name": "api-1"}}}),
+    );
+    force_delete(&kube, "api-0");
+    force_delete(&kube, "api-1");
+    firing(&kube, &receiver, "ip-without-pod", "10.0.2.10");
+    firing(&kube, &receiver, "ip-without-pod", "10.0.2.11");
+    kube.delete("nodes", "worker-2");
+    firing(&kube, &receiver, "block-of-missing-node", "worker-2");
+    let all: Vec<Value> = receiver
+        .received("/hook")
+        .into_iter()
+        .map(|r| r.body)
+        .collect();
+    assert!(
+        all.iter()
+            .all(|a| a["subject_name"] != "10.0.2.1" && a["subject_name"] != "10.0.2.2"),
+        "never the agent's router and health addresses: {all:?}\n{}",
+        analyzer.log_text()
+    );
+    drop(collector);
+}
