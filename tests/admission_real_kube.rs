@@ -95,6 +95,8 @@ fn delete(kube: &KubeServer, resource: &str, name: &str, args: &[&str]) -> (bool
 const SUBNETS: &str = "subnets.kubeovn.io";
 const IP_POOLS: &str = "ippools.whereabouts.cni.cncf.io";
 const SPIDER_POOLS: &str = "spiderippools.spiderpool.spidernet.io";
+const CALICO_POOLS: &str = "ippools.crd.projectcalico.org";
+const CALICO_V3_POOLS: &str = "ippools.projectcalico.org";
 
 /// A subnet, a whereabouts pool and a spiderpool pool in use, and an empty subnet.
 fn pools_in_use(kube: &KubeServer) {
@@ -124,6 +126,36 @@ fn pools_in_use(kube: &KubeServer) {
         &json!({"status": {"allocatedIPCount": 1,
             "allocatedIPs": "{\"172.18.40.10\":{\"pod\":\"default/cache-0\",\"podUid\":\"9f1c\"}}"}}),
     );
+    // Calico: a pool whose block holds a pod's address, an idle pool with an empty block,
+    // and the same in Calico 3.32's v3 group (where a v1 pool's blocks do not count).
+    for (api_version, busy, idle) in [
+        ("crd.projectcalico.org/v1", "10.244.0.0/16", "10.98.0.0/16"),
+        ("projectcalico.org/v3", "10.245.0.0/16", "10.97.0.0/16"),
+    ] {
+        for (name, cidr) in [("busy-pool", busy), ("idle-pool", idle)] {
+            kube.create(&json!({"apiVersion": api_version, "kind": "IPPool",
+                "metadata": {"name": name}, "spec": {"cidr": cidr, "blockSize": 26}}));
+        }
+        let block = |cidr: &str, allocations: Value, attributes: Value| {
+            json!({"apiVersion": api_version, "kind": "IPAMBlock",
+                "metadata": {"name": cidr.replace(['.', '/'], "-")},
+                "spec": {"cidr": cidr, "affinity": "host:worker-1", "allocations": allocations,
+                    "attributes": attributes, "unallocated": [], "sequenceNumber": 1}})
+        };
+        let base = busy.trim_end_matches(".0.0/16");
+        kube.create(&block(
+            &format!("{base}.1.0/26"),
+            json!([null, 0]),
+            json!([{"handle_id": "k8s-pod-network.c0ffee",
+                "secondary": {"namespace": "shop", "pod": "api-0", "node": "worker-1"}}]),
+        ));
+        let idle_base = idle.trim_end_matches(".0.0/16");
+        kube.create(&block(
+            &format!("{idle_base}.1.0/26"),
+            json!([null, null]),
+            json!([]),
+        ));
+    }
 }
 
 /// Registers (or replaces) the guard's webhook and waits until the server calls it: a
@@ -174,6 +206,22 @@ fn the_real_api_server_calls_the_charts_webhook_deny_refuses_pools_in_use_warn_a
         !ok && said.contains("SpiderIPPool pool-a is still named by 1 allocations"),
         "{said}"
     );
+    for (pools, address) in [
+        (CALICO_POOLS, "10.244.1.1"),
+        (CALICO_V3_POOLS, "10.245.1.1"),
+    ] {
+        let (ok, said) = delete(&kube, pools, "busy-pool", &[]);
+        assert!(
+            !ok && said.contains("IPPool busy-pool is still named by 1 allocations of its blocks")
+                && said.contains(&format!("{address} (pod shop/api-0)")),
+            "{pools}: {said}"
+        );
+        let (ok, said) = delete(&kube, pools, "idle-pool", &[]);
+        assert!(
+            ok,
+            "{pools}: a pool whose blocks hold nothing may go: {said}"
+        );
+    }
     let (ok, said) = delete(&kube, SUBNETS, "empty-net", &[]);
     assert!(ok, "an empty subnet may go: {said}");
     assert!(kube.exists(SUBNETS, "busy-net", &[]));

@@ -119,14 +119,15 @@ fn remediation_writes(group: &str) -> Vec<Rule> {
     rules
 }
 
-/// The pool kind the admission guard reviews, per API group (none yet for Calico's and
-/// Cilium's).
+/// The pool kind the admission guard reviews, per API group (none for Cilium, which has
+/// no pool holding allocations).
 fn guarded_pool(group: &str) -> Option<&'static str> {
     match group {
         "kubeovn.io" => Some("subnets"),
         "whereabouts.cni.cncf.io" => Some("ippools"),
         "spiderpool.spidernet.io" => Some("spiderippools"),
-        "crd.projectcalico.org" | "projectcalico.org" | "cilium.io" => None,
+        "crd.projectcalico.org" | "projectcalico.org" => Some("ippools"),
+        "cilium.io" => None,
         other => panic!("no IPAM has group {other}"),
     }
 }
@@ -622,6 +623,8 @@ fn the_admission_guard_serves_the_certificate_cert_manager_issues_or_the_one_giv
         kube_sim::Kind::Subnet,
         kube_sim::Kind::IpPool,
         kube_sim::Kind::SpiderIpPool,
+        kube_sim::Kind::CalicoIpPool,
+        kube_sim::Kind::CalicoV3IpPool,
     ]
     .iter()
     .filter_map(|k| k.spec())

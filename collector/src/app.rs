@@ -241,8 +241,8 @@ async fn start(
         // The guard's index lives in memory: the streams it reads are relisted at start
         // rather than resumed, so that it learns every live object (the relist is the
         // snapshot the analyzer already handles after a 410).
-        for guarded in Guarded::ALL {
-            if let Some(state) = states.get_mut(&guarded.holders_stream()) {
+        for stream in Guarded::ALL.iter().flat_map(|g| g.streams_read()) {
+            if let Some(state) = states.get_mut(&stream) {
                 state.resume_from = None;
             }
         }

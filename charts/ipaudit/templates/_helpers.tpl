@@ -62,7 +62,9 @@ calico:
     - {group: crd.projectcalico.org, resources: [ipamblocks, ipamhandles, blockaffinities, ippools]}
     - {group: projectcalico.org, resources: [ipamblocks, ipamhandles, blockaffinities, ippools]}
   remediate: []
-  guard: []
+  guard:
+    - {group: crd.projectcalico.org, resource: ippools, scope: Cluster}
+    - {group: projectcalico.org, resource: ippools, scope: Cluster}
   nodes: true
 cilium:
   read:

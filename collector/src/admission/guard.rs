@@ -1,7 +1,8 @@
 //! The admission guard's view and verdict, without I/O: an index, fed with the watch
-//! events the collector records, of which live kube-ovn IPs name each Subnet and which
-//! allocations each whereabouts IPPool and spiderpool SpiderIPPool holds; and the verdict
-//! on the DELETE of one of them. [`crate::admission`] is the HTTPS side.
+//! events the collector records, of which live kube-ovn IPs name each Subnet, which
+//! allocations each whereabouts IPPool and spiderpool SpiderIPPool holds, and which
+//! allocations the Calico blocks inside each Calico IPPool's CIDR hold (in either of
+//! Calico's API groups); and the verdict on the DELETE of one of them. [`crate::admission`] is the HTTPS side.
 //!
 //! The index is only trusted while it is synced: the stream that holds the allocations has
 //! been listed completely by this process (its `SYNC_END` passed), is not relisting, is not
@@ -35,11 +36,22 @@ pub enum Guarded {
     IpPool,
     /// A spiderpool SpiderIPPool, holding its allocations in `status.allocatedIPs`.
     SpiderIpPool,
+    /// A Calico IPPool (crd.projectcalico.org/v1): the blocks inside its CIDR hold its
+    /// allocations (no field links a block to its pool).
+    CalicoIpPool,
+    /// A Calico IPPool of Calico 3.32's native projectcalico.org/v3 group.
+    CalicoV3IpPool,
 }
 
 impl Guarded {
     /// Every guarded kind.
-    pub const ALL: [Guarded; 3] = [Guarded::Subnet, Guarded::IpPool, Guarded::SpiderIpPool];
+    pub const ALL: [Guarded; 5] = [
+        Guarded::Subnet,
+        Guarded::IpPool,
+        Guarded::SpiderIpPool,
+        Guarded::CalicoIpPool,
+        Guarded::CalicoV3IpPool,
+    ];
 
     /// The stream of the guarded objects themselves.
     pub fn stream(self) -> Stream {
@@ -47,15 +59,31 @@ impl Guarded {
             Guarded::Subnet => Stream::Subnet,
             Guarded::IpPool => Stream::IpPool,
             Guarded::SpiderIpPool => Stream::SpiderIpPool,
+            Guarded::CalicoIpPool => Stream::CalicoIpPool,
+            Guarded::CalicoV3IpPool => Stream::CalicoV3IpPool,
         }
     }
 
     /// The stream whose objects say what is allocated in it: the IPs for a Subnet, the
-    /// pool itself for the pools (their allocations live in the pool object).
+    /// pool itself for the pools (their allocations live in the pool object), the blocks
+    /// of its API group for a Calico pool.
     pub fn holders_stream(self) -> Stream {
         match self {
             Guarded::Subnet => Stream::Ip,
+            Guarded::CalicoIpPool => Stream::CalicoIpamBlock,
+            Guarded::CalicoV3IpPool => Stream::CalicoV3IpamBlock,
             other => other.stream(),
+        }
+    }
+
+    /// Every stream the verdict reads, each of which must be listed completely: the
+    /// holders', and a Calico pool's own (its CIDR says which blocks are its).
+    pub fn streams_read(self) -> Vec<Stream> {
+        match self {
+            Guarded::CalicoIpPool | Guarded::CalicoV3IpPool => {
+                vec![self.holders_stream(), self.stream()]
+            }
+            _ => vec![self.holders_stream()],
         }
     }
 
@@ -82,6 +110,7 @@ impl Guarded {
     fn holders_noun(self) -> &'static str {
         match self {
             Guarded::Subnet => "live IPs",
+            Guarded::CalicoIpPool | Guarded::CalicoV3IpPool => "allocations of its blocks",
             _ => "allocations",
         }
     }
@@ -220,6 +249,18 @@ pub struct Index {
     pools: HashMap<String, PoolEntry>,
     /// (stream, namespace, name) -> uid of the live pool of that name.
     pool_names: HashMap<PoolKey, String>,
+    /// Calico pools: (stream, name) -> (uid, CIDR).
+    calico_pools: HashMap<(Stream, String), (String, String)>,
+    /// Calico blocks by uid, with their allocations.
+    calico_blocks: HashMap<String, CalicoBlockEntry>,
+}
+
+/// A live Calico block, as far as the guard cares.
+#[derive(Debug, Clone)]
+struct CalicoBlockEntry {
+    stream: Stream,
+    cidr: String,
+    holders: Vec<Holder>,
 }
 
 impl Index {
@@ -228,7 +269,7 @@ impl Index {
     pub fn new(watched: &[Stream]) -> Index {
         let sync = Guarded::ALL
             .iter()
-            .map(|g| g.holders_stream())
+            .flat_map(|g| g.streams_read())
             .filter(|s| watched.contains(s))
             .map(|s| (s, Sync::Listing))
             .collect();
@@ -348,6 +389,36 @@ impl Index {
                     .collect();
                 self.insert_pool(event.stream, meta, uid, holders);
             }
+            Some(KindPart::CalicoPool(pool)) => {
+                self.calico_pools
+                    .insert((event.stream, meta.name.clone()), (uid, pool.cidr.clone()));
+            }
+            Some(KindPart::CalicoBlock(block)) if !block.deleted => {
+                let mut holders: Vec<Holder> = block
+                    .allocations
+                    .iter()
+                    .filter(|a| a.released_at_ms.is_none())
+                    .map(|a| Holder {
+                        name: a.address.clone(),
+                        address: a.address.clone(),
+                        pod: if a.pod.is_empty() {
+                            String::new()
+                        } else {
+                            format!("{}/{}", a.namespace, a.pod)
+                        },
+                        terminating: false,
+                    })
+                    .collect();
+                holders.sort();
+                self.calico_blocks.insert(
+                    uid,
+                    CalicoBlockEntry {
+                        stream: event.stream,
+                        cidr: block.cidr.clone(),
+                        holders,
+                    },
+                );
+            }
             _ => {}
         }
     }
@@ -381,6 +452,8 @@ impl Index {
                 self.pool_names.remove(&pool.key);
             }
         }
+        self.calico_blocks.remove(uid);
+        self.calico_pools.retain(|_, (pool_uid, _)| pool_uid != uid);
     }
 
     /// What still names `name` (in `namespace` for namespaced kinds), when the view of
@@ -393,10 +466,12 @@ impl Index {
         health: StreamHealth,
     ) -> Result<Holders, Unsynced> {
         let stream = guarded.holders_stream();
-        match self.sync.get(&stream) {
-            None => return Err(Unsynced::NotWatched(stream)),
-            Some(Sync::Listing) => return Err(Unsynced::Listing(stream)),
-            Some(Sync::Synced) => {}
+        for read in guarded.streams_read() {
+            match self.sync.get(&read) {
+                None => return Err(Unsynced::NotWatched(read)),
+                Some(Sync::Listing) => return Err(Unsynced::Listing(read)),
+                Some(Sync::Synced) => {}
+            }
         }
         if health.paused {
             return Err(Unsynced::Paused);
@@ -437,6 +512,26 @@ impl Index {
                         named: pool.holders.iter().take(MAX_NAMED).cloned().collect(),
                     },
                 }
+            }
+            Guarded::CalicoIpPool | Guarded::CalicoV3IpPool => {
+                let Some((_, cidr)) = self.calico_pools.get(&(guarded.stream(), name.to_owned()))
+                else {
+                    return Ok(Holders::default());
+                };
+                let mut blocks: Vec<&CalicoBlockEntry> = self
+                    .calico_blocks
+                    .values()
+                    .filter(|b| b.stream == stream && cidr_contains(cidr, &b.cidr))
+                    .collect();
+                blocks.sort_by(|a, b| a.cidr.cmp(&b.cidr));
+                let mut holders = Holders::default();
+                for holder in blocks.iter().flat_map(|b| b.holders.iter()) {
+                    holders.count += 1;
+                    if holders.named.len() < MAX_NAMED {
+                        holders.named.push(holder.clone());
+                    }
+                }
+                holders
             }
         })
     }
@@ -565,6 +660,28 @@ pub fn decide(
             }
         }
     }
+}
+
+/// Whether the CIDR `inner` lies inside the CIDR `outer` (same family, at least as long a
+/// prefix, the same network under `outer`'s prefix). Unreadable CIDRs contain nothing.
+fn cidr_contains(outer: &str, inner: &str) -> bool {
+    fn parse(cidr: &str) -> Option<(u128, u32, bool)> {
+        let (address, prefix) = cidr.split_once('/')?;
+        let prefix: u32 = prefix.trim().parse().ok()?;
+        Some(match address.trim().parse::<std::net::IpAddr>().ok()? {
+            std::net::IpAddr::V4(v4) => (u128::from(u32::from(v4)), prefix.min(32) + 96, false),
+            std::net::IpAddr::V6(v6) => (u128::from(v6), prefix.min(128), true),
+        })
+    }
+    let (Some((outer_net, outer_len, outer_v6)), Some((inner_net, inner_len, inner_v6))) =
+        (parse(outer), parse(inner))
+    else {
+        return false;
+    };
+    let mask = |len: u32| u128::MAX.checked_shl(128 - len).unwrap_or(0);
+    outer_v6 == inner_v6
+        && inner_len >= outer_len
+        && inner_net & mask(outer_len) == outer_net & mask(outer_len)
 }
 
 /// The index shared by the writer thread (which updates it) and the admission server (readers).
@@ -898,7 +1015,141 @@ mod tests {
             Guarded::of_resource("spiderpool.spidernet.io", "spiderippools"),
             Some(Guarded::SpiderIpPool)
         );
+        assert_eq!(
+            Guarded::of_resource("crd.projectcalico.org", "ippools"),
+            Some(Guarded::CalicoIpPool)
+        );
+        assert_eq!(
+            Guarded::of_resource("projectcalico.org", "ippools"),
+            Some(Guarded::CalicoV3IpPool)
+        );
         assert_eq!(Guarded::of_resource("kubeovn.io", "ips"), None);
         assert_eq!(Guarded::of_resource("", "pods"), None);
+    }
+
+    fn calico_pool(stream: Stream, uid: &str, name: &str, cidr: &str) -> WatchEvent {
+        let mut e = object(stream, uid, name, None);
+        e.part = Some(KindPart::CalicoPool(Box::new(
+            ipaudit_schemas::CalicoPoolInfo {
+                cidr: cidr.into(),
+                ..Default::default()
+            },
+        )));
+        e
+    }
+
+    fn calico_block(stream: Stream, uid: &str, cidr: &str, pods: &[(&str, &str)]) -> WatchEvent {
+        let mut e = object(stream, uid, &cidr.replace(['.', '/'], "-"), None);
+        e.part = Some(KindPart::CalicoBlock(Box::new(
+            ipaudit_schemas::CalicoBlockInfo {
+                cidr: cidr.into(),
+                allocations: pods
+                    .iter()
+                    .map(|(address, pod)| {
+                        let (namespace, pod) = pod.split_once('/').unwrap_or(("", ""));
+                        ipaudit_schemas::CalicoAllocation {
+                            address: (*address).into(),
+                            namespace: namespace.into(),
+                            pod: pod.into(),
+                            ..Default::default()
+                        }
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        )));
+        e
+    }
+
+    #[test]
+    fn a_calico_pool_is_held_by_the_allocations_of_the_blocks_inside_its_cidr() {
+        let streams = [Stream::CalicoIpPool, Stream::CalicoIpamBlock];
+        let mut index = synced(&streams);
+        index.apply(&calico_pool(
+            Stream::CalicoIpPool,
+            "p1",
+            "default-ipv4",
+            "10.244.0.0/16",
+        ));
+        index.apply(&calico_pool(
+            Stream::CalicoIpPool,
+            "p2",
+            "other",
+            "10.99.0.0/16",
+        ));
+        index.apply(&calico_block(
+            Stream::CalicoIpamBlock,
+            "b1",
+            "10.244.1.0/26",
+            &[("10.244.1.0", ""), ("10.244.1.5", "shop/web-0")],
+        ));
+        index.apply(&calico_block(
+            Stream::CalicoIpamBlock,
+            "b2",
+            "10.244.2.0/26",
+            &[],
+        ));
+        index.apply(&calico_block(
+            Stream::CalicoIpamBlock,
+            "b3",
+            "10.99.0.0/26",
+            &[("10.99.0.7", "shop/api-1")],
+        ));
+        let held = index
+            .holders(Guarded::CalicoIpPool, None, "default-ipv4", OK)
+            .unwrap();
+        assert_eq!(held.count, 2, "the tunnel address counts too: {held:?}");
+        assert_eq!(held.named[1].to_string(), "10.244.1.5 (pod shop/web-0)");
+        let verdict = decide(
+            GuardMode::Deny,
+            Guarded::CalicoIpPool,
+            "default-ipv4",
+            Ok(held),
+        );
+        assert!(!verdict.allowed);
+        assert!(verdict
+            .message
+            .unwrap_or_default()
+            .contains("allocations of its blocks"),);
+        // Its blocks released: nothing holds it.
+        index.apply(&deleted(calico_block(
+            Stream::CalicoIpamBlock,
+            "b1",
+            "10.244.1.0/26",
+            &[],
+        )));
+        assert_eq!(
+            index
+                .holders(Guarded::CalicoIpPool, None, "default-ipv4", OK)
+                .unwrap()
+                .count,
+            0
+        );
+        // A v3 pool of the same name reads the v3 blocks, and is unwatched here.
+        assert!(matches!(
+            index.holders(Guarded::CalicoV3IpPool, None, "default-ipv4", OK),
+            Err(Unsynced::NotWatched(Stream::CalicoV3IpamBlock))
+        ));
+    }
+
+    #[test]
+    fn a_calico_pool_is_judged_only_once_its_pools_and_blocks_were_listed() {
+        let mut index = Index::new(&[Stream::CalicoIpPool, Stream::CalicoIpamBlock]);
+        index.apply(&marker(Stream::CalicoIpamBlock, EventType::SyncEnd));
+        assert!(matches!(
+            index.holders(Guarded::CalicoIpPool, None, "p", OK),
+            Err(Unsynced::Listing(Stream::CalicoIpPool))
+        ));
+    }
+
+    #[test]
+    fn cidr_containment_is_by_family_prefix_and_network() {
+        assert!(cidr_contains("10.244.0.0/16", "10.244.1.0/26"));
+        assert!(!cidr_contains("10.244.0.0/16", "10.245.1.0/26"));
+        assert!(!cidr_contains("10.244.1.0/26", "10.244.0.0/16"));
+        assert!(cidr_contains("fd00::/48", "fd00::40/122"));
+        assert!(!cidr_contains("10.244.0.0/16", "fd00::/122"));
+        assert!(cidr_contains("0.0.0.0/0", "10.0.0.0/8"));
+        assert!(!cidr_contains("bogus", "10.0.0.0/8"));
     }
 }
