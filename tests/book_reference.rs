@@ -86,7 +86,7 @@ fn the_schemas_page_has_every_schema_and_each_version_change() {
     let schemas = page("schemas.md");
     for heading in [
         "## `watch_event` (v5",
-        "## `alert` (v6",
+        "## `alert` (v7",
         "## `cleanup_command` (v3",
     ] {
         assert!(schemas.contains(heading), "schemas.md lacks {heading}");

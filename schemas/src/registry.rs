@@ -376,7 +376,8 @@ record!(
         "alert.v3.avsc",
         "alert.v4.avsc",
         "alert.v5.avsc",
-        "alert.v6.avsc"
+        "alert.v6.avsc",
+        "alert.v7.avsc"
     ]
 );
 record!(

@@ -117,6 +117,29 @@ fn watch_event_round_trips_as_a_message() {
 }
 
 #[test]
+fn an_alert_about_a_calico_or_cilium_object_round_trips_with_its_evidence_kinds() {
+    for stream in [
+        Stream::CalicoIpamBlock,
+        Stream::CalicoV3IpamHandle,
+        Stream::CiliumEndpoint,
+        Stream::Node,
+    ] {
+        let mut alert = sample_alert();
+        for evidence in &mut alert.evidence {
+            evidence.stream = stream;
+        }
+        if let Some(cleanup) = alert.cleanup.as_mut() {
+            cleanup.target_stream = stream;
+        }
+        assert_eq!(
+            decode::<Alert>(&encode(&alert).unwrap()).unwrap(),
+            alert,
+            "{stream:?}"
+        );
+    }
+}
+
+#[test]
 fn alert_and_cleanup_command_round_trip_as_messages() {
     let alert = sample_alert();
     assert_eq!(decode::<Alert>(&encode(&alert).unwrap()).unwrap(), alert);
