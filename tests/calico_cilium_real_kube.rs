@@ -228,3 +228,134 @@ fn ciliums_leaks_written_through_a_real_api_server_are_alerted_live() {
     );
     drop(collector);
 }
+
+/// The text of a release line about `what`, or the whole run when there is none.
+fn line<'a>(run: &'a ipaudit_tests::plugin::Run, what: &str) -> &'a str {
+    run.line_about(what)
+}
+
+#[test]
+fn kubectl_ipaudit_check_finds_calico_and_cilium_leaks_and_release_fixes_exactly_them_guarded() {
+    let kube = KubeServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    kube.create(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1"}}));
+    let calico = |container: &str| json!({"cni.projectcalico.org/containerID": container});
+    pod(&kube, "web-1", calico("c1"), "10.244.1.2");
+    // Handles: web-1's, gone web-0's, and an orphan no block carries.
+    for (container, count) in [("c1", 1), ("c0", 1), ("c9", 1)] {
+        kube.create(
+            &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMHandle",
+            "metadata": {"name": format!("k8s-pod-network.{container}")},
+            "spec": {"handleID": format!("k8s-pod-network.{container}"),
+                "block": {"10.244.1.0/26": count}, "deleted": false}}),
+        );
+    }
+    kube.create(
+        &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMHandle",
+        "metadata": {"name": "vxlan-tunnel-addr-worker-1"},
+        "spec": {"handleID": "vxlan-tunnel-addr-worker-1", "block": {"10.244.1.0/26": 1},
+            "deleted": false}}),
+    );
+    let mut allocations = vec![Value::Null; 64];
+    allocations[0] = json!(0);
+    allocations[1] = json!(1);
+    allocations[2] = json!(2);
+    kube.create(
+        &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock",
+        "metadata": {"name": "10-244-1-0-26"},
+        "spec": {"cidr": "10.244.1.0/26", "affinity": "host:worker-1",
+            "allocations": allocations, "unallocated": (3..64).collect::<Vec<_>>(),
+            "attributes": [
+                {"handle_id": "vxlan-tunnel-addr-worker-1",
+                    "secondary": {"node": "worker-1", "type": "vxlanTunnelAddress"}},
+                {"handle_id": "k8s-pod-network.c0",
+                    "secondary": {"namespace": "default", "pod": "web-0", "node": "worker-1"}},
+                {"handle_id": "k8s-pod-network.c1",
+                    "secondary": {"namespace": "default", "pod": "web-1", "node": "worker-1"}}],
+            "sequenceNumber": 3, "sequenceNumberForAllocation": {"0": 1, "1": 2, "2": 3},
+            "deleted": false, "strictAffinity": false}}),
+    );
+    // A CiliumEndpoint of a pod that is gone.
+    kube.create(
+        &json!({"apiVersion": "cilium.io/v2", "kind": "CiliumEndpoint",
+        "metadata": {"name": "cache-1", "namespace": "default"},
+        "status": {"id": 77, "state": "ready",
+            "networking": {"addressing": [{"ipv4": "10.0.2.11"}], "node": "10.6.0.12"}}}),
+    );
+
+    let plugin = ipaudit_tests::plugin::Plugin::new(&kube.kubeconfig, dir.path());
+    let report = dir.path().join("report.json");
+    let check = |out: &std::path::Path| {
+        plugin.run(&[
+            "check",
+            "--format",
+            "jsonl",
+            "--owner-grace",
+            "0s",
+            "--calico-grace",
+            "0s",
+            "--handle-grace",
+            "0s",
+            "-o",
+            out.to_str().expect("UTF-8 path"),
+        ])
+    };
+    let found = check(&report);
+    assert_eq!(found.code, Some(1), "leaks found: {found}");
+    assert_eq!(
+        found.alerts(),
+        [
+            (
+                "handle-without-ip".to_owned(),
+                "k8s-pod-network.c9".to_owned()
+            ),
+            ("ip-without-pod".to_owned(), "10.0.2.11".to_owned()),
+            ("ip-without-pod".to_owned(), "10.244.1.1".to_owned()),
+        ],
+        "{found}"
+    );
+    let dry = plugin.release(&report, &[]);
+    assert_eq!(dry.code, Some(0), "{dry}");
+    assert!(line(&dry, "10.244.1.1").starts_with("dry-run"), "{dry}");
+    let applied = plugin.release(&report, &["--apply"]);
+    assert_eq!(applied.code, Some(0), "{applied}");
+    for what in ["10.244.1.1", "k8s-pod-network.c9", "cache-1"] {
+        assert!(
+            line(&applied, what).starts_with("applied"),
+            "{what}: {applied}"
+        );
+    }
+
+    // The block, as libcalico-go's release leaves it: the ordinal free at the end of
+    // unallocated, web-0's attribute gone and web-1's renumbered, the sequence bumped.
+    let block = kube.get("ipamblocks.crd.projectcalico.org", "10-244-1-0-26", &[]);
+    let spec = &block["spec"];
+    assert_eq!(spec["allocations"][0], 0);
+    assert!(spec["allocations"][1].is_null(), "{spec}");
+    assert_eq!(spec["allocations"][2], 1);
+    assert_eq!(spec["attributes"][1]["handle_id"], "k8s-pod-network.c1");
+    assert_eq!(
+        spec["unallocated"].as_array().and_then(|u| u.last()),
+        Some(&json!(1))
+    );
+    assert_eq!(spec["sequenceNumber"], 4);
+    assert!(
+        spec["sequenceNumberForAllocation"].get("1").is_none(),
+        "{spec}"
+    );
+    for (handle, exists) in [
+        ("k8s-pod-network.c0", false),
+        ("k8s-pod-network.c9", false),
+        ("k8s-pod-network.c1", true),
+        ("vxlan-tunnel-addr-worker-1", true),
+    ] {
+        assert_eq!(
+            kube.exists("ipamhandles.crd.projectcalico.org", handle, &[]),
+            exists,
+            "{handle}"
+        );
+    }
+    assert!(!kube.exists("ciliumendpoints.cilium.io", "cache-1", &[]));
+    let after = check(&dir.path().join("after.json"));
+    assert_eq!(after.code, Some(0), "the cluster is clean: {after}");
+}

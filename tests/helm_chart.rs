@@ -101,8 +101,7 @@ const IPAMS: [(&str, &[&str], bool); 5] = [
     ("cilium", &["cilium.io"], true),
 ];
 
-/// The writes the cleanups make (cleanup/src, the ipaudit-cleanup crate), per API group
-/// (none yet for Calico's and Cilium's).
+/// The writes the cleanups make (cleanup/src, the ipaudit-cleanup crate), per API group.
 fn remediation_writes(group: &str) -> Vec<Rule> {
     // The collector's own table of its cleanup writes: the chart grants exactly those.
     let rules: Vec<Rule> = WRITES

@@ -27,7 +27,14 @@
 //!   read, every other entry kept; the pod still absent);
 //! - spiderpool, a SpiderEndpoint stuck terminating whose pod is gone: remove spiderpool's
 //!   finalizer (the endpoint still terminating, its pod still absent; a patch that tests
-//!   the resourceVersion and the finalizer at its index).
+//!   the resourceVersion and the finalizer at its index);
+//! - Calico, an allocation whose pod is gone: release it from its block the way
+//!   libcalico-go does (tests on the block's resourceVersion and the ordinal's sequence
+//!   number; the pod still absent), then lower its handle's count or delete it at zero;
+//! - Calico, an orphan IPAMHandle: delete it (uid and resourceVersion preconditions) once
+//!   every block it names, re-read, carries none of its addresses;
+//! - Cilium, a CiliumEndpoint whose pod is gone: delete it (uid and resourceVersion
+//!   preconditions, the pod still absent).
 //!
 //! Report-only, by design: `duplicate-ip` and `ip-released-while-pod-alive` (which holder
 //! keeps the address is a person's decision), `allocation-records-disagree` (which record
@@ -35,6 +42,8 @@
 //! cleanups follow from their own alerts).
 
 pub mod api;
+mod calico;
+mod cilium;
 mod kube_ovn;
 mod spiderpool;
 mod whereabouts;
@@ -57,7 +66,7 @@ pub struct Write {
 
 /// Every write of the remediation table, per IPAM in the order of the kind table (the
 /// chart's role lists them so).
-pub const WRITES: [Write; 5] = [
+pub const WRITES: [Write; 12] = [
     // kube-ovn's finalizer off a stuck IP.
     Write {
         stream: Stream::Ip,
@@ -87,6 +96,46 @@ pub const WRITES: [Write; 5] = [
         stream: Stream::SpiderIpPool,
         subresource: Some("status"),
         verb: "patch",
+    },
+    // A leaked allocation released from a Calico block.
+    Write {
+        stream: Stream::CalicoIpamBlock,
+        subresource: None,
+        verb: "patch",
+    },
+    // Its handle's count lowered.
+    Write {
+        stream: Stream::CalicoIpamHandle,
+        subresource: None,
+        verb: "patch",
+    },
+    // Its handle at zero, or an orphan handle, deleted.
+    Write {
+        stream: Stream::CalicoIpamHandle,
+        subresource: None,
+        verb: "delete",
+    },
+    // The same in Calico 3.32's v3 group.
+    Write {
+        stream: Stream::CalicoV3IpamBlock,
+        subresource: None,
+        verb: "patch",
+    },
+    Write {
+        stream: Stream::CalicoV3IpamHandle,
+        subresource: None,
+        verb: "patch",
+    },
+    Write {
+        stream: Stream::CalicoV3IpamHandle,
+        subresource: None,
+        verb: "delete",
+    },
+    // A CiliumEndpoint of a gone pod.
+    Write {
+        stream: Stream::CiliumEndpoint,
+        subresource: None,
+        verb: "delete",
     },
 ];
 
@@ -168,6 +217,24 @@ pub enum Cleanup {
         /// The allocated address.
         address: String,
     },
+    /// Calico: release the allocation of `address` from an IPAMBlock, its pod gone, and
+    /// lower its handle's count.
+    ReleaseCalicoAllocation {
+        /// The IPAMBlock.
+        target: Target,
+        /// The allocated address.
+        address: String,
+    },
+    /// Calico: delete an IPAMHandle whose blocks carry none of its addresses.
+    DeleteOrphanHandle {
+        /// The IPAMHandle.
+        target: Target,
+    },
+    /// Cilium: delete a CiliumEndpoint whose pod is gone.
+    DeleteStaleEndpoint {
+        /// The CiliumEndpoint.
+        target: Target,
+    },
 }
 
 impl Cleanup {
@@ -177,10 +244,13 @@ impl Cleanup {
             Cleanup::ReleaseStuckIp { .. } | Cleanup::ReleaseStuckEndpoint { .. } => {
                 "remove-finalizer"
             }
-            Cleanup::DeleteOrphanedIp { .. } | Cleanup::DeleteReservation { .. } => "delete",
-            Cleanup::RemovePoolAllocation { .. } | Cleanup::RemoveSpiderPoolEntry { .. } => {
-                "remove-allocation"
-            }
+            Cleanup::DeleteOrphanedIp { .. }
+            | Cleanup::DeleteReservation { .. }
+            | Cleanup::DeleteOrphanHandle { .. }
+            | Cleanup::DeleteStaleEndpoint { .. } => "delete",
+            Cleanup::RemovePoolAllocation { .. }
+            | Cleanup::RemoveSpiderPoolEntry { .. }
+            | Cleanup::ReleaseCalicoAllocation { .. } => "remove-allocation",
         }
     }
 
@@ -217,6 +287,19 @@ impl Cleanup {
                     address: cleanup.address.clone()?,
                 })
             }
+            (
+                CleanupAction::RemoveAllocation,
+                Stream::CalicoIpamBlock | Stream::CalicoV3IpamBlock,
+            ) => Some(Cleanup::ReleaseCalicoAllocation {
+                target,
+                address: cleanup.address.clone()?,
+            }),
+            (CleanupAction::Delete, Stream::CalicoIpamHandle | Stream::CalicoV3IpamHandle) => {
+                Some(Cleanup::DeleteOrphanHandle { target })
+            }
+            (CleanupAction::Delete, Stream::CiliumEndpoint) => {
+                Some(Cleanup::DeleteStaleEndpoint { target })
+            }
             _ => None,
         }
     }
@@ -229,7 +312,10 @@ impl Cleanup {
             | Cleanup::ReleaseStuckEndpoint { target }
             | Cleanup::DeleteReservation { target }
             | Cleanup::RemovePoolAllocation { target, .. }
-            | Cleanup::RemoveSpiderPoolEntry { target, .. } => target,
+            | Cleanup::RemoveSpiderPoolEntry { target, .. }
+            | Cleanup::ReleaseCalicoAllocation { target, .. }
+            | Cleanup::DeleteOrphanHandle { target }
+            | Cleanup::DeleteStaleEndpoint { target } => target,
         }
     }
 }
@@ -351,6 +437,15 @@ pub async fn apply_after(
         }
         Cleanup::RemoveSpiderPoolEntry { target, address } => {
             spiderpool::remove_pool_entry(client, mode, target, address).await
+        }
+        Cleanup::ReleaseCalicoAllocation { target, address } => {
+            calico::release_allocation(client, mode, target, address).await
+        }
+        Cleanup::DeleteOrphanHandle { target } => {
+            calico::delete_orphan_handle(client, mode, target).await
+        }
+        Cleanup::DeleteStaleEndpoint { target } => {
+            cilium::delete_stale_endpoint(client, mode, target).await
         }
     }
 }

@@ -630,9 +630,7 @@ fn outcome_event(stamp: &Stamp, command: &CleanupCommand, outcome: Outcome) -> W
 /// The cleanup a command asks for, if this collector knows it: the command carries the
 /// alert's typed cleanup, field by field.
 pub fn cleanup_of(command: &CleanupCommand) -> Option<Cleanup> {
-    let target_stream = Stream::ALL
-        .into_iter()
-        .find(|s| s.kind() == command.target_kind)?;
+    let target_stream = ipaudit_schemas::kinds::stream_of_target_kind(&command.target_kind)?;
     Cleanup::of_alert(&ipaudit_schemas::Cleanup {
         action: command.action,
         target_stream,

@@ -257,13 +257,13 @@ pub fn report_only_reason(rule: &str, subject_kind: &str) -> Option<&'static str
             "kube-ovn releases the address once the IP is deleted (the command above)"
         }
         "ip-without-pod" if subject_kind == "Address" => {
-            "Calico's kube-controllers and Cilium's agent release these themselves, and ipaudit's guarded release of them is not built yet (the fix says how by hand)"
+            "a CiliumNode's used addresses are its agent's to release (its status is the agent's own record)"
         }
         "ip-without-handle" => {
             "whether to release the address or recreate its handle depends on whether its pod still runs, a person's decision"
         }
         "handle-without-ip" => {
-            "ipaudit's guarded deletion of orphan handles is not built yet (the fix says how by hand, after re-reading the blocks)"
+            "a handle counting too many addresses is rewritten by hand, with the counts its blocks show (an orphan handle's alert carries its deletion)"
         }
         "block-of-missing-node" => {
             "what keeps a gone node's blocks is an allocation only a person can judge (Calico's kube-controllers and Cilium's operator release the rest)"

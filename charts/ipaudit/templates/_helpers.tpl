@@ -61,7 +61,13 @@ calico:
   read:
     - {group: crd.projectcalico.org, resources: [ipamblocks, ipamhandles, blockaffinities, ippools]}
     - {group: projectcalico.org, resources: [ipamblocks, ipamhandles, blockaffinities, ippools]}
-  remediate: []
+  remediate:
+    - {group: crd.projectcalico.org, resource: ipamblocks, verb: patch}
+    - {group: crd.projectcalico.org, resource: ipamhandles, verb: patch}
+    - {group: crd.projectcalico.org, resource: ipamhandles, verb: delete}
+    - {group: projectcalico.org, resource: ipamblocks, verb: patch}
+    - {group: projectcalico.org, resource: ipamhandles, verb: patch}
+    - {group: projectcalico.org, resource: ipamhandles, verb: delete}
   guard:
     - {group: crd.projectcalico.org, resource: ippools, scope: Cluster}
     - {group: projectcalico.org, resource: ippools, scope: Cluster}
@@ -69,7 +75,8 @@ calico:
 cilium:
   read:
     - {group: cilium.io, resources: [ciliumnodes, ciliumendpoints]}
-  remediate: []
+  remediate:
+    - {group: cilium.io, resource: ciliumendpoints, verb: delete}
   guard: []
   nodes: true
 {{- end -}}

@@ -356,6 +356,30 @@ pub fn named(name: &str) -> Option<&'static KindSpec> {
     KINDS.iter().find(|k| k.is_named(name.trim()))
 }
 
+/// How a cleanup command names the kind of its target (`CleanupCommand.target_kind`): its
+/// kind, unless an entry earlier in the table has the same kind (Calico's v3 kinds, whose
+/// v1 twins come first; Calico's IPPool after whereabouts'), then its resource
+/// (`ipamblocks.projectcalico.org`), so that the name finds it back
+/// ([`stream_of_target_kind`]).
+pub fn target_kind_of(stream: Stream) -> String {
+    let Some(spec) = stream.spec() else {
+        return stream.kind().to_owned();
+    };
+    match KINDS.iter().find(|k| k.kind == spec.kind) {
+        Some(first) if first.stream != stream => spec.resource(),
+        _ => spec.kind.to_owned(),
+    }
+}
+
+/// The stream a cleanup command's `target_kind` names (see [`target_kind_of`]).
+pub fn stream_of_target_kind(target_kind: &str) -> Option<Stream> {
+    KINDS
+        .iter()
+        .find(|k| k.kind == target_kind)
+        .or_else(|| KINDS.iter().find(|k| k.resource() == target_kind))
+        .map(|k| k.stream)
+}
+
 /// The streams in table order.
 pub fn streams() -> impl Iterator<Item = Stream> {
     KINDS.iter().map(|k| k.stream)
@@ -409,6 +433,26 @@ mod tests {
                 .canonical(),
             Stream::CalicoIpamBlock,
             "one object in either group"
+        );
+    }
+
+    #[test]
+    fn a_cleanup_commands_target_kind_finds_its_stream_back_in_either_calico_group() {
+        for stream in streams() {
+            assert_eq!(
+                stream_of_target_kind(&target_kind_of(stream)),
+                Some(stream),
+                "{stream:?}"
+            );
+        }
+        assert_eq!(
+            target_kind_of(Stream::IpPool),
+            "IPPool",
+            "as before Calico came"
+        );
+        assert_eq!(
+            target_kind_of(Stream::CalicoV3IpamBlock),
+            "ipamblocks.projectcalico.org"
         );
     }
 

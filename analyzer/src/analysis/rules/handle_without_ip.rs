@@ -7,7 +7,7 @@
 //! listed completely. Resolved when the counts match or the handle goes. A handle or block
 //! seen in both API groups is one.
 
-use ipaudit_schemas::{Severity, Stream};
+use ipaudit_schemas::{Cleanup, CleanupAction, Severity, Stream};
 use serde::{Deserialize, Serialize};
 
 use super::{duration_text, evidence, Change, Context, Deadlines, Rule};
@@ -175,13 +175,24 @@ fn finding(ctx: &Context<'_>, name: &str, record: &ObjectRecord, short: &Shortfa
         ),
         fix: Some(if orphan {
             format!(
-                "Delete the handle once a re-read of its blocks still shows none of its addresses: {}",
+                "Delete the handle once a re-read of its blocks still shows none of its addresses (a collector with --remediate on does, with uid and resourceVersion preconditions): {}",
                 crate::analysis::fix::delete(&resource, name)
             )
         } else {
             "Release the handle's addresses and recreate it with the counts its blocks show (calicoctl ipam check --show-problem-ips lists them)".to_owned()
         }),
-        cleanup: None,
+        // An orphan is deleted by the collector once a re-read of its blocks confirms it.
+        cleanup: orphan.then(|| Cleanup {
+            action: CleanupAction::Delete,
+            target_stream: record.last.stream,
+            target_name: name.to_owned(),
+            target_namespace: None,
+            target_uid: record.uid.text().to_string(),
+            resource_version: record.resource_version().to_string(),
+            finalizer: String::new(),
+            pool: String::new(),
+            address: None,
+        }),
         evidence: vec![evidence(
             &record.last,
             format!("IPAMHandle {handle_id} counts {}", counts.join("; ")),

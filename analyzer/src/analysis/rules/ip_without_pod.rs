@@ -402,8 +402,10 @@ fn finding(
 /// The typed cleanup the collector can run, at this uid and resourceVersion: for a
 /// whereabouts pool, removing exactly this allocation (its pod gone); for a whereabouts
 /// reservation, deleting it (the collector checks that no pool allocation backs it); for a
-/// SpiderIPPool, removing this entry. A kube-ovn IP of a gone pod has none: kube-ovn
-/// releases it when the IP is deleted, and the fix says how.
+/// SpiderIPPool, removing this entry; for a Calico block, releasing this allocation (and
+/// lowering its handle's count); for a CiliumEndpoint, deleting it. A kube-ovn IP of a
+/// gone pod has none: kube-ovn releases it when the IP is deleted, and the fix says how;
+/// nor has a CiliumNode's used address: its agent owns it.
 fn cleanup(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> Option<Cleanup> {
     let (action, stream, address) = match record.part() {
         Part::IpPool(_) => (
@@ -421,6 +423,12 @@ fn cleanup(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> Opt
             Stream::SpiderIpPool,
             Some(holding.address.to_string()),
         ),
+        Part::CalicoBlock(_) => (
+            CleanupAction::RemoveAllocation,
+            key.0,
+            Some(holding.address.to_string()),
+        ),
+        Part::CiliumEndpoint(_) => (CleanupAction::Delete, Stream::CiliumEndpoint, None),
         _ => return None,
     };
     let (namespace, name) = match key.1.split_once('/') {
@@ -435,7 +443,7 @@ fn cleanup(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> Opt
         target_uid: record.uid.text().to_string(),
         resource_version: record.resource_version().to_string(),
         finalizer: String::new(),
-        pool: if stream != Stream::OverlappingRangeIpReservation {
+        pool: if action == CleanupAction::RemoveAllocation {
             name.to_owned()
         } else {
             String::new()
@@ -476,7 +484,7 @@ fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String 
             key.1
         ),
         Part::CalicoBlock(_) => format!(
-            "Calico's kube-controllers releases allocations of gone pods after its leak grace period; if it does not (is kube-controllers running? its logs name the handle it is stuck on), release it with its handle and sequence number checked: kubectl ipaudit release, or calicoctl ipam release --ip={}",
+            "Calico's kube-controllers releases allocations of gone pods after its leak grace period; if it does not (is kube-controllers running? its logs name the handle it is stuck on), release it with its sequence number checked: a collector with --remediate on does (a block patch testing the block's resourceVersion and the ordinal's sequence number, then the handle's count), as does kubectl ipaudit release or calicoctl ipam release --ip={}",
             holding.address
         ),
         Part::CiliumNode(_) => format!(

@@ -29,7 +29,7 @@ pub fn command_for(alert: &Alert, issued_at_ms: i64) -> Option<CleanupCommand> {
         command_id: format!("{}/{}", alert.alert_id, alert.fired_resource_version),
         cluster_id: alert.cluster_id.clone(),
         action: cleanup.action,
-        target_kind: cleanup.target_stream.kind().to_owned(),
+        target_kind: ipaudit_schemas::kinds::target_kind_of(cleanup.target_stream),
         target_name: cleanup.target_name.clone(),
         target_uid: cleanup.target_uid.clone(),
         expected_resource_version: cleanup.resource_version.clone(),
