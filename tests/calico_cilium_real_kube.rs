@@ -275,6 +275,34 @@ fn kubectl_ipaudit_check_finds_calico_and_cilium_leaks_and_release_fixes_exactly
             "sequenceNumber": 3, "sequenceNumberForAllocation": {"0": 1, "1": 2, "2": 3},
             "deleted": false, "strictAffinity": false}}),
     );
+    // The pool, an IPv6 block with its node's VXLAN tunnel address, and two pods whose
+    // addresses Calico does not account for: one outside every pool, one no block allocates.
+    kube.create(
+        &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool",
+        "metadata": {"name": "default-ipv4"}, "spec": {"cidr": "10.244.0.0/16"}}),
+    );
+    kube.create(
+        &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool",
+        "metadata": {"name": "default-ipv6"}, "spec": {"cidr": "fd00:10::/48"}}),
+    );
+    kube.create(
+        &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMHandle",
+        "metadata": {"name": "vxlan-v6-tunnel-addr-worker-1"},
+        "spec": {"handleID": "vxlan-v6-tunnel-addr-worker-1", "block": {"fd00:10::/122": 1},
+            "deleted": false}}),
+    );
+    kube.create(
+        &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock",
+        "metadata": {"name": "fd00-10---122"},
+        "spec": {"cidr": "fd00:10::/122", "affinity": "host:worker-1",
+            "allocations": [0, null], "unallocated": [1],
+            "attributes": [{"handle_id": "vxlan-v6-tunnel-addr-worker-1",
+                "secondary": {"node": "worker-1", "type": "vxlanV6TunnelAddress"}}],
+            "sequenceNumber": 1, "sequenceNumberForAllocation": {"0": 1},
+            "deleted": false, "strictAffinity": false}}),
+    );
+    pod(&kube, "stray", calico("c7"), "192.168.50.5");
+    pod(&kube, "unrecorded", calico("c8"), "10.244.1.9");
     // A CiliumEndpoint of a pod that is gone.
     kube.create(
         &json!({"apiVersion": "cilium.io/v2", "kind": "CiliumEndpoint",
@@ -313,6 +341,56 @@ fn kubectl_ipaudit_check_finds_calico_and_cilium_leaks_and_release_fixes_exactly
             ("ip-without-pod".to_owned(), "10.244.1.1".to_owned()),
         ],
         "{found}"
+    );
+    // The Calico findings in calicoctl's categories, with ipaudit's own two.
+    let categories: Value = found
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["record"] == "calico")
+        .expect("a calico record");
+    let items = |ipaudit: &str, calicoctl: &str| -> Vec<String> {
+        categories["categories"]
+            .as_array()
+            .expect("categories")
+            .iter()
+            .find(|c| c["ipaudit"] == ipaudit && c["calicoctl"] == calicoctl)
+            .and_then(|c| serde_json::from_value(c["items"].clone()).ok())
+            .unwrap_or_else(|| panic!("{ipaudit} / {calicoctl}: {categories}"))
+    };
+    assert_eq!(
+        items(
+            "ip-without-pod",
+            "IPs that are allocated in IPAM but not actually in use"
+        ),
+        ["10.244.1.1"]
+    );
+    assert_eq!(
+        items("handle-without-ip", "handles with no matching IPs"),
+        ["k8s-pod-network.c9"]
+    );
+    assert_eq!(
+        items(
+            "ip-without-handle",
+            "handles mentioned in blocks with no matching handle resource"
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        items("check", "in-use IPs that are not in active IP pools"),
+        ["192.168.50.5 (pod default/stray)"]
+    );
+    assert_eq!(
+        items(
+            "check",
+            "in-use IPs that are in active IP pools but have no corresponding IPAM allocation"
+        ),
+        ["10.244.1.9 (pod default/unrecorded)"]
+    );
+    assert_eq!(items("block-of-missing-node", ""), Vec::<String>::new());
+    assert_eq!(
+        items("check", ""),
+        ["fd00:10:: (vxlanV6TunnelAddress of worker-1)"]
     );
     let dry = plugin.release(&report, &[]);
     assert_eq!(dry.code, Some(0), "{dry}");

@@ -29,6 +29,8 @@ pub struct CheckResult {
     pub findings: Findings,
     /// The alerts still firing at the snapshot's time, each with its target.
     pub firing: Vec<ReportFinding>,
+    /// The Calico findings in `calicoctl ipam check`'s categories (none without Calico).
+    pub calico: Vec<crate::calicoctl::Category>,
 }
 
 /// Runs the analyzer over the snapshot's events; `now_ms` is the snapshot's time.
@@ -46,7 +48,7 @@ pub fn analyze(events: Vec<WatchEvent>, now_ms: i64, config: AnalyzerConfig) -> 
     outcome.stats = analyzer.stats();
     // The transitions move into the findings (as `analyzer replay` does): held once.
     let findings = Findings::take(std::mem::take(&mut outcome.outputs));
-    let firing = findings
+    let firing: Vec<ReportFinding> = findings
         .alerts
         .iter()
         .filter(|h| h.resolved.is_none())
@@ -55,10 +57,12 @@ pub fn analyze(events: Vec<WatchEvent>, now_ms: i64, config: AnalyzerConfig) -> 
             alert: h.fired.clone(),
         })
         .collect();
+    let calico = crate::calicoctl::categories(analyzer.state(), &firing);
     CheckResult {
         outcome,
         findings,
         firing,
+        calico,
     }
 }
 

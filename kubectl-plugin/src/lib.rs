@@ -5,10 +5,12 @@
 //! the collector's guarded finalizer removal.
 //!
 //! The pipeline, one module each: [`cluster`] (kubeconfig, and which cluster it is) ->
-//! [`snapshot`] (paged lists of every served kind, as events) -> [`check`] (the rules) ->
+//! [`snapshot`] (paged lists of every served kind, as events) -> [`check`] (the rules;
+//! [`calicoctl`], their Calico findings in `calicoctl ipam check`'s categories) ->
 //! [`report`] (the report file) -> [`release`] (guarded cleanup from a report); and
 //! [`incidents`], a running analyzer's incidents from its API.
 
+pub mod calicoctl;
 pub mod check;
 pub mod cluster;
 pub mod incidents;

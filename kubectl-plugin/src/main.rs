@@ -15,6 +15,7 @@ use ipaudit_analyzer::offline::report::{render_text, write_jsonl};
 use ipaudit_analyzer::AnalyzerConfig;
 use ipaudit_collector::watch::discovery;
 use ipaudit_collector::watch::event::Stamp;
+use ipaudit_kubectl::calicoctl;
 use ipaudit_kubectl::check::analyze;
 use ipaudit_kubectl::cluster::{connect, KubeOptions};
 use ipaudit_kubectl::release::{release, Rate, ReleaseOptions, Verdict};
@@ -242,8 +243,15 @@ async fn check(kube: &KubeOptions, args: CheckArgs) -> anyhow::Result<ExitCode> 
                 )?;
             }
             write!(stdout, "{}", render_text(&result.findings, &result.outcome))?;
+            write!(stdout, "{}", calicoctl::render_text(&result.calico))?;
         }
-        Format::Jsonl => write_jsonl(&mut stdout, &result.findings, &result.outcome)?,
+        Format::Jsonl => {
+            write_jsonl(&mut stdout, &result.findings, &result.outcome)?;
+            if !result.calico.is_empty() {
+                let line = serde_json::json!({"record": "calico", "categories": result.calico});
+                writeln!(stdout, "{line}")?;
+            }
+        }
     }
     if snap.unreadable > 0 {
         eprintln!(

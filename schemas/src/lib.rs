@@ -13,6 +13,7 @@
 
 pub mod alert;
 pub mod builders;
+pub mod cidr;
 pub mod command;
 pub mod container;
 pub mod convert;
