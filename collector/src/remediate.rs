@@ -667,6 +667,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_command_names_a_calico_v3_target_by_its_resource_and_finds_that_group() {
+        let command = |target_kind: &str, action: CleanupAction| CleanupCommand {
+            target_kind: target_kind.to_owned(),
+            action,
+            target_name: "10-244-1-0-26".into(),
+            target_uid: "b1".into(),
+            expected_resource_version: "9".into(),
+            address: Some("10.244.1.1".into()),
+            ..unreadable_command("c1", "prod")
+        };
+        let stream_of = |c: &CleanupCommand| cleanup_of(c).map(|cleanup| cleanup.target().stream);
+        assert_eq!(
+            stream_of(&command(
+                &ipaudit_schemas::kinds::target_kind_of(Stream::CalicoV3IpamBlock),
+                CleanupAction::RemoveAllocation
+            )),
+            Some(Stream::CalicoV3IpamBlock)
+        );
+        assert_eq!(
+            stream_of(&command("IPAMBlock", CleanupAction::RemoveAllocation)),
+            Some(Stream::CalicoIpamBlock)
+        );
+        assert_eq!(
+            stream_of(&command("IPPool", CleanupAction::RemoveAllocation)),
+            Some(Stream::IpPool),
+            "whereabouts' IPPool, as before"
+        );
+        assert_eq!(
+            stream_of(&command("CiliumEndpoint", CleanupAction::Delete)),
+            Some(Stream::CiliumEndpoint)
+        );
+        assert_eq!(
+            stream_of(&command("NoSuchKind", CleanupAction::Delete)),
+            None
+        );
+    }
+
+    #[test]
     fn the_ledger_keeps_old_handled_commands_handled() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("outbox.db");
