@@ -60,15 +60,20 @@ fn firing(kube: &KubeServer, receiver: &Receiver, rule: &str, subject: &str) -> 
                     &json!({"metadata": {"labels": {"tick": tick.to_string()}}}),
                 );
             }
-            receiver
-                .received("/hook")
-                .into_iter()
-                .map(|r| r.body)
-                .find(|a| {
-                    a["rule"] == rule && a["subject_name"] == subject && a["status"] == "FIRING"
-                })
+            alerts(receiver).into_iter().find(|a| {
+                a["rule"] == rule && a["subject_name"] == subject && a["status"] == "FIRING"
+            })
         },
     )
+}
+
+/// Every alert transition the webhook received, in order.
+fn alerts(receiver: &Receiver) -> Vec<Value> {
+    receiver
+        .received("/hook")
+        .into_iter()
+        .map(|r| r.body)
+        .collect()
 }
 
 /// A collector (as admin) and an analyzer with second-long graces, sending to a webhook.
@@ -166,11 +171,7 @@ fn calicos_leaks_written_through_a_real_api_server_are_alerted_live() {
             .contains("10.244.1.0/26"),
         "{node}"
     );
-    let all: Vec<Value> = receiver
-        .received("/hook")
-        .into_iter()
-        .map(|r| r.body)
-        .collect();
+    let all = alerts(&receiver);
     assert!(
         all.iter()
             .all(|a| a["rule"] != "handle-without-ip" && a["rule"] != "duplicate-ip"),
@@ -215,11 +216,7 @@ fn ciliums_leaks_written_through_a_real_api_server_are_alerted_live() {
     firing(&kube, &receiver, "ip-without-pod", "10.0.2.11");
     kube.delete("nodes", "worker-2");
     firing(&kube, &receiver, "block-of-missing-node", "worker-2");
-    let all: Vec<Value> = receiver
-        .received("/hook")
-        .into_iter()
-        .map(|r| r.body)
-        .collect();
+    let all = alerts(&receiver);
     assert!(
         all.iter()
             .all(|a| a["subject_name"] != "10.0.2.1" && a["subject_name"] != "10.0.2.2"),
@@ -227,11 +224,6 @@ fn ciliums_leaks_written_through_a_real_api_server_are_alerted_live() {
         analyzer.log_text()
     );
     drop(collector);
-}
-
-/// The text of a release line about `what`, or the whole run when there is none.
-fn line<'a>(run: &'a ipaudit_tests::plugin::Run, what: &str) -> &'a str {
-    run.line_about(what)
 }
 
 #[test]
@@ -394,12 +386,12 @@ fn kubectl_ipaudit_check_finds_calico_and_cilium_leaks_and_release_fixes_exactly
     );
     let dry = plugin.release(&report, &[]);
     assert_eq!(dry.code, Some(0), "{dry}");
-    assert!(line(&dry, "10.244.1.1").starts_with("dry-run"), "{dry}");
+    assert!(dry.line_about("10.244.1.1").starts_with("dry-run"), "{dry}");
     let applied = plugin.release(&report, &["--apply"]);
     assert_eq!(applied.code, Some(0), "{applied}");
     for what in ["10.244.1.1", "k8s-pod-network.c9", "cache-1"] {
         assert!(
-            line(&applied, what).starts_with("applied"),
+            applied.line_about(what).starts_with("applied"),
             "{what}: {applied}"
         );
     }

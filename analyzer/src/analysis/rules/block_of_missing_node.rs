@@ -302,53 +302,40 @@ fn finding(
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{t, transitions, MIN};
-
+    use super::super::testing::{t, tick, transitions_of, MIN};
     use super::NAME;
     use ipaudit_schemas::builders::EventBuilder;
     use ipaudit_schemas::{EventType, Stream};
 
-    /// This rule's transitions only (the tunnel address without its handle is another's).
-    fn mine(events: Vec<ipaudit_schemas::WatchEvent>) -> Vec<(String, String, String)> {
-        transitions(events)
-            .into_iter()
-            .filter(|(rule, _, _)| rule == NAME)
-            .collect()
-    }
-
-    fn tick(rv: i64, at: i64) -> ipaudit_schemas::WatchEvent {
-        EventBuilder::pod("default", &format!("tick-{rv}"))
-            .rv(rv)
-            .at(at)
-            .added()
-    }
-
     #[test]
     fn blocks_and_an_affinity_of_a_deleted_node_are_reported_after_fifteen_minutes() {
-        let got = mine(vec![
-            EventBuilder::node("node-a").rv(1).at(0).added(),
-            EventBuilder::calico_block("10.244.1.0/26", "node-a")
-                .calico_allocation(0, "", "ipip-tunnel-addr-node-a")
-                .rv(2)
-                .at(1)
-                .added(),
-            EventBuilder::calico_affinity("node-a", "10.244.1.0/26")
-                .rv(3)
-                .at(2)
-                .added(),
-            EventBuilder::node("node-a").rv(4).at(MIN).deleted(),
-            tick(5, 10 * MIN),
-            tick(6, 17 * MIN),
-            // The block and its affinity are released: resolved.
-            EventBuilder::calico_block("10.244.1.0/26", "node-a")
-                .rv(7)
-                .at(18 * MIN)
-                .deleted(),
-            EventBuilder::calico_affinity("node-a", "10.244.1.0/26")
-                .rv(8)
-                .at(18 * MIN)
-                .deleted(),
-        ]);
+        let got = transitions_of(
+            NAME,
+            vec![
+                EventBuilder::node("node-a").rv(1).at(0).added(),
+                EventBuilder::calico_block("10.244.1.0/26", "node-a")
+                    .calico_allocation(0, "", "ipip-tunnel-addr-node-a")
+                    .rv(2)
+                    .at(1)
+                    .added(),
+                EventBuilder::calico_affinity("node-a", "10.244.1.0/26")
+                    .rv(3)
+                    .at(2)
+                    .added(),
+                EventBuilder::node("node-a").rv(4).at(MIN).deleted(),
+                tick(5, 10 * MIN),
+                tick(6, 17 * MIN),
+                // The block and its affinity are released: resolved.
+                EventBuilder::calico_block("10.244.1.0/26", "node-a")
+                    .rv(7)
+                    .at(18 * MIN)
+                    .deleted(),
+                EventBuilder::calico_affinity("node-a", "10.244.1.0/26")
+                    .rv(8)
+                    .at(18 * MIN)
+                    .deleted(),
+            ],
+        );
         assert_eq!(
             got,
             [t(NAME, "firing", "node-a"), t(NAME, "resolved", "node-a")]
@@ -366,20 +353,23 @@ mod tests {
         }
         let mut end = EventBuilder::marker(Stream::Node, EventType::SyncEnd, 4);
         end.observed_at_ms = Some(3);
-        let got = mine(vec![
-            EventBuilder::node("node-a").rv(1).at(0).added(),
-            EventBuilder::calico_block("10.244.1.0/26", "node-a")
-                .rv(2)
-                .at(1)
-                .added(),
-            pending,
-            end,
-            EventBuilder::calico_block("10.244.9.0/26", "")
-                .rv(5)
-                .at(4)
-                .added(),
-            tick(6, 30 * MIN),
-        ]);
+        let got = transitions_of(
+            NAME,
+            vec![
+                EventBuilder::node("node-a").rv(1).at(0).added(),
+                EventBuilder::calico_block("10.244.1.0/26", "node-a")
+                    .rv(2)
+                    .at(1)
+                    .added(),
+                pending,
+                end,
+                EventBuilder::calico_block("10.244.9.0/26", "")
+                    .rv(5)
+                    .at(4)
+                    .added(),
+                tick(6, 30 * MIN),
+            ],
+        );
         assert_eq!(got, []);
     }
 
@@ -387,14 +377,17 @@ mod tests {
     fn a_cilium_node_of_a_node_missing_from_a_complete_list_is_reported() {
         let mut end = EventBuilder::marker(Stream::Node, EventType::SyncEnd, 2);
         end.observed_at_ms = Some(MIN);
-        let got = mine(vec![
-            EventBuilder::cilium_node("node-gone", &["10.0.7.0/24"])
-                .rv(1)
-                .at(0)
-                .added(),
-            end,
-            tick(3, 17 * MIN),
-        ]);
+        let got = transitions_of(
+            NAME,
+            vec![
+                EventBuilder::cilium_node("node-gone", &["10.0.7.0/24"])
+                    .rv(1)
+                    .at(0)
+                    .added(),
+                end,
+                tick(3, 17 * MIN),
+            ],
+        );
         assert_eq!(got, [t(NAME, "firing", "node-gone")]);
     }
 }

@@ -202,10 +202,9 @@ fn finding(ctx: &Context<'_>, name: &str, record: &ObjectRecord, short: &Shortfa
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{t, transitions, MIN};
+    use super::super::testing::{after_calico_lists, t, tick, transitions, MIN};
     use super::NAME;
     use ipaudit_schemas::builders::EventBuilder;
-    use ipaudit_schemas::{EventType, Stream};
 
     fn block() -> EventBuilder {
         EventBuilder::calico_block("10.244.1.0/26", "node-a")
@@ -215,41 +214,20 @@ mod tests {
         EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 1)])
     }
 
-    /// Complete (empty) lists of blocks and handles: from here on their counts compare.
-    fn listed() -> Vec<ipaudit_schemas::WatchEvent> {
-        [Stream::CalicoIpamBlock, Stream::CalicoIpamHandle]
-            .into_iter()
-            .map(|stream| EventBuilder::marker(stream, EventType::SyncEnd, 0))
-            .collect()
-    }
-
-    fn tick(rv: i64, at: i64) -> ipaudit_schemas::WatchEvent {
-        EventBuilder::pod("default", &format!("tick-{rv}"))
-            .rv(rv)
-            .at(at)
-            .added()
-    }
-
     #[test]
     fn a_handle_left_behind_by_a_release_is_an_orphan_reported_after_the_grace() {
-        let got = transitions(
-            [
-                listed(),
-                vec![
-                    handle().rv(1).at(0).added(),
-                    block()
-                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
-                        .rv(2)
-                        .at(1)
-                        .added(),
-                    // Released from the block; the handle's decrement never comes.
-                    block().rv(3).at(MIN).modified(),
-                    tick(4, 3 * MIN),
-                    handle().rv(5).at(4 * MIN).deleted(),
-                ],
-            ]
-            .concat(),
-        );
+        let got = transitions(after_calico_lists(vec![
+            handle().rv(1).at(0).added(),
+            block()
+                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
+                .rv(2)
+                .at(1)
+                .added(),
+            // Released from the block; the handle's decrement never comes.
+            block().rv(3).at(MIN).modified(),
+            tick(4, 3 * MIN),
+            handle().rv(5).at(4 * MIN).deleted(),
+        ]));
         assert_eq!(
             got,
             [
@@ -261,46 +239,34 @@ mod tests {
 
     #[test]
     fn a_handle_written_before_its_block_and_decremented_after_it_is_no_finding() {
-        let got = transitions(
-            [
-                listed(),
-                vec![
-                    handle().rv(1).at(0).added(),
-                    block()
-                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
-                        .rv(2)
-                        .at(3_000)
-                        .added(),
-                    block().rv(3).at(MIN).modified(),
-                    handle().rv(4).at(MIN + 2_000).deleted(),
-                    tick(5, 5 * MIN),
-                ],
-            ]
-            .concat(),
-        );
+        let got = transitions(after_calico_lists(vec![
+            handle().rv(1).at(0).added(),
+            block()
+                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
+                .rv(2)
+                .at(3_000)
+                .added(),
+            block().rv(3).at(MIN).modified(),
+            handle().rv(4).at(MIN + 2_000).deleted(),
+            tick(5, 5 * MIN),
+        ]));
         assert_eq!(got, []);
     }
 
     #[test]
     fn a_count_too_high_is_reported() {
-        let got = transitions(
-            [
-                listed(),
-                vec![
-                    EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 2)])
-                        .rv(1)
-                        .at(0)
-                        .added(),
-                    block()
-                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
-                        .rv(2)
-                        .at(1)
-                        .added(),
-                    tick(3, 2 * MIN),
-                ],
-            ]
-            .concat(),
-        );
+        let got = transitions(after_calico_lists(vec![
+            EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 2)])
+                .rv(1)
+                .at(0)
+                .added(),
+            block()
+                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
+                .rv(2)
+                .at(1)
+                .added(),
+            tick(3, 2 * MIN),
+        ]));
         assert_eq!(got, [t(NAME, "firing", "k8s-pod-network.c0ffee")]);
     }
 }

@@ -238,52 +238,30 @@ fn finding(ctx: &Context<'_>, unit: &str, address: &str, missing: &Missing<'_>) 
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{t, transitions, MIN};
+    use super::super::testing::{after_calico_lists, t, tick, transitions, MIN};
     use super::NAME;
     use ipaudit_schemas::builders::EventBuilder;
-    use ipaudit_schemas::{EventType, Stream};
 
     fn block() -> EventBuilder {
         EventBuilder::calico_block("10.244.1.0/26", "node-a")
     }
 
-    /// Complete (empty) lists of blocks and handles: from here on their counts compare.
-    fn listed() -> Vec<ipaudit_schemas::WatchEvent> {
-        [Stream::CalicoIpamBlock, Stream::CalicoIpamHandle]
-            .into_iter()
-            .map(|stream| EventBuilder::marker(stream, EventType::SyncEnd, 0))
-            .collect()
-    }
-
-    fn tick(rv: i64, at: i64) -> ipaudit_schemas::WatchEvent {
-        EventBuilder::pod("default", &format!("tick-{rv}"))
-            .rv(rv)
-            .at(at)
-            .added()
-    }
-
     #[test]
     fn an_allocation_whose_handle_is_missing_past_the_grace_is_reported_by_its_address() {
-        let got = transitions(
-            [
-                listed(),
-                vec![
-                    block()
-                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee\r\neth0")
-                        .calico_allocation(2, "", "windows-reserved-ipam-handle")
-                        .rv(1)
-                        .at(0)
-                        .added(),
-                    tick(2, 2 * MIN),
-                    // The handle appears: resolved.
-                    EventBuilder::calico_handle("K8S-pod-network.c0ffee", &[("10.244.1.0/26", 1)])
-                        .rv(3)
-                        .at(3 * MIN)
-                        .added(),
-                ],
-            ]
-            .concat(),
-        );
+        let got = transitions(after_calico_lists(vec![
+            block()
+                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee\r\neth0")
+                .calico_allocation(2, "", "windows-reserved-ipam-handle")
+                .rv(1)
+                .at(0)
+                .added(),
+            tick(2, 2 * MIN),
+            // The handle appears: resolved.
+            EventBuilder::calico_handle("K8S-pod-network.c0ffee", &[("10.244.1.0/26", 1)])
+                .rv(3)
+                .at(3 * MIN)
+                .added(),
+        ]));
         assert_eq!(
             got,
             [
@@ -295,25 +273,19 @@ mod tests {
 
     #[test]
     fn the_handle_written_seconds_after_the_block_is_no_finding() {
-        let got = transitions(
-            [
-                listed(),
-                vec![
-                    block()
-                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
-                        .rv(1)
-                        .at(0)
-                        .added(),
-                    EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 1)])
-                        .in_calico_v3()
-                        .rv(2)
-                        .at(5_000)
-                        .added(),
-                    tick(3, 5 * MIN),
-                ],
-            ]
-            .concat(),
-        );
+        let got = transitions(after_calico_lists(vec![
+            block()
+                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
+                .rv(1)
+                .at(0)
+                .added(),
+            EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 1)])
+                .in_calico_v3()
+                .rv(2)
+                .at(5_000)
+                .added(),
+            tick(3, 5 * MIN),
+        ]));
         assert_eq!(got, []);
     }
 
@@ -321,23 +293,17 @@ mod tests {
     fn a_handle_deleted_while_its_block_still_allocates_under_it_is_reported() {
         let handle =
             || EventBuilder::calico_handle("k8s-pod-network.c0ffee", &[("10.244.1.0/26", 1)]);
-        let got = transitions(
-            [
-                listed(),
-                vec![
-                    handle().rv(1).at(0).added(),
-                    block()
-                        .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
-                        .rv(2)
-                        .at(1)
-                        .added(),
-                    handle().soft_deleted().rv(3).at(MIN).modified(),
-                    handle().rv(4).at(MIN + 1).deleted(),
-                    tick(5, 3 * MIN),
-                ],
-            ]
-            .concat(),
-        );
+        let got = transitions(after_calico_lists(vec![
+            handle().rv(1).at(0).added(),
+            block()
+                .calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee")
+                .rv(2)
+                .at(1)
+                .added(),
+            handle().soft_deleted().rv(3).at(MIN).modified(),
+            handle().rv(4).at(MIN + 1).deleted(),
+            tick(5, 3 * MIN),
+        ]));
         assert_eq!(got, [t(NAME, "firing", "10.244.1.1")]);
     }
 }

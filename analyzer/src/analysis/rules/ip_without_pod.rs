@@ -497,7 +497,7 @@ fn fix(key: &RecordKey, record: &ObjectRecord, holding: &Holding<'_>) -> String 
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{t, transitions, MIN};
+    use super::super::testing::{t, transitions, transitions_of, MIN};
     use super::NAME;
     use ipaudit_schemas::builders::EventBuilder;
 
@@ -687,14 +687,6 @@ mod tests {
         EventBuilder::calico_block("10.244.1.0/26", "node-a")
     }
 
-    /// This rule's transitions only (the tests' blocks have no handles: another rule's).
-    fn mine(events: Vec<ipaudit_schemas::WatchEvent>) -> Vec<(String, String, String)> {
-        transitions(events)
-            .into_iter()
-            .filter(|(rule, _, _)| rule == NAME)
-            .collect()
-    }
-
     /// A pod on Calico's network, its allocation (ordinal 1) and a tunnel address (0), the
     /// pod deleted at one minute; then the clock at `until`.
     fn calico_leak(block: EventBuilder, until: i64) -> Vec<(String, String, String)> {
@@ -705,15 +697,18 @@ mod tests {
             assert_eq!(b.allocations[0].address, "10.244.1.0");
         }
         tunnel = tunnel.calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee");
-        mine(vec![
-            calico_pod().rv(1).at(0).added(),
-            tunnel.rv(2).at(1).added(),
-            calico_pod().rv(3).at(MIN).deleted(),
-            EventBuilder::pod("default", "other")
-                .rv(4)
-                .at(until)
-                .added(),
-        ])
+        transitions_of(
+            NAME,
+            vec![
+                calico_pod().rv(1).at(0).added(),
+                tunnel.rv(2).at(1).added(),
+                calico_pod().rv(3).at(MIN).deleted(),
+                EventBuilder::pod("default", "other")
+                    .rv(4)
+                    .at(until)
+                    .added(),
+            ],
+        )
     }
 
     #[test]
@@ -734,22 +729,25 @@ mod tests {
     fn a_calico_block_seen_in_both_api_groups_fires_once_and_stays_firing_when_one_copy_goes() {
         let allocated =
             |b: EventBuilder| b.calico_allocation(1, "default/web-0", "k8s-pod-network.c0ffee");
-        let got = mine(vec![
-            calico_pod().rv(1).at(0).added(),
-            allocated(block()).rv(2).at(1).added(),
-            allocated(block().in_calico_v3()).rv(3).at(2).added(),
-            calico_pod().rv(4).at(MIN).deleted(),
-            EventBuilder::pod("default", "other")
-                .rv(5)
-                .at(17 * MIN)
-                .added(),
-            // The migration deletes the v1 copy: the allocation is still the v3 block's.
-            allocated(block()).rv(6).at(18 * MIN).deleted(),
-            EventBuilder::pod("default", "other-2")
-                .rv(7)
-                .at(19 * MIN)
-                .added(),
-        ]);
+        let got = transitions_of(
+            NAME,
+            vec![
+                calico_pod().rv(1).at(0).added(),
+                allocated(block()).rv(2).at(1).added(),
+                allocated(block().in_calico_v3()).rv(3).at(2).added(),
+                calico_pod().rv(4).at(MIN).deleted(),
+                EventBuilder::pod("default", "other")
+                    .rv(5)
+                    .at(17 * MIN)
+                    .added(),
+                // The migration deletes the v1 copy: the allocation is still the v3 block's.
+                allocated(block()).rv(6).at(18 * MIN).deleted(),
+                EventBuilder::pod("default", "other-2")
+                    .rv(7)
+                    .at(19 * MIN)
+                    .added(),
+            ],
+        );
         assert_eq!(got, [t(NAME, "firing", "10.244.1.1")]);
     }
 

@@ -442,6 +442,35 @@ pub(crate) mod testing {
         (rule.into(), status.into(), subject.into())
     }
 
+    /// The transitions of `rule` only (other rules may see the same events).
+    pub fn transitions_of(rule: &str, events: Vec<WatchEvent>) -> Vec<(String, String, String)> {
+        transitions(events)
+            .into_iter()
+            .filter(|(name, _, _)| name == rule)
+            .collect()
+    }
+
+    /// A pod of its own appearing at `at`: it moves event time and nothing else.
+    pub fn tick(rv: i64, at: i64) -> WatchEvent {
+        ipaudit_schemas::builders::EventBuilder::pod("default", &format!("tick-{rv}"))
+            .rv(rv)
+            .at(at)
+            .added()
+    }
+
+    /// Complete (empty) lists of Calico's blocks and handles, then `events`: the handle
+    /// rules judge only once both were listed.
+    pub fn after_calico_lists(events: Vec<WatchEvent>) -> Vec<WatchEvent> {
+        use ipaudit_schemas::{EventType, Stream};
+        [Stream::CalicoIpamBlock, Stream::CalicoIpamHandle]
+            .into_iter()
+            .map(|stream| {
+                ipaudit_schemas::builders::EventBuilder::marker(stream, EventType::SyncEnd, 0)
+            })
+            .chain(events)
+            .collect()
+    }
+
     /// A minute of event time, in ms.
     pub const MIN: i64 = 60_000;
 }
