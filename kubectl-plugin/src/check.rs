@@ -188,6 +188,40 @@ mod tests {
         (rule.to_owned(), subject.to_owned())
     }
 
+    fn handle(id: &str, cidr: &str, age_ms: i64) -> Value {
+        json!({"metadata": meta(id, age_ms),
+            "spec": {"handleID": id, "block": {cidr: 1}, "deleted": false}})
+    }
+
+    fn empty_block(cidr: &str, age_ms: i64) -> Value {
+        json!({"metadata": meta(&cidr.replace(['.', '/'], "-"), age_ms),
+            "spec": {"cidr": cidr, "allocations": [null, null], "attributes": [],
+                "unallocated": [0, 1], "sequenceNumber": 2}})
+    }
+
+    #[test]
+    fn a_snapshot_measures_the_handle_grace_from_the_objects_own_last_change() {
+        // An orphan handle an hour old is reported; one whose block was written 10 s ago
+        // may still be in Calico's handle-after-block window.
+        let found = rules_fired(&[
+            (
+                Stream::CalicoIpamHandle,
+                vec![
+                    handle("k8s-pod-network.old", "10.244.1.0/26", HOUR),
+                    handle("k8s-pod-network.new", "10.244.2.0/26", HOUR),
+                ],
+            ),
+            (
+                Stream::CalicoIpamBlock,
+                vec![
+                    empty_block("10.244.1.0/26", HOUR),
+                    empty_block("10.244.2.0/26", 10_000),
+                ],
+            ),
+        ]);
+        assert_eq!(found, [fired("handle-without-ip", "k8s-pod-network.old")]);
+    }
+
     #[test]
     fn a_healthy_snapshot_finds_nothing() {
         let found = rules_fired(&[

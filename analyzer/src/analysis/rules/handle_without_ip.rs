@@ -116,10 +116,20 @@ impl HandleWithoutIp {
         if !calico::blocks_and_handles_listed(ctx.state) {
             return;
         }
-        if shortfalls(ctx.state, name).is_some() {
+        if let Some((handle, short)) = shortfalls(ctx.state, name) {
             let id = ctx.alert_id(NAME, &subject_uid(name), None);
             if !ctx.is_firing(&id) {
-                let due = ctx.now_ms.saturating_add(ctx.config.handle_grace_ms);
+                let blocks: Vec<String> = short
+                    .iter()
+                    .map(|(cidr, _, _)| calico::block_object_name(cidr))
+                    .collect();
+                let involved = std::iter::once(handle).chain(
+                    blocks
+                        .iter()
+                        .flat_map(|b| calico::blocks_named(ctx.state, b).map(|(r, _)| r)),
+                );
+                let since = calico::mismatch_since(cause, involved, ctx.now_ms);
+                let due = since.saturating_add(ctx.config.handle_grace_ms);
                 self.deadlines.set_if_absent(name, due);
             }
             return;

@@ -174,7 +174,9 @@ impl IpWithoutHandle {
             Some(missing) => {
                 let id = ctx.alert_id(NAME, &subject_uid(unit), None);
                 if !ctx.is_firing(&id) {
-                    let due = ctx.now_ms.saturating_add(ctx.config.handle_grace_ms);
+                    let since =
+                        calico::mismatch_since(cause, std::iter::once(missing.block), ctx.now_ms);
+                    let due = since.saturating_add(ctx.config.handle_grace_ms);
                     self.deadlines.set_if_absent(unit, due);
                 }
                 self.waiting

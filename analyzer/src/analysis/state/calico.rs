@@ -5,7 +5,9 @@
 
 use ipaudit_schemas::{CalicoAllocation, CalicoBlockInfo, CalicoHandleInfo, Stream};
 
-use super::{ClusterState, ObjectRecord, Part};
+use ipaudit_schemas::EventType;
+
+use super::{ClusterState, EventRef, ObjectRecord, Part};
 
 /// The handle Calico's Windows nodes reserve addresses under: it has no IPAMHandle by
 /// design (libcalico-go `WindowsReservedHandle`).
@@ -98,6 +100,24 @@ pub fn addresses_of_handle_in(state: &ClusterState, cidr: &str, handle_id: &str)
 pub fn blocks_and_handles_listed(state: &ClusterState) -> bool {
     let listed = |streams: [Stream; 2]| streams.iter().any(|s| state.listed(*s).is_some());
     listed(BLOCK_STREAMS) && listed(HANDLE_STREAMS)
+}
+
+/// Since when a mismatch between blocks and handles exists: when the change that made it
+/// was seen (`now_ms`); but when it is seen at the end of a list (a collector's first list,
+/// a one-shot check's snapshot), since the latest change of the objects involved, which
+/// is when it began at the latest.
+pub fn mismatch_since<'a>(
+    cause: &EventRef,
+    involved: impl Iterator<Item = &'a ObjectRecord>,
+    now_ms: i64,
+) -> i64 {
+    if cause.event_type != EventType::SyncEnd {
+        return now_ms;
+    }
+    involved
+        .filter_map(|r| r.last.time_ms())
+        .max()
+        .map_or(now_ms, |latest| latest.min(now_ms))
 }
 
 /// The node a block is affine to (`host:<node>`); none for no affinity or a `virtual`
