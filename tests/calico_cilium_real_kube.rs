@@ -429,3 +429,81 @@ fn kubectl_ipaudit_check_finds_calico_and_cilium_leaks_and_release_fixes_exactly
     let after = check(&dir.path().join("after.json"));
     assert_eq!(after.code, Some(0), "the cluster is clean: {after}");
 }
+
+#[test]
+fn a_cleanup_command_releases_a_leaked_allocation_of_a_v3_calico_block_with_the_charts_roles() {
+    let kube = KubeServer::start();
+    let world = World::new("calico-remediate", None);
+    let receiver = Receiver::start(&world.runtime);
+    let commands = world.commands_topic();
+    // The collector runs as the chart's ServiceAccount with remediation on: its writes pass
+    // the server's RBAC with the chart's roles.
+    let kubeconfig = kube.chart_collector_kubeconfig(true, world.dir.path());
+    let setup = CollectorSetup {
+        kubeconfig: &kubeconfig,
+        ..world.setup()
+    };
+    let collector = world.remediating_collector_on(&setup, "on", &[]);
+    let analyzer = AnalyzerProcess::start(
+        &world.brokers,
+        &world.topic,
+        &format!("analyzer-{commands}"),
+        &world.dir.path().join("analyzer"),
+        &[
+            "--webhook-url",
+            &format!("{}/hook", receiver.url),
+            "--cleanup-commands",
+            "--commands-topic",
+            &commands,
+            "--calico-grace",
+            "3s",
+        ],
+    );
+    analyzer.wait_joined(Duration::from_secs(30));
+    kube.create(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1"}}));
+    pod(&kube, "ticker", json!({}), "10.6.0.99");
+    pod(
+        &kube,
+        "web-0",
+        json!({"cni.projectcalico.org/containerID": "c0"}),
+        "10.245.1.1",
+    );
+    // Calico 3.32's v3 group: the command must name it, or the collector would patch v1.
+    kube.create(
+        &json!({"apiVersion": "projectcalico.org/v3", "kind": "IPAMHandle",
+        "metadata": {"name": "k8s-pod-network.c0"},
+        "spec": {"handleID": "k8s-pod-network.c0", "block": {"10.245.1.0/26": 1},
+            "deleted": false}}),
+    );
+    let mut allocations = vec![Value::Null; 64];
+    allocations[1] = json!(0);
+    kube.create(
+        &json!({"apiVersion": "projectcalico.org/v3", "kind": "IPAMBlock",
+        "metadata": {"name": "10-245-1-0-26"},
+        "spec": {"cidr": "10.245.1.0/26", "affinity": "host:worker-1",
+            "allocations": allocations, "unallocated": (2..64).chain([0]).collect::<Vec<_>>(),
+            "attributes": [{"handle_id": "k8s-pod-network.c0",
+                "secondary": {"namespace": "default", "pod": "web-0", "node": "worker-1"}}],
+            "sequenceNumber": 1, "sequenceNumberForAllocation": {"1": 1},
+            "deleted": false, "strictAffinity": false}}),
+    );
+    force_delete(&kube, "web-0");
+    firing(&kube, &receiver, "ip-without-pod", "10.245.1.1");
+    wait_for(
+        "the allocation released and its alert resolved",
+        Duration::from_secs(60),
+        || {
+            alerts(&receiver)
+                .into_iter()
+                .find(|a| a["rule"] == "ip-without-pod" && a["status"] == "RESOLVED")
+        },
+    );
+    let block = kube.get("ipamblocks.projectcalico.org", "10-245-1-0-26", &[]);
+    assert!(block["spec"]["allocations"][1].is_null(), "{block}");
+    assert_eq!(block["spec"]["attributes"], json!([]), "{block}");
+    assert!(
+        !kube.exists("ipamhandles.projectcalico.org", "k8s-pod-network.c0", &[]),
+        "the handle went with its last address"
+    );
+    drop(collector);
+}
