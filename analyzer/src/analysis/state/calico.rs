@@ -57,7 +57,7 @@ pub fn blocks_named<'a>(
     BLOCK_STREAMS.into_iter().filter_map(move |stream| {
         let record = state.get(stream, &name)?;
         match record.part() {
-            Part::CalicoBlock(block) if !block.deleted => Some((record, &**block)),
+            Part::CalicoBlock(block) if !block.deleted => Some((record, &***block)),
             _ => None,
         }
     })

@@ -267,12 +267,12 @@ pub fn part_holdings<'a>(key: &'a str, part: &'a Part) -> Holdings<'a> {
             }
         }
         Part::CalicoBlock(block) if !block.deleted => {
-            for allocation in &block.allocations {
-                if let Some(owner) = calico_pod_owner(allocation) {
+            for (index, allocation) in block.allocations.iter().enumerate() {
+                if let Some(owner) = block.owner(index) {
                     held.push(Holding {
                         address: &allocation.address,
                         scope: Scope::Calico,
-                        owner: Cow::Owned(owner),
+                        owner: Cow::Borrowed(owner),
                         owner_uid: None,
                         kept: false,
                     });

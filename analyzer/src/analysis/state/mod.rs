@@ -40,7 +40,7 @@ pub use indexes::ReleasedHolding;
 pub use millis::Millis;
 pub use name::Name;
 pub use object_record::ObjectRecord;
-pub use part::{IpPart, Part, PodPart};
+pub use part::{CalicoBlockPart, IpPart, Part, PodPart};
 pub use uid::{Uid, UidText};
 
 use holder_index::HolderIds;

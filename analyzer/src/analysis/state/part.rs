@@ -38,8 +38,8 @@ pub enum Part {
     SpiderEndpoint(Box<SpiderEndpointInfo>),
     /// A core Node: the rules read only that it exists.
     Node,
-    /// A Calico IPAMBlock, in either API group.
-    CalicoBlock(Box<CalicoBlockInfo>),
+    /// A Calico IPAMBlock, in either API group, with its allocations' owners.
+    CalicoBlock(Box<CalicoBlockPart>),
     /// A Calico IPAMHandle.
     CalicoHandle(Box<CalicoHandleInfo>),
     /// A Calico BlockAffinity.
@@ -50,6 +50,42 @@ pub enum Part {
     CiliumNode(Box<CiliumNodeInfo>),
     /// A CiliumEndpoint.
     CiliumEndpoint(Box<CiliumEndpointInfo>),
+}
+
+/// A Calico block as the rules read it: the decoded block, and the pod each allocation
+/// is for (`namespace/pod`) made once, since the holder index names them on every lookup
+/// of one of its addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalicoBlockPart {
+    block: CalicoBlockInfo,
+    /// Per allocation, in its order: its pod, or `None` (a tunnel or LoadBalancer address,
+    /// one cooling down, one without pod attributes).
+    owners: Box<[Option<SmolStr>]>,
+}
+
+impl CalicoBlockPart {
+    /// The part of `block`.
+    pub fn new(block: CalicoBlockInfo) -> Self {
+        let owners = block
+            .allocations
+            .iter()
+            .map(|a| super::holdings::calico_pod_owner(a).map(SmolStr::from))
+            .collect();
+        CalicoBlockPart { block, owners }
+    }
+
+    /// The pod the allocation at `index` (of `allocations`) is for.
+    pub fn owner(&self, index: usize) -> Option<&str> {
+        self.owners.get(index).and_then(Option::as_deref)
+    }
+}
+
+impl std::ops::Deref for CalicoBlockPart {
+    type Target = CalicoBlockInfo;
+
+    fn deref(&self) -> &CalicoBlockInfo {
+        &self.block
+    }
 }
 
 /// What the rules read of a kube-ovn IP (the fields of `IpInfo` by the same names): 64
@@ -364,7 +400,9 @@ impl Part {
             KindPart::SpiderIpPool(pool) => Part::SpiderIpPool(Box::new(take(pool))),
             KindPart::SpiderEndpoint(endpoint) => Part::SpiderEndpoint(Box::new(take(endpoint))),
             KindPart::Node(_) => Part::Node,
-            KindPart::CalicoBlock(block) => Part::CalicoBlock(Box::new(take(block))),
+            KindPart::CalicoBlock(block) => {
+                Part::CalicoBlock(Box::new(CalicoBlockPart::new(take(block))))
+            }
             KindPart::CalicoHandle(handle) => Part::CalicoHandle(Box::new(take(handle))),
             KindPart::CalicoAffinity(affinity) => Part::CalicoAffinity(Box::new(take(affinity))),
             KindPart::CalicoPool(pool) => Part::CalicoPool(Box::new(take(pool))),
@@ -412,7 +450,7 @@ impl From<&Part> for KindPart {
             Part::SpiderIpPool(pool) => KindPart::SpiderIpPool(pool.clone()),
             Part::SpiderEndpoint(endpoint) => KindPart::SpiderEndpoint(endpoint.clone()),
             Part::Node => KindPart::Node(Box::default()),
-            Part::CalicoBlock(block) => KindPart::CalicoBlock(block.clone()),
+            Part::CalicoBlock(block) => KindPart::CalicoBlock(Box::new(block.block.clone())),
             Part::CalicoHandle(handle) => KindPart::CalicoHandle(handle.clone()),
             Part::CalicoAffinity(affinity) => KindPart::CalicoAffinity(affinity.clone()),
             Part::CalicoPool(pool) => KindPart::CalicoPool(pool.clone()),
