@@ -435,31 +435,14 @@ fn a_cleanup_command_releases_a_leaked_allocation_of_a_v3_calico_block_with_the_
     let kube = KubeServer::start();
     let world = World::new("calico-remediate", None);
     let receiver = Receiver::start(&world.runtime);
-    let commands = world.commands_topic();
     // The collector runs as the chart's ServiceAccount with remediation on: its writes pass
     // the server's RBAC with the chart's roles.
     let kubeconfig = kube.chart_collector_kubeconfig(true, world.dir.path());
-    let setup = CollectorSetup {
-        kubeconfig: &kubeconfig,
-        ..world.setup()
-    };
-    let collector = world.remediating_collector_on(&setup, "on", &[]);
-    let analyzer = AnalyzerProcess::start(
-        &world.brokers,
-        &world.topic,
-        &format!("analyzer-{commands}"),
-        &world.dir.path().join("analyzer"),
-        &[
-            "--webhook-url",
-            &format!("{}/hook", receiver.url),
-            "--cleanup-commands",
-            "--commands-topic",
-            &commands,
-            "--calico-grace",
-            "3s",
-        ],
+    let (collector, _analyzer) = world.cleanup_loop_on(
+        &kubeconfig,
+        &format!("{}/hook", receiver.url),
+        &["--calico-grace", "3s"],
     );
-    analyzer.wait_joined(Duration::from_secs(30));
     kube.create(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1"}}));
     pod(&kube, "ticker", json!({}), "10.6.0.99");
     pod(

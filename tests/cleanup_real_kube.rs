@@ -10,8 +10,6 @@
 use std::time::Duration;
 
 use ipaudit_schemas::{EventType, RemediationOutcome, WatchEvent};
-use ipaudit_tests::analyzer::AnalyzerProcess;
-use ipaudit_tests::collector::CollectorSetup;
 use ipaudit_tests::interloper::Interloper;
 use ipaudit_tests::kube::KubeServer;
 use ipaudit_tests::plugin::{Plugin, Run};
@@ -308,29 +306,11 @@ fn a_cleanup_command_frees_the_stuck_ip_on_a_real_server_with_the_charts_roles_a
     let kube = KubeServer::start();
     let world = World::new("real-remediate", None);
     let receiver = Receiver::start(&world.runtime);
-    let commands = world.commands_topic();
     // The collector runs as the chart's ServiceAccount with remediation on: its cleanup
     // writes pass the server's RBAC with the chart's roles, not an admin's.
     let kubeconfig = kube.chart_collector_kubeconfig(true, world.dir.path());
-    let setup = CollectorSetup {
-        kubeconfig: &kubeconfig,
-        ..world.setup()
-    };
-    let collector = world.remediating_collector_on(&setup, "on", &[]);
-    let analyzer = AnalyzerProcess::start(
-        &world.brokers,
-        &world.topic,
-        &format!("analyzer-{commands}"),
-        &world.dir.path().join("analyzer"),
-        &[
-            "--webhook-url",
-            &format!("{}/hook", receiver.url),
-            "--cleanup-commands",
-            "--commands-topic",
-            &commands,
-        ],
-    );
-    analyzer.wait_joined(Duration::from_secs(30));
+    let (collector, analyzer) =
+        world.cleanup_loop_on(&kubeconfig, &format!("{}/hook", receiver.url), &[]);
     // The seed incident, played through the API: the subnet goes while its IP names it,
     // then the IP is deleted and stays on kube-ovn's finalizer.
     kube.create(&json!({"apiVersion": "kubeovn.io/v1", "kind": "Subnet",

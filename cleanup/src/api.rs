@@ -141,6 +141,27 @@ pub async fn reread(client: &Client, target: &Target) -> Result<(String, Value),
     Ok((path, live))
 }
 
+/// [`reread`], and the live object's kind part read by the same converter as every event
+/// (so that an address or a handle means here what it meant in the finding); `None` when
+/// the object has no part of its kind.
+pub async fn reread_part(
+    client: &Client,
+    target: &Target,
+) -> Result<(String, Value, Option<ipaudit_schemas::KindPart>), Outcome> {
+    let (path, live) = reread(client, target).await?;
+    match ipaudit_schemas::convert::from_object_of(
+        target.stream,
+        ipaudit_schemas::EventType::Modified,
+        &live,
+    ) {
+        Ok(converted) => Ok((path, live, converted.event.part)),
+        Err(e) => Err(Outcome::failed(
+            format!("cannot read the {}: {e}", target.stream.kind()),
+            &target.resource_version,
+        )),
+    }
+}
+
 /// Ok when the object of `stream` named `name` is absent; else the outcome, with `present`
 /// as the reason when it exists. `rv` is the target's, for the outcome.
 pub async fn require_absent(

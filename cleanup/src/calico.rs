@@ -16,8 +16,8 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use super::api::{
-    delete_with_preconditions, get, json_patch, metadata, path_of, require_absent, reread, Lookup,
-    WriteError,
+    delete_with_preconditions, get, json_patch, metadata, path_of, require_absent, reread_part,
+    Lookup, WriteError,
 };
 use super::{Mode, Outcome, Target};
 
@@ -55,20 +55,16 @@ pub(super) async fn release_allocation(
     address: &str,
 ) -> Outcome {
     let rv = target.resource_version.as_str();
-    let (path, live) = match reread(client, target).await {
+    let (path, live, part) = match reread_part(client, target).await {
         Ok(found) => found,
         Err(outcome) => return outcome,
     };
-    let allocation: Option<CalicoAllocation> =
-        match from_object_of(target.stream, EventType::Modified, &live) {
-            Ok(converted) => match converted.event.part {
-                Some(KindPart::CalicoBlock(block)) => {
-                    block.allocations.into_iter().find(|a| a.address == address)
-                }
-                _ => None,
-            },
-            Err(e) => return Outcome::failed(format!("cannot read the IPAMBlock: {e}"), rv),
-        };
+    let allocation: Option<CalicoAllocation> = match part {
+        Some(KindPart::CalicoBlock(block)) => {
+            block.allocations.into_iter().find(|a| a.address == address)
+        }
+        _ => None,
+    };
     let Some(allocation) = allocation else {
         return Outcome::skipped(format!("the IPAMBlock no longer allocates {address}"), rv);
     };
@@ -267,16 +263,12 @@ async fn decrement_handle(
 /// `spec.block` names, re-read now, carries none of its addresses.
 pub(super) async fn delete_orphan_handle(client: &Client, mode: Mode, target: &Target) -> Outcome {
     let rv = target.resource_version.as_str();
-    let (path, live) = match reread(client, target).await {
+    let (path, _, part) = match reread_part(client, target).await {
         Ok(found) => found,
         Err(outcome) => return outcome,
     };
-    let handle = match from_object_of(target.stream, EventType::Modified, &live) {
-        Ok(converted) => match converted.event.part {
-            Some(KindPart::CalicoHandle(handle)) => handle,
-            _ => return Outcome::failed("cannot read the IPAMHandle".into(), rv),
-        },
-        Err(e) => return Outcome::failed(format!("cannot read the IPAMHandle: {e}"), rv),
+    let Some(KindPart::CalicoHandle(handle)) = part else {
+        return Outcome::failed("cannot read the IPAMHandle".into(), rv);
     };
     let id = clean(&handle.handle_id);
     let (block_stream, _) = group_streams(target.stream);

@@ -9,7 +9,8 @@ use kube::Client;
 use serde_json::json;
 
 use super::api::{
-    delete_with_preconditions, get, json_patch, require_absent, reread, Lookup, WriteError,
+    delete_with_preconditions, get, json_patch, require_absent, reread, reread_part, Lookup,
+    WriteError,
 };
 use super::{Mode, Outcome, Planned, Target};
 
@@ -23,19 +24,13 @@ pub(super) async fn remove_pool_allocation(
     address: &str,
 ) -> Outcome {
     let rv = target.resource_version.as_str();
-    let (path, live) = match reread(client, target).await {
+    let (path, _, part) = match reread_part(client, target).await {
         Ok(found) => found,
         Err(outcome) => return outcome,
     };
-    // The pool read by the same converter as every event, so the address means the same.
-    let allocation = match from_object_of(Stream::IpPool, EventType::Modified, &live) {
-        Ok(converted) => match converted.event.part {
-            Some(KindPart::IpPool(pool)) => {
-                pool.allocations.into_iter().find(|a| a.address == address)
-            }
-            _ => None,
-        },
-        Err(e) => return Outcome::failed(format!("cannot read the IPPool: {e}"), rv),
+    let allocation = match part {
+        Some(KindPart::IpPool(pool)) => pool.allocations.into_iter().find(|a| a.address == address),
+        _ => None,
     };
     let Some(allocation) = allocation else {
         return Outcome::skipped(format!("the IPPool no longer allocates {address}"), rv);

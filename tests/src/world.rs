@@ -156,6 +156,43 @@ impl World {
         CollectorProcess::start(setup, &flags)
     }
 
+    /// The whole cleanup loop against the API server of `kubeconfig` (a real one, with the
+    /// chart's roles): a collector with remediation on, and an analyzer member that sends
+    /// its alerts to `webhook_url` and its cleanup commands to this world's commands topic,
+    /// plus `analyzer_extra` flags; returned once the member has joined its group.
+    pub fn cleanup_loop_on(
+        &self,
+        kubeconfig: &std::path::Path,
+        webhook_url: &str,
+        analyzer_extra: &[&str],
+    ) -> (CollectorProcess, crate::analyzer::AnalyzerProcess) {
+        let setup = CollectorSetup {
+            kubeconfig,
+            ..self.setup()
+        };
+        let collector = self.remediating_collector_on(&setup, "on", &[]);
+        let commands = self.commands_topic();
+        let flags: Vec<&str> = [
+            "--webhook-url",
+            webhook_url,
+            "--cleanup-commands",
+            "--commands-topic",
+            &commands,
+        ]
+        .into_iter()
+        .chain(analyzer_extra.iter().copied())
+        .collect();
+        let analyzer = crate::analyzer::AnalyzerProcess::start(
+            &self.brokers,
+            &self.topic,
+            &format!("analyzer-{commands}"),
+            &self.dir.path().join("analyzer"),
+            &flags,
+        );
+        analyzer.wait_joined(Duration::from_secs(30));
+        (collector, analyzer)
+    }
+
     /// Reads the topic until `done` holds for the events read (or the timeout).
     pub fn events_until(
         &self,

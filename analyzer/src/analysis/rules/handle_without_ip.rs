@@ -72,18 +72,11 @@ impl Rule for HandleWithoutIp {
             }
             Stream::CalicoIpamBlock => {
                 // The handles of the allocations it had and has.
-                let mut names: Vec<String> = Vec::new();
-                for record in [change.before, change.after].into_iter().flatten() {
-                    if let Part::CalicoBlock(block) = record.part() {
-                        names.extend(
-                            block
-                                .allocations
-                                .iter()
-                                .filter_map(calico::handle_needed)
-                                .map(calico::handle_object_name),
-                        );
-                    }
-                }
+                let mut names: Vec<String> =
+                    calico::allocations_had_and_has(change.before, change.after)
+                        .filter_map(calico::handle_needed)
+                        .map(calico::handle_object_name)
+                        .collect();
                 names.sort_unstable();
                 names.dedup();
                 for name in names {

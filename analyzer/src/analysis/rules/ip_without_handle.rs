@@ -71,12 +71,10 @@ impl Rule for IpWithoutHandle {
         match change.stream().canonical() {
             Stream::CalicoIpamBlock if change.is_list_end() => self.evaluate_all(ctx, change.event),
             Stream::CalicoIpamBlock => {
-                let mut addresses: Vec<&str> = Vec::new();
-                for record in [change.before, change.after].into_iter().flatten() {
-                    if let Part::CalicoBlock(block) = record.part() {
-                        addresses.extend(block.allocations.iter().map(|a| a.address.as_str()));
-                    }
-                }
+                let mut addresses: Vec<&str> =
+                    calico::allocations_had_and_has(change.before, change.after)
+                        .map(|a| a.address.as_str())
+                        .collect();
                 addresses.sort_unstable();
                 addresses.dedup();
                 for address in addresses {

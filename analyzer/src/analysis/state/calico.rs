@@ -63,6 +63,21 @@ pub fn blocks_named<'a>(
     })
 }
 
+/// The allocations of a block as it was and as it is (a change's `before` and `after`).
+pub fn allocations_had_and_has<'a>(
+    before: Option<&'a ObjectRecord>,
+    after: Option<&'a ObjectRecord>,
+) -> impl Iterator<Item = &'a CalicoAllocation> {
+    [before, after]
+        .into_iter()
+        .flatten()
+        .filter_map(|record| match record.part() {
+            Part::CalicoBlock(block) => Some(block.allocations.iter()),
+            _ => None,
+        })
+        .flatten()
+}
+
 /// The live handle `handle_id` (compared as Calico does), in either API group (v1 first).
 pub fn handle<'a>(
     state: &'a ClusterState,
