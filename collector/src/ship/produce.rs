@@ -11,6 +11,7 @@
 //! topic (its authorizer refuses the topic, or the idempotent producer's id) stops the
 //! producer with [`ProduceError::Denied`], naming the topic: no ACL appears by waiting.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,7 +22,7 @@ use ipaudit_runtime::kafka::{Delivery, TopicSpec};
 use ipaudit_runtime::telemetry::InternalEvent as _;
 use ipaudit_schemas::{decode, WatchEvent};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tokio::sync::{watch, Notify};
 use tracing::{debug_span, error, info, warn, Instrument as _};
 
@@ -209,6 +210,11 @@ pub fn permanent_reason(code: RDKafkaErrorCode) -> Option<&'static str> {
 /// Rows read from the outbox per round.
 const BATCH: usize = 1_000;
 
+/// Batches sent and not yet settled, at most: while the oldest waits for its
+/// acknowledgements, the ones after it are already in librdkafka's queue, so that a drain
+/// is not held to one batch per linger and round trip.
+const IN_FLIGHT: usize = 16;
+
 /// Everything the producer task needs.
 pub struct ProducerTask {
     /// A producer made with [`producer`] (so that a bad configuration fails at start).
@@ -233,6 +239,12 @@ pub struct ProducerTask {
 
 /// Sends the outbox to Kafka until `shutdown` turns true and the outbox is empty (or
 /// `drain_timeout` has passed since).
+///
+/// Up to [`IN_FLIGHT`] batches are sent ahead of the oldest unsettled one, and batches are
+/// settled (deleted, refused rows quarantined) strictly in order. When a batch fails, the
+/// batches after it are waited for and their rows sent again from the first unsettled
+/// row, as the rows after a failed one of the same batch always were: a duplicate carries
+/// the same uid, resourceVersion and type, which the analyzer drops.
 #[tracing::instrument(name = "produce", skip_all, fields(cluster = %task.config.cluster_id, topic = %task.config.topic))]
 pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
     let ProducerTask {
@@ -254,21 +266,85 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
     let mut draining_since: Option<Instant> = None;
     // Every row up to here is settled (acknowledged or quarantined) and deleted.
     let mut settled_through = 0i64;
+    // Every row up to here is sent or settled.
+    let mut sent_through = 0i64;
+    let mut in_flight: VecDeque<Sent> = VecDeque::with_capacity(IN_FLIGHT);
     loop {
         if draining_since.is_none() && *shutdown.borrow() {
             draining_since = Some(Instant::now());
             info!("draining the outbox before exit");
         }
-        let busy = health.busy("producer");
-        let (rows, size) = with_outbox(&outbox, move |o| {
-            Ok((o.read_after(settled_through, BATCH)?, o.size()?))
-        })
-        .await?;
-        drop(busy);
-        metrics.outbox_size(size);
-        health.outbox_size(size);
-        health.rows_waiting(size.rows);
-        if rows.is_empty() {
+        // Reads on while the window has room and the last send went through whole; a
+        // batch cut short settles what it can first.
+        let read_on = in_flight.len() < IN_FLIGHT && in_flight.back().is_none_or(Sent::whole);
+        if read_on {
+            let busy = health.busy("producer");
+            let (rows, size) = with_outbox(&outbox, move |o| {
+                Ok((o.read_after(sent_through, BATCH)?, o.size()?))
+            })
+            .await?;
+            drop(busy);
+            metrics.outbox_size(size);
+            health.outbox_size(size);
+            health.rows_waiting(size.rows);
+            if !rows.is_empty() {
+                if draining_since.is_some_and(|t| t.elapsed() > drain_timeout) {
+                    warn!(
+                        pending = size.rows,
+                        "outbox not drained in time; the rows stay for the next start"
+                    );
+                    return Ok(());
+                }
+                // Debug level: one span per batch, naming the outbox rows it carries.
+                let span = debug_span!(
+                    "batch",
+                    rows = rows.len(),
+                    first = rows.first().map(|r| r.id),
+                    last = rows.last().map(|r| r.id)
+                );
+                if let Err(e) = schemas.publish_for(&producer, &rows).await {
+                    match e.code() {
+                        Some(code) if is_denial(code) => {
+                            return Err(denied_write(schemas.topic().unwrap_or_default(), code))
+                        }
+                        Some(code) if is_missing_topic(code) => {
+                            check_or_create_topics(&producer, &config, &schemas, &health, &metrics)
+                                .await?;
+                        }
+                        _ => {}
+                    }
+                    // The rows wait for their schema: an analyzer older than this collector
+                    // could read none of them without it.
+                    Failed::new(Failure::SchemaNotPublished, &e).emit(&metrics);
+                    KafkaBatchSent {
+                        delivered: 0,
+                        failed: rows.len() as u64,
+                    }
+                    .emit(&metrics);
+                    if in_flight.is_empty() {
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff.next_delay()) => {}
+                            _ = shutdown.changed() => {}
+                        }
+                        continue;
+                    }
+                } else {
+                    let full = rows.len() == BATCH;
+                    let sent = enqueue(&producer, &config, rows, &metrics, span.clone())
+                        .instrument(span)
+                        .await;
+                    sent_through = sent.rows.last().map_or(sent_through, |r| r.id);
+                    in_flight.push_back(sent);
+                    if full
+                        && in_flight.len() < IN_FLIGHT
+                        && in_flight.back().is_some_and(Sent::whole)
+                    {
+                        continue;
+                    }
+                }
+            }
+        }
+        let Some(oldest) = in_flight.pop_front() else {
             if draining_since.is_some() {
                 let _ = producer.flush(Duration::from_secs(5));
                 return Ok(());
@@ -279,47 +355,11 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
                 _ = shutdown.changed() => {}
             }
             continue;
-        }
-        if draining_since.is_some_and(|t| t.elapsed() > drain_timeout) {
-            warn!(
-                pending = size.rows,
-                "outbox not drained in time; the rows stay for the next start"
-            );
-            return Ok(());
-        }
-        // Debug level: one span per batch, naming the outbox rows it carries.
-        let batch = debug_span!(
-            "batch",
-            rows = rows.len(),
-            first = rows.first().map(|r| r.id),
-            last = rows.last().map(|r| r.id)
-        );
-        if let Err(e) = schemas.publish_for(&producer, &rows).await {
-            match e.code() {
-                Some(code) if is_denial(code) => {
-                    return Err(denied_write(schemas.topic().unwrap_or_default(), code))
-                }
-                Some(code) if is_missing_topic(code) => {
-                    check_or_create_topics(&producer, &config, &schemas, &health, &metrics).await?;
-                }
-                _ => {}
-            }
-            // The rows wait for their schema: an analyzer older than this collector could
-            // read none of them without it.
-            Failed::new(Failure::SchemaNotPublished, &e).emit(&metrics);
-            KafkaBatchSent {
-                delivered: 0,
-                failed: rows.len() as u64,
-            }
-            .emit(&metrics);
-            tokio::select! {
-                _ = tokio::time::sleep(backoff.next_delay()) => {}
-                _ = shutdown.changed() => {}
-            }
-            continue;
-        }
-        let outcomes = send_in_order(&producer, &config, &rows, &metrics)
-            .instrument(batch.clone())
+        };
+        let span = oldest.span.clone();
+        let rows = oldest.rows;
+        let outcomes = acknowledgements(oldest.outcomes, oldest.pending, &metrics)
+            .instrument(span.clone())
             .await;
         let settled = settle_prefix(&rows, &outcomes);
         let delivered = outcomes
@@ -331,7 +371,7 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
             .filter(|o| matches!(o, Outcome::Failed(_)))
             .count() as u64;
         if let Some((through, quarantined)) = settled {
-            batch.in_scope(|| {
+            span.in_scope(|| {
                 for row in &quarantined {
                     RowQuarantined {
                         cluster: &config.cluster_id,
@@ -359,8 +399,15 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
                 check_or_create_topics(&producer, &config, &schemas, &health, &metrics).await?;
             }
         }
-        batch.in_scope(|| KafkaBatchSent { delivered, failed }.emit(&metrics));
+        span.in_scope(|| KafkaBatchSent { delivered, failed }.emit(&metrics));
         if failed > 0 {
+            // The batches after a failed one are sent again from its first unsettled row:
+            // their outcomes are waited for (a producer is replaced only with nothing of
+            // it in flight) and dropped.
+            for later in in_flight.drain(..) {
+                acknowledgements(later.outcomes, later.pending, &metrics).await;
+            }
+            sent_through = settled_through;
             if let Some(code) = outcomes.iter().find_map(|o| match o {
                 Outcome::Failed(Some(code)) if is_denial(*code) => Some(*code),
                 _ => None,
@@ -500,15 +547,40 @@ fn code_of(error: &KafkaError) -> Option<RDKafkaErrorCode> {
     error.rdkafka_error_code()
 }
 
-/// Sends rows in order; returns what became of each.
-async fn send_in_order(
+/// A batch handed to librdkafka, waiting for its acknowledgements.
+struct Sent {
+    rows: Vec<Row>,
+    /// What became of each row so far: refused at once, or not delivered yet.
+    outcomes: Vec<Outcome>,
+    /// The acknowledgements to wait for, by place in `rows`.
+    pending: Vec<(usize, DeliveryFuture)>,
+    /// The batch's span (debug level), for what its settling logs.
+    span: tracing::Span,
+}
+
+impl Sent {
+    /// Whether every row was handed over (none stopped at an error before it).
+    fn whole(&self) -> bool {
+        self.pending.len()
+            + self
+                .outcomes
+                .iter()
+                .filter(|o| matches!(o, Outcome::Refused { .. }))
+                .count()
+            == self.rows.len()
+    }
+}
+
+/// Hands `rows` to librdkafka in order, without waiting for Kafka. Enqueuing stops at the
+/// first error that is not back-pressure nor a refusal of that one row: nothing after it
+/// is sent out of order.
+async fn enqueue(
     producer: &FutureProducer,
     config: &KafkaConfig,
-    rows: &[Row],
+    rows: Vec<Row>,
     metrics: &Metrics,
-) -> Vec<Outcome> {
-    // Enqueuing stops at the first error that is not back-pressure nor a refusal of that
-    // one row: nothing after it is sent out of order.
+    span: tracing::Span,
+) -> Sent {
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(rows.len());
     let mut pending = Vec::with_capacity(rows.len());
     'rows: for (index, row) in rows.iter().enumerate() {
@@ -544,6 +616,20 @@ async fn send_in_order(
         }
     }
     outcomes.resize_with(rows.len(), || Outcome::Failed(None));
+    Sent {
+        rows,
+        outcomes,
+        pending,
+        span,
+    }
+}
+
+/// Waits for the acknowledgements of a [`Sent`] batch; returns what became of each row.
+async fn acknowledgements(
+    mut outcomes: Vec<Outcome>,
+    pending: Vec<(usize, DeliveryFuture)>,
+    metrics: &Metrics,
+) -> Vec<Outcome> {
     let mut warned = false;
     for (index, delivery) in pending {
         outcomes[index] = match delivery.await {

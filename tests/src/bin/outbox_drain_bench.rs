@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use ipaudit_schemas::convert::from_object;
 use ipaudit_schemas::{encode, EventType};
-use ipaudit_tests::broker::{create_topic, free_port, shared_or_start};
+use ipaudit_tests::broker::{
+    create_schemas_topic, create_topic, free_port, schemas_topic_of, shared_or_start,
+};
 use ipaudit_tests::collector::{http_get, workspace_binary};
 use ipaudit_tests::reference::send_like_the_collector;
 use ipaudit_tests::scenario::{ip, subnet};
@@ -128,6 +130,8 @@ fn main() {
     let filled = filled.elapsed();
     let topic = format!("ipaudit.drain.{}", std::process::id());
     runtime.block_on(create_topic(&brokers, &topic));
+    // Its own schemas topic: the collector holds every row until the schema is there.
+    runtime.block_on(create_schemas_topic(&brokers, &topic, 1));
     let port = free_port();
     let started = Instant::now();
     let mut child = Command::new(&args.collector)
@@ -140,6 +144,8 @@ fn main() {
             &brokers,
             "--topic",
             &topic,
+            "--schemas-topic",
+            &schemas_topic_of(&topic),
         ])
         .args(["--state-dir", &state.display().to_string()])
         .args(["--listen", &format!("127.0.0.1:{port}")])
