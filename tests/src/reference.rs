@@ -29,6 +29,10 @@ pub fn decode_all(brokers: &str, topic: &str, expected: usize) -> (usize, Durati
     let consumer: BaseConsumer = connection
         .reader("ipaudit-reference", "ipaudit-reference-consumer")
         .set("fetch.wait.max.ms", "100")
+        .set(
+            "queued.min.messages",
+            ipaudit_analyzer::live::consume::QUEUED_MIN_MESSAGES,
+        )
         .create()
         .expect("a consumer");
     let mut list = TopicPartitionList::new();

@@ -25,11 +25,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::{FutureExt as _, StreamExt as _};
 use ipaudit_runtime::kafka::NoOffset;
 use ipaudit_runtime::telemetry::InternalEvent as _;
 use ipaudit_schemas::{WatchEvent, WriterSchemas};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::{watch, Notify};
 use tracing::info;
@@ -328,6 +330,11 @@ enum Turn<M> {
     Checkpoint,
 }
 
+/// Messages taken in one turn at most, when librdkafka has them queued: enough that the
+/// clocks and the store cost little per message, few enough that a checkpoint or a tick is
+/// never held up by more than a few milliseconds of analysis.
+const MESSAGES_PER_TURN: usize = 1_000;
+
 /// Whether the loop goes on after a turn.
 enum Next {
     Continue,
@@ -345,62 +352,85 @@ impl ConsumeLoop {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         let mut checkpoint = tokio::time::interval(self.config.checkpoint_interval);
+        // One stream for the whole loop: a `recv` per message would register and drop a
+        // waker each time.
+        let mut messages = consumer.stream();
         loop {
             let turn = tokio::select! {
-                message = consumer.recv() => Turn::Message(message),
+                message = messages.next() => Turn::Message(message.expect("a Kafka stream never ends")),
                 _ = tick.tick() => Turn::Tick,
                 _ = checkpoint.tick() => Turn::Checkpoint,
                 _ = &mut shutdown => break,
             };
-            // A rebalance happens inside the consumer's poll, and the message that poll
-            // returns may be of a partition just assigned: its clusters are restored
-            // before the message is analysed, never after (which would replace what it
-            // changed).
-            self.on_group_change(consumer)?;
-            let next = match turn {
-                Turn::Message(Ok(message)) => {
-                    self.on_message(&message).await?;
-                    Next::Continue
-                }
-                Turn::Message(Err(KafkaError::PartitionEOF(partition))) => {
-                    self.on_partition_end(consumer, partition)
-                }
-                Turn::Message(Err(KafkaError::MessageConsumption(
-                    RDKafkaErrorCode::AutoOffsetReset,
-                ))) => {
-                    self.on_out_of_range(consumer)?;
-                    Next::Continue
-                }
-                Turn::Message(Err(KafkaError::MessageConsumption(
-                    code @ (RDKafkaErrorCode::TopicAuthorizationFailed
-                    | RDKafkaErrorCode::GroupAuthorizationFailed),
-                ))) => {
-                    let what = if code == RDKafkaErrorCode::TopicAuthorizationFailed {
-                        format!("read on topic {}", self.config.topic)
-                    } else {
-                        format!("the consumer group {}", self.config.group_id)
-                    };
-                    return Err(LiveError::Denied { what, code });
-                }
-                Turn::Message(Err(error)) => {
-                    Failed::new(Failure::Consumer, &error).emit(&self.metrics);
-                    Next::Continue
-                }
-                Turn::Tick => {
-                    self.on_tick();
-                    Next::Continue
-                }
-                Turn::Checkpoint => {
-                    self.on_checkpoint(consumer)?;
-                    Next::Continue
-                }
-            };
+            let mut next = self.take_turn(consumer, turn).await?;
+            // The messages librdkafka has already fetched are taken in the same turn, up to
+            // `MESSAGES_PER_TURN`: the clocks are looked at and the turn's alerts stored
+            // once for them all, not once per message.
+            let mut taken = 1;
+            while matches!(next, Next::Continue) && taken < MESSAGES_PER_TURN {
+                let Some(Some(message)) = messages.next().now_or_never() else {
+                    break;
+                };
+                next = self.take_turn(consumer, Turn::Message(message)).await?;
+                taken += 1;
+            }
             self.store_alerts()?;
             if let Next::Stop = next {
                 break;
             }
         }
         self.on_stop(consumer).await
+    }
+
+    /// One turn: the group changes the consumer's poll made, then what woke the loop.
+    async fn take_turn(
+        &mut self,
+        consumer: &StreamConsumer<GroupContext>,
+        turn: Turn<BorrowedMessage<'_>>,
+    ) -> Result<Next, LiveError> {
+        // A rebalance happens inside the consumer's poll, and the message that poll
+        // returns may be of a partition just assigned: its clusters are restored
+        // before the message is analysed, never after (which would replace what it
+        // changed).
+        self.on_group_change(consumer)?;
+        Ok(match turn {
+            Turn::Message(Ok(message)) => {
+                self.on_message(&message).await?;
+                Next::Continue
+            }
+            Turn::Message(Err(KafkaError::PartitionEOF(partition))) => {
+                self.on_partition_end(consumer, partition)
+            }
+            Turn::Message(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::AutoOffsetReset,
+            ))) => {
+                self.on_out_of_range(consumer)?;
+                Next::Continue
+            }
+            Turn::Message(Err(KafkaError::MessageConsumption(
+                code @ (RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::GroupAuthorizationFailed),
+            ))) => {
+                let what = if code == RDKafkaErrorCode::TopicAuthorizationFailed {
+                    format!("read on topic {}", self.config.topic)
+                } else {
+                    format!("the consumer group {}", self.config.group_id)
+                };
+                return Err(LiveError::Denied { what, code });
+            }
+            Turn::Message(Err(error)) => {
+                Failed::new(Failure::Consumer, &error).emit(&self.metrics);
+                Next::Continue
+            }
+            Turn::Tick => {
+                self.on_tick();
+                Next::Continue
+            }
+            Turn::Checkpoint => {
+                self.on_checkpoint(consumer)?;
+                Next::Continue
+            }
+        })
     }
 
     /// The wall clock reaches only the analyses of partitions read to their end (see
@@ -455,6 +485,11 @@ impl ConsumeLoop {
     }
 }
 
+/// How many fetched messages librdkafka keeps queued ahead of the loop, at least (its
+/// setting `queued.min.messages`); the fetch settings of the benchmarks' reference consumer
+/// follow it.
+pub const QUEUED_MIN_MESSAGES: &str = "1000000";
+
 /// The group consumer: manual offsets (the store holds them), static membership when an
 /// instance id is given, statistics for the lag, and an error rather than a silent jump
 /// when a checkpointed offset is outside the log.
@@ -475,6 +510,12 @@ fn consumer(
         .set("statistics.interval.ms", "1000")
         // Alerts within seconds: do not let the broker hold a fetch for librdkafka's 500 ms.
         .set("fetch.wait.max.ms", "100")
+        // librdkafka stops fetching a partition once this many of its messages wait in the
+        // queue, and fetches again only well after the loop has drained them: at the
+        // default (100,000) a catch-up waited on fetches three quarters of its time
+        // (BENCHMARKS.md, live catch-up). The queue stays bounded by
+        // `queued.max.messages.kbytes` (64 MiB).
+        .set("queued.min.messages", QUEUED_MIN_MESSAGES)
         // The end of a partition is where the wall clock may release what is held (and,
         // with `exit_at_end`, where a catch-up run stops).
         .set("enable.partition.eof", "true")
