@@ -208,12 +208,12 @@ pub fn permanent_reason(code: RDKafkaErrorCode) -> Option<&'static str> {
 }
 
 /// Rows read from the outbox per round.
-const BATCH: usize = 1_000;
+const BATCH: usize = 4_000;
 
 /// Batches sent and not yet settled, at most: while the oldest waits for its
 /// acknowledgements, the ones after it are already in librdkafka's queue, so that a drain
 /// is not held to one batch per linger and round trip.
-const IN_FLIGHT: usize = 16;
+const IN_FLIGHT: usize = 8;
 
 /// Everything the producer task needs.
 pub struct ProducerTask {

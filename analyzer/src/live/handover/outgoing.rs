@@ -50,6 +50,8 @@ pub struct Outgoing {
     tasks: Vec<JoinHandle<()>>,
     /// Whether the last write failed: a failure streak is logged once, not every interval.
     failing: Arc<AtomicBool>,
+    /// How long the last periodic write took, building included.
+    last_cost: Arc<Mutex<Duration>>,
     metrics: Metrics,
 }
 
@@ -64,14 +66,20 @@ impl Outgoing {
             inherited: Arc::default(),
             tasks: Vec::new(),
             failing: Arc::default(),
+            last_cost: Arc::default(),
             metrics,
         }
     }
 
-    /// Whether the periodic write is due (and the previous one done).
+    /// Whether the periodic write is due (and the previous one done): `interval` after the
+    /// last, or ten times what the last cost when that is longer, so that periodic writes
+    /// take at most a tenth of the time, as checkpoints do. A large state written while
+    /// catching up would otherwise take a share of the cores from the catch-up itself; a
+    /// member that takes over from an older handover reads a little more of the topic.
     pub fn due(&mut self, now: Instant) -> bool {
         self.tasks.retain(|t| !t.is_finished());
-        self.tasks.is_empty() && self.last.is_none_or(|last| now - last >= self.interval)
+        let cost = *self.last_cost.lock().unwrap_or_else(|e| e.into_inner());
+        self.tasks.is_empty() && paced(now, self.last, self.interval, cost)
     }
 
     /// Whether `partition`'s analysis moved since its last write: a new offset, or
@@ -114,8 +122,10 @@ impl Outgoing {
         let inherited = Arc::clone(&self.inherited);
         let metrics = self.metrics.clone();
         let failing = Arc::clone(&self.failing);
+        let last_cost = Arc::clone(&self.last_cost);
         self.tasks.push(tokio::spawn(async move {
             let mut writer = writer.lock().await;
+            let started = Instant::now();
             for (partition, writes) in
                 std::mem::take(&mut *inherited.lock().unwrap_or_else(|e| e.into_inner()))
             {
@@ -147,6 +157,7 @@ impl Outgoing {
                     .emit(&metrics),
                 }
             }
+            *last_cost.lock().unwrap_or_else(|e| e.into_inner()) = started.elapsed();
         }));
     }
 
@@ -160,6 +171,12 @@ impl Outgoing {
             );
         }
     }
+}
+
+/// Whether a periodic write may start at `now`, the last having started at `last` and
+/// cost `cost`: `interval` after it, or ten times its cost when that is longer.
+fn paced(now: Instant, last: Option<Instant>, interval: Duration, cost: Duration) -> bool {
+    last.is_none_or(|last| now.saturating_duration_since(last) >= interval.max(cost * 10))
 }
 
 async fn join(tasks: Vec<JoinHandle<()>>) {
@@ -186,4 +203,41 @@ fn handover_of(
         undelivered: picked.undelivered,
         points: picked.points,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periodic_writes_take_at_most_a_tenth_of_the_time() {
+        let start = Instant::now();
+        let interval = Duration::from_secs(10);
+        let at = |secs| start + Duration::from_secs(secs);
+        assert!(
+            paced(start, None, interval, Duration::ZERO),
+            "the first at once"
+        );
+        // A cheap write: every interval.
+        assert!(!paced(
+            at(9),
+            Some(start),
+            interval,
+            Duration::from_millis(200)
+        ));
+        assert!(paced(
+            at(10),
+            Some(start),
+            interval,
+            Duration::from_millis(200)
+        ));
+        // A write of a large state that took 3 s: the next 30 s after it started.
+        assert!(!paced(
+            at(29),
+            Some(start),
+            interval,
+            Duration::from_secs(3)
+        ));
+        assert!(paced(at(30), Some(start), interval, Duration::from_secs(3)));
+    }
 }
