@@ -276,7 +276,7 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
         }
         // Reads on while the window has room and the last send went through whole; a
         // batch cut short settles what it can first.
-        let read_on = in_flight.len() < IN_FLIGHT && in_flight.back().is_none_or(Sent::whole);
+        let read_on = in_flight.len() < IN_FLIGHT && in_flight.back().is_none_or(|b| b.whole);
         if read_on {
             let busy = health.busy("producer");
             let (rows, size) = with_outbox(&outbox, move |o| {
@@ -335,10 +335,8 @@ pub async fn run_producer(task: ProducerTask) -> Result<(), ProduceError> {
                         .await;
                     sent_through = sent.rows.last().map_or(sent_through, |r| r.id);
                     in_flight.push_back(sent);
-                    if full
-                        && in_flight.len() < IN_FLIGHT
-                        && in_flight.back().is_some_and(Sent::whole)
-                    {
+                    if full {
+                        // More may wait: read on if the window allows, else settle.
                         continue;
                     }
                 }
@@ -554,21 +552,10 @@ struct Sent {
     outcomes: Vec<Outcome>,
     /// The acknowledgements to wait for, by place in `rows`.
     pending: Vec<(usize, DeliveryFuture)>,
+    /// Whether every row was handed over (enqueuing did not stop at an error).
+    whole: bool,
     /// The batch's span (debug level), for what its settling logs.
     span: tracing::Span,
-}
-
-impl Sent {
-    /// Whether every row was handed over (none stopped at an error before it).
-    fn whole(&self) -> bool {
-        self.pending.len()
-            + self
-                .outcomes
-                .iter()
-                .filter(|o| matches!(o, Outcome::Refused { .. }))
-                .count()
-            == self.rows.len()
-    }
 }
 
 /// Hands `rows` to librdkafka in order, without waiting for Kafka. Enqueuing stops at the
@@ -583,6 +570,7 @@ async fn enqueue(
 ) -> Sent {
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(rows.len());
     let mut pending = Vec::with_capacity(rows.len());
+    let mut whole = true;
     'rows: for (index, row) in rows.iter().enumerate() {
         let mut record = FutureRecord::to(&config.topic)
             .key(config.cluster_id.as_bytes())
@@ -607,6 +595,7 @@ async fn enqueue(
                         }),
                         None => {
                             Failed::new(Failure::Enqueue, &error).emit(metrics);
+                            whole = false;
                             break 'rows;
                         }
                     }
@@ -620,6 +609,7 @@ async fn enqueue(
         rows,
         outcomes,
         pending,
+        whole,
         span,
     }
 }
