@@ -28,6 +28,43 @@ impl AnalyzerProcess {
         state_dir: &Path,
         extra: &[&str],
     ) -> AnalyzerProcess {
+        Self::spawn(
+            Command::new(workspace_binary("analyzer")),
+            brokers,
+            topic,
+            group,
+            state_dir,
+            extra,
+        )
+    }
+
+    /// Starts `analyzer run` as [`AnalyzerProcess::start`] does, under `rusage-run`, which
+    /// writes what the kernel accounted for it to `usage` when it exits
+    /// ([`crate::measure::read_measured`]). For benchmarks of members that exit by
+    /// themselves (`--exit-at-end`): a kill reaches `rusage-run`, not the analyzer.
+    pub fn start_measured(
+        brokers: &str,
+        topic: &str,
+        group: &str,
+        state_dir: &Path,
+        extra: &[&str],
+        usage: &Path,
+    ) -> AnalyzerProcess {
+        let mut wrapper = Command::new(workspace_binary("rusage-run"));
+        wrapper.arg(usage).arg(workspace_binary("analyzer"));
+        Self::spawn(wrapper, brokers, topic, group, state_dir, extra)
+    }
+
+    /// Starts `program` (the analyzer, or a wrapper whose next argument is the analyzer)
+    /// with `run`, the common flags and `extra`.
+    fn spawn(
+        mut program: Command,
+        brokers: &str,
+        topic: &str,
+        group: &str,
+        state_dir: &Path,
+        extra: &[&str],
+    ) -> AnalyzerProcess {
         std::fs::create_dir_all(state_dir).expect("state dir");
         let metrics_port = crate::broker::free_port();
         let listen = format!("127.0.0.1:{metrics_port}");
@@ -41,7 +78,7 @@ impl AnalyzerProcess {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos())
         ));
-        let child = Command::new(workspace_binary("analyzer"))
+        let child = program
             .arg("run")
             .args(["--brokers", brokers, "--topic", topic, "--group", group])
             .args(["--schemas-topic", &crate::broker::schemas_topic_of(topic)])

@@ -16,6 +16,8 @@ pub struct Measured {
     pub max_rss_bytes: u64,
     /// Wall time.
     pub elapsed: Duration,
+    /// CPU time, user and system, of the child and its threads.
+    pub cpu: Duration,
 }
 
 /// Runs `program ARGS` with stdout and stderr discarded, and measures it.
@@ -38,23 +40,46 @@ pub fn run_measured(program: &Path, args: &[&std::ffi::OsStr]) -> Measured {
         .expect("rusage-run starts");
     let elapsed = started.elapsed();
     assert!(status.success(), "rusage-run failed: {status}");
-    let text = std::fs::read_to_string(out.path()).expect("rusage-run wrote its result");
+    read_measured(out.path(), elapsed)
+}
+
+/// What `rusage-run` wrote to `path` about a child that ran for `elapsed`.
+pub fn read_measured(path: &Path, elapsed: Duration) -> Measured {
+    let text = std::fs::read_to_string(path).expect("rusage-run wrote its result");
     let mut words = text.split_whitespace();
     let code = words.next().and_then(|w| w.parse().ok());
-    let max_rss_bytes = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+    let mut number = || {
+        words
+            .next()
+            .and_then(|w| w.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let max_rss_bytes = number();
+    let cpu = Duration::from_micros(number());
     Measured {
         code,
         max_rss_bytes,
         elapsed,
+        cpu,
     }
 }
 
-/// Runs `command` as a child and waits for it with `wait4`: (exit code, peak RSS in
-/// bytes). The body of `rusage-run`; call it from a freshly executed process only (see
-/// [`run_measured`]).
+/// What the kernel accounted for a child waited for with `wait4`.
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// Exit code; `None` when a signal ended it.
+    pub code: Option<i32>,
+    /// Peak resident set size, in bytes.
+    pub max_rss_bytes: u64,
+    /// User and system CPU time.
+    pub cpu: Duration,
+}
+
+/// Runs `command` as a child and waits for it with `wait4`. The body of `rusage-run`;
+/// call it from a freshly executed process only (see [`run_measured`]).
 // std has no wait4: the one unsafe call in the workspace (tests/Cargo.toml denies the rest).
 #[allow(unsafe_code)]
-pub fn wait4_child(command: &mut Command) -> (Option<i32>, u64) {
+pub fn wait4_child(command: &mut Command) -> Usage {
     let child = command.spawn().expect("child starts");
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
@@ -66,8 +91,16 @@ pub fn wait4_child(command: &mut Command) -> (Option<i32>, u64) {
     assert_eq!(waited, pid, "wait4 failed");
     drop(child);
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    // Linux reports kilobytes.
-    (code, u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024)
+    let time = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    Usage {
+        code,
+        // Linux reports kilobytes.
+        max_rss_bytes: u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024,
+        cpu: time(usage.ru_utime) + time(usage.ru_stime),
+    }
 }
 
 /// Writes a kubectl watch recording of kube-ovn IPs: `objects` IPs listed (ADDED, in no

@@ -48,6 +48,16 @@ impl World {
         Self::with_sim(name, None, SimConfig::default(), partitions)
     }
 
+    /// A world on the brokers at `brokers` whose events topic has `partitions` partitions.
+    pub fn partitioned_on(name: &str, brokers: &str, partitions: i32) -> World {
+        Self::with_sim(
+            name,
+            Some(brokers.to_owned()),
+            SimConfig::default(),
+            partitions,
+        )
+    }
+
     /// A world on the cluster at `brokers` whose events topic is held by `replicas` nodes
     /// (`min.insync.replicas` one less).
     pub fn replicated(name: &str, brokers: &str, replicas: i32) -> World {

@@ -1,7 +1,7 @@
 //! `rusage-run OUT PROGRAM [ARGS...]`: runs PROGRAM with the inherited stdio, waits for it
-//! with `wait4`, and writes `EXIT_CODE PEAK_RSS_BYTES` to OUT (`-` for a signal). Being a
-//! small, freshly executed process, its child's peak RSS is the child's own (see
-//! `ipaudit_tests::measure::run_measured`).
+//! with `wait4`, and writes `EXIT_CODE PEAK_RSS_BYTES CPU_MICROSECONDS` to OUT (`-` for a
+//! signal). Being a small, freshly executed process, its child's peak RSS is the child's
+//! own (see `ipaudit_tests::measure::run_measured`).
 
 use std::process::{Command, ExitCode};
 
@@ -13,9 +13,10 @@ fn main() -> ExitCode {
         eprintln!("usage: rusage-run OUT PROGRAM [ARGS...]");
         return ExitCode::from(2);
     };
-    let (code, rss) = wait4_child(Command::new(program).args(rest));
-    let code = code.map_or_else(|| "-".to_owned(), |c| c.to_string());
-    match std::fs::write(out, format!("{code} {rss}\n")) {
+    let usage = wait4_child(Command::new(program).args(rest));
+    let code = usage.code.map_or_else(|| "-".to_owned(), |c| c.to_string());
+    let (rss, cpu) = (usage.max_rss_bytes, usage.cpu.as_micros());
+    match std::fs::write(out, format!("{code} {rss} {cpu}\n")) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!(

@@ -155,6 +155,7 @@ pub async fn run(
     mut config: LiveConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), LiveError> {
+    let started = Instant::now();
     std::fs::create_dir_all(&config.state_dir).map_err(|source| LiveError::StateDir {
         path: config.state_dir.clone(),
         source,
@@ -268,6 +269,12 @@ pub async fn run(
         catch_up: CatchUp::default(),
     };
     member.run(&consumer, shutdown).await?;
+    // What this member did, for the operator and the group benchmark (per member).
+    info!(
+        messages = member.consumed,
+        seconds = started.elapsed().as_secs_f64(),
+        "stopped after its last checkpoint"
+    );
     let _ = stop.send(true);
     for delivery in deliveries {
         if let Ok(Err(error)) = delivery.await {

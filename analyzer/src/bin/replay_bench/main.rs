@@ -12,6 +12,9 @@
 //! # object content like a real cluster's (~600 bytes an event), and an older schema:
 //! target/dist/replay-bench generate --realistic --out /tmp/realistic.avro
 //! target/dist/replay-bench generate --schema-version 2 --out /tmp/history-v2.avro
+//! # a cluster running every IPAM, pods with their annotations, then a relist of it all
+//! # (the memory target: `state-bench memory /tmp/mixed.avro`)
+//! target/dist/replay-bench mixed --out /tmp/mixed.avro
 //! # side by side on one file: analyzer replay, apache-avro's Reader, fastavro
 //! target/dist/replay-bench compare /tmp/realistic.avro
 //! # everything issue 11 measures, in one run: with the kubectl recording of the history
@@ -41,6 +44,8 @@ use ipaudit_schemas::{
     ContainerReader, ContainerWriter, EventType, Fields, KindPart, NetworkStatus, OwnerReference,
     PodAllocation, Record, Stream, WatchEvent,
 };
+
+mod mixed;
 
 ipaudit_analyzer::global_allocator!();
 
@@ -80,6 +85,29 @@ enum Command {
         /// collector of that version did: what it lacks is left out.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4))]
         schema_version: Option<u32>,
+        /// Spread the history over this many clusters (cluster ids `NAME-0`, `NAME-1`,
+        /// ...): subnet `s` and its IPs and pods are in cluster `s % clusters`, each
+        /// cluster a whole history of its own (the live group benchmark's set-up).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        clusters: u32,
+    },
+    /// Write a history of a cluster that runs every IPAM ipaudit serves (kube-ovn,
+    /// whereabouts, spiderpool, Calico, Cilium; pods spread over them, with labels,
+    /// annotations and owners, and their pools), then a relist of every stream, each
+    /// object at its own version: the realistic history of the memory target.
+    Mixed {
+        /// Output file.
+        #[arg(long)]
+        out: PathBuf,
+        /// Pods (one IPAM object each; a pool per 250, a Calico block per 64).
+        #[arg(long, default_value_t = 250_000)]
+        pods: usize,
+        /// Nodes (each with its CiliumNode).
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+        nodes: u32,
+        /// The IPAMs pods go round (all by default; one alone gives that IPAM's cost).
+        #[arg(long, value_delimiter = ',', value_enum)]
+        ipams: Vec<mixed::Ipam>,
     },
     /// Replay a history (an Avro file, or a kubectl recording of one) and print events/s
     /// and peak memory; then check the findings against the leaks `generate` planted
@@ -174,10 +202,43 @@ fn main() -> anyhow::Result<()> {
             leak_one_in,
             realistic,
             schema_version,
+            clusters,
         } => {
             let output = Output::create(&out, schema_version)?;
             let realism = realistic.then_some(Realism { subnets });
-            generate(&out, output, realism, subnets, ips, events, leak_one_in)
+            let shape = Shape {
+                subnets,
+                ips,
+                events,
+                leak_one_in,
+                clusters: clusters as usize,
+            };
+            generate(&out, output, realism, &shape)
+        }
+        Command::Mixed {
+            out,
+            pods,
+            nodes,
+            ipams,
+        } => {
+            let started = Instant::now();
+            let mut ipams = ipams;
+            if ipams.is_empty() {
+                ipams = <mixed::Ipam as clap::ValueEnum>::value_variants().to_vec();
+            }
+            let layout = mixed::Layout {
+                ipams,
+                nodes: nodes as usize,
+            };
+            let written = mixed::generate(Output::create(&out, None)?, pods, &layout)?;
+            say!(
+                "wrote {written} events ({pods} pods on {nodes} nodes, IPAMs {:?}, then a relist) to {} ({:.1} MiB) in {:.1?}",
+                layout.ipams,
+                out.display(),
+                std::fs::metadata(&out)?.len() as f64 / 1048576.0,
+                started.elapsed()
+            )?;
+            Ok(())
         }
         Command::Run { files, planted } => run(&files, planted),
         Command::Decode { file, all_fields } => decode(&file, all_fields),
@@ -274,41 +335,68 @@ fn value_of_version(event: &WatchEvent, version: u32) -> anyhow::Result<Value> {
 }
 
 /// Builds events in history order with one resourceVersion counter, as etcd would.
+/// What `generate` writes: how many objects, events, leaks and clusters.
+struct Shape {
+    subnets: usize,
+    ips: usize,
+    events: usize,
+    leak_one_in: usize,
+    clusters: usize,
+}
+
 struct History {
     rv: i64,
     t_ms: i64,
     output: Output,
     realism: Option<Realism>,
+    clusters: usize,
     written: usize,
 }
 
 impl History {
-    fn emit(&mut self, builder: EventBuilder, event_type: EventType) -> anyhow::Result<()> {
+    /// Writes the event `builder` makes, in the cluster of subnet `s`.
+    fn emit(
+        &mut self,
+        s: usize,
+        builder: EventBuilder,
+        event_type: EventType,
+    ) -> anyhow::Result<()> {
         self.rv += 1;
         self.t_ms += 1;
         let mut event = builder.rv(self.rv).at(self.t_ms).build(event_type);
-        event.cluster_id = "bench".into();
-        event.collector_id = "collector-0".into();
         if let Some(realism) = &self.realism {
             realism.enrich(&mut event, self.t_ms);
         }
+        self.place(s, &mut event);
         self.output.append(&event)?;
         self.written += 1;
         Ok(())
     }
 
-    fn bookmark(&mut self, stream: Stream) -> anyhow::Result<()> {
+    /// Writes a bookmark of `stream` in the cluster of subnet `s`.
+    fn bookmark(&mut self, s: usize, stream: Stream) -> anyhow::Result<()> {
         let mut event = EventBuilder::bookmark(stream, self.rv);
-        event.cluster_id = "bench".into();
-        event.collector_id = "collector-0".into();
-        if self.realism.is_some() {
-            event.cluster_id = REALISTIC_CLUSTER.into();
-            event.collector_id = REALISTIC_COLLECTOR.into();
-        }
+        self.place(s, &mut event);
         event.observed_at_ms = Some(self.t_ms);
         self.output.append(&event)?;
         self.written += 1;
         Ok(())
+    }
+
+    /// Names the cluster and collector of subnet `s`'s events.
+    fn place(&self, s: usize, event: &mut WatchEvent) {
+        let (cluster, collector) = match self.realism {
+            Some(_) => (REALISTIC_CLUSTER, REALISTIC_COLLECTOR),
+            None => ("bench", "collector-0"),
+        };
+        if self.clusters > 1 {
+            let k = s % self.clusters;
+            event.cluster_id = format!("{cluster}-{k}");
+            event.collector_id = format!("{collector}-{k}");
+        } else {
+            event.cluster_id = cluster.into();
+            event.collector_id = collector.into();
+        }
     }
 }
 
@@ -325,8 +413,6 @@ struct Realism {
 
 impl Realism {
     fn enrich(&self, event: &mut WatchEvent, t_ms: i64) {
-        event.cluster_id = REALISTIC_CLUSTER.into();
-        event.collector_id = REALISTIC_COLLECTOR.into();
         let stream = event.stream;
         let Some(meta) = event.metadata.as_mut() else {
             return;
@@ -360,13 +446,7 @@ impl Realism {
                     (ovn("pod_nic_type"), "veth-pair".into()),
                     (ovn("routed"), "true".into()),
                 ]);
-                meta.owner_references = vec![OwnerReference {
-                    api_version: "apps/v1".into(),
-                    kind: "ReplicaSet".into(),
-                    name: format!("{app}-{hash}"),
-                    uid: uuid_of("rs", i % 1000),
-                    controller: Some(true),
-                }];
+                meta.owner_references = vec![replica_set_of(i % 1000)];
                 pod.node_name = node;
                 pod.pod_ips = vec![address.clone()];
                 pod.allocations = vec![PodAllocation {
@@ -417,6 +497,19 @@ impl Realism {
             }
             _ => {}
         }
+    }
+}
+
+/// The ReplicaSet of app `svc-{app}` (named with its pod-template hash), as the
+/// controlling owner of its pods.
+fn replica_set_of(app: usize) -> OwnerReference {
+    let hash = &uuid_of("rs", app)[..10];
+    OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: format!("svc-{app}-{hash}"),
+        uid: uuid_of("rs", app),
+        controller: Some(true),
     }
 }
 
@@ -492,21 +585,27 @@ fn generate(
     out: &Path,
     output: Output,
     realism: Option<Realism>,
-    subnets: usize,
-    ips: usize,
-    events: usize,
-    leak_one_in: usize,
+    shape: &Shape,
 ) -> anyhow::Result<()> {
+    let Shape {
+        subnets,
+        ips,
+        events,
+        leak_one_in,
+        clusters,
+    } = *shape;
     let started = Instant::now();
     let mut h = History {
         rv: 1_000,
         t_ms: 1_750_000_000_000,
         output,
         realism,
+        clusters,
         written: 0,
     };
     for s in 0..subnets {
         h.emit(
+            s,
             EventBuilder::subnet(&format!("subnet-{s}")).uid(&format!("subnet-uid-{s}")),
             EventType::Added,
         )?;
@@ -518,14 +617,18 @@ fn generate(
     let extra = events.saturating_sub(base);
     for i in 0..ips {
         let s = i % subnets;
-        h.emit(pod_builder(i, s), EventType::Added)?;
-        h.emit(ip_builder(i, s, subnets), EventType::Added)?;
+        h.emit(s, pod_builder(i, s), EventType::Added)?;
+        h.emit(s, ip_builder(i, s, subnets), EventType::Added)?;
         let updates = (i + 1) * extra / ips.max(1) - i * extra / ips.max(1);
         for _ in 0..=updates {
-            h.emit(pod_builder(i, s), EventType::Modified)?;
+            h.emit(s, pod_builder(i, s), EventType::Modified)?;
         }
-        if i % 64 == 0 {
-            h.bookmark(Stream::Subnet)?;
+        // A bookmark every 64 IPs of each cluster (consecutive IPs go round the clusters
+        // when the subnets divide among them evenly). The analysis holds a cluster's events
+        // until every stream's watermark has passed them, so a quiet stream's bookmarks
+        // bound what it holds in a catch-up.
+        if (i / clusters) % 64 == 0 {
+            h.bookmark(s, Stream::Subnet)?;
         }
     }
     // Teardown of every fourth subnet: healthy order, except one in `leak_one_in`
@@ -539,16 +642,22 @@ fn generate(
                 planted.extend(Finding::leaked_ip(&ip_name(i, s)));
             }
             h.emit(
+                s,
                 EventBuilder::subnet(&format!("subnet-{s}")).uid(&format!("subnet-uid-{s}")),
                 EventType::Deleted,
             )?;
         }
         for &i in &members {
             let t = h.t_ms;
-            h.emit(pod_builder(i, s), EventType::Deleted)?;
-            h.emit(ip_builder(i, s, subnets).deleting(t), EventType::Modified)?;
+            h.emit(s, pod_builder(i, s), EventType::Deleted)?;
+            h.emit(
+                s,
+                ip_builder(i, s, subnets).deleting(t),
+                EventType::Modified,
+            )?;
             if !leaks {
                 h.emit(
+                    s,
                     ip_builder(i, s, subnets).deleting(t).finalizers(&[]),
                     EventType::Deleted,
                 )?;
@@ -556,6 +665,7 @@ fn generate(
         }
         if !leaks {
             h.emit(
+                s,
                 EventBuilder::subnet(&format!("subnet-{s}")).uid(&format!("subnet-uid-{s}")),
                 EventType::Deleted,
             )?;
@@ -568,10 +678,11 @@ fn generate(
     std::fs::write(&planted_path, serde_json::to_vec_pretty(&planted)?)
         .with_context(|| format!("cannot write {}", planted_path.display()))?;
     say!(
-        "wrote {} events ({} subnets, {} IPs, rv up to {}) to {} ({:.1} MiB) in {:.1?}; the {} findings its leaks must give to {}",
+        "wrote {} events ({} subnets, {} IPs, {} clusters, rv up to {}) to {} ({:.1} MiB) in {:.1?}; the {} findings its leaks must give to {}",
         h.written,
         subnets,
         ips,
+        clusters,
         h.rv,
         out.display(),
         size as f64 / 1048576.0,
