@@ -25,14 +25,11 @@ use rdkafka::{Offset, TopicPartitionList};
 /// (from the assignment to the last message).
 pub fn decode_all(brokers: &str, topic: &str, expected: usize) -> (usize, Duration) {
     let connection = Connection::plaintext(brokers);
-    // The analyzer's consumer settings that bear on fetching (`live::consume::consumer`).
+    // The analyzer's consumer settings that bear on fetching: the runtime's consumer
+    // policy, and `live::consume::consumer`'s own.
     let consumer: BaseConsumer = connection
         .reader("ipaudit-reference", "ipaudit-reference-consumer")
         .set("fetch.wait.max.ms", "100")
-        .set(
-            "queued.min.messages",
-            ipaudit_analyzer::live::consume::QUEUED_MIN_MESSAGES,
-        )
         .create()
         .expect("a consumer");
     let mut list = TopicPartitionList::new();

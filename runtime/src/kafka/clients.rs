@@ -14,8 +14,10 @@
 //!   without leaving is replaced after 10 s rather than Kafka's default 45 s), and static
 //!   membership when an instance id is given (a restarted member gets its partitions back
 //!   at once, without a rebalance of the others).
-//! - **Readers** (assign-only consumers that scan a topic and commit nothing) and **admin**
-//!   clients take the connection alone.
+//! - **Readers** (assign-only consumers that scan a topic and commit nothing) take the
+//!   connection alone, and **admin** clients too.
+//! - **Both kinds of consumer** fetch again 100 ms after their queue was full
+//!   (`fetch.queue.backoff.ms`, [`FETCH_QUEUE_BACKOFF_MS`]).
 //!
 //! In every case the connection's security settings and the operator's `--kafka-option`s
 //! are applied last, so that an operator can override any of the above.
@@ -25,6 +27,14 @@ use rdkafka::config::{ClientConfig, FromClientConfig, FromClientConfigAndContext
 use rdkafka::error::KafkaResult;
 
 use crate::kafka::Connection;
+
+/// How long a consumer postpones the next fetch of a partition whose queue is full
+/// (`queued.min.messages` or `queued.max.messages.kbytes` reached). librdkafka's default,
+/// 1 s, left a catch-up idle a fifth of its time: the analyzer drains the 100,000 queued
+/// messages in about 200 ms, then waited for the rest of the second (BENCHMARKS.md, live
+/// catch-up). Shorter than the time a full queue lasts, so that the next fetch is back
+/// before the queue is empty; not 0, which makes librdkafka poll without pause.
+pub const FETCH_QUEUE_BACKOFF_MS: &str = "100";
 
 /// How a producer's caller waits for delivery, which sets how long librdkafka keeps
 /// trying one message (`message.timeout.ms`).
@@ -141,7 +151,8 @@ impl Connection {
             )
             .set("session.timeout.ms", "10000")
             .set("heartbeat.interval.ms", "1000")
-            .set("allow.auto.create.topics", "false");
+            .set("allow.auto.create.topics", "false")
+            .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
         if let Some(instance) = instance_id.filter(|i| !i.is_empty()) {
             settings = settings.set("group.instance.id", instance);
         }
@@ -156,6 +167,7 @@ impl Connection {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("allow.auto.create.topics", "false")
+            .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
     }
 
     /// An admin client (topic metadata and creation).
@@ -213,6 +225,7 @@ mod tests {
         assert_eq!(config.get("enable.auto.offset.store"), Some("false"));
         assert_eq!(config.get("auto.offset.reset"), Some("error"));
         assert_eq!(config.get("session.timeout.ms"), Some("10000"));
+        assert_eq!(config.get("fetch.queue.backoff.ms"), Some("100"));
         assert_eq!(config.get("group.instance.id"), Some("a-0"));
         assert_eq!(config.get("fetch.wait.max.ms"), Some("100"));
         for instance in [None, Some("")] {
@@ -222,6 +235,15 @@ mod tests {
             assert_eq!(config.get("group.instance.id"), None);
             assert_eq!(config.get("auto.offset.reset"), Some("earliest"));
         }
+    }
+
+    #[test]
+    fn readers_commit_nothing_and_fetch_again_soon_after_a_full_queue() {
+        let config = connection().reader("ipaudit-scan", "scan").config();
+        assert_eq!(config.get("group.id"), Some("scan"));
+        assert_eq!(config.get("enable.auto.commit"), Some("false"));
+        assert_eq!(config.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(config.get("fetch.queue.backoff.ms"), Some("100"));
     }
 
     // A StreamConsumer spawns its wake-up task: it needs a runtime.

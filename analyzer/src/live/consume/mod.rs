@@ -492,11 +492,6 @@ impl ConsumeLoop {
     }
 }
 
-/// How many fetched messages librdkafka keeps queued ahead of the loop, at least (its
-/// setting `queued.min.messages`); the fetch settings of the benchmarks' reference consumer
-/// follow it.
-pub const QUEUED_MIN_MESSAGES: &str = "1000000";
-
 /// The group consumer: manual offsets (the store holds them), static membership when an
 /// instance id is given, statistics for the lag, and an error rather than a silent jump
 /// when a checkpointed offset is outside the log.
@@ -517,12 +512,6 @@ fn consumer(
         .set("statistics.interval.ms", "1000")
         // Alerts within seconds: do not let the broker hold a fetch for librdkafka's 500 ms.
         .set("fetch.wait.max.ms", "100")
-        // librdkafka stops fetching a partition once this many of its messages wait in the
-        // queue, and fetches again only well after the loop has drained them: at the
-        // default (100,000) a catch-up waited on fetches three quarters of its time
-        // (BENCHMARKS.md, live catch-up). The queue stays bounded by
-        // `queued.max.messages.kbytes` (64 MiB).
-        .set("queued.min.messages", QUEUED_MIN_MESSAGES)
         // The end of a partition is where the wall clock may release what is held (and,
         // with `exit_at_end`, where a catch-up run stops).
         .set("enable.partition.eof", "true")
